@@ -1,0 +1,338 @@
+"""MemVir: the memory of past steps whose embeddings and class weights become virtual classes.
+
+One call is one training step t. After the warm-up, the call looks up the steps t - j(M+1) for
+j = 1..k, k = min(N, floor(L / (M+1))) with L the number of steps stored so far, appends their detached
+embeddings (labels shifted by j*C) and class-weight matrices (as C new classes each) after the live ones, then
+stores detached copies of this call's inputs. See PAPER.md "Algorithm" for the facts this follows.
+
+The store is a ring buffer with room for N(M+1) steps, allocated once (grown once more only if a larger
+batch arrives), so a full memory costs no allocation per step: the reference code's Python lists re-allocate
+and can select the wrong steps. Its state travels in ``state_dict()`` so a resumed run continues the curriculum
+where it stopped, unlike the reference, which forgets the memory on resume.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_STATE_VERSION = 1
+
+
+def _check_count(name: str, value, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"MemVir: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class MemVir(nn.Module):
+    """Memory-based virtual classes around any softmax-style or proxy-based loss.
+
+    Args:
+        num_steps: N, how many past steps are used as virtual classes (0 = the plain baseline).
+        margin: M, the gap between used steps: steps t-(M+1), t-2(M+1), ... are used.
+        warmup_steps: U, calls before this return their inputs unchanged and store nothing.
+        store_dtype: dtype of the stored copies (torch.float16 or torch.bfloat16 halve the memory);
+            None keeps the dtype of the inputs.
+
+    Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
+    (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
+    """
+
+    def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None):
+        super().__init__()
+        if store_dtype is not None and not (isinstance(store_dtype, torch.dtype) and store_dtype.is_floating_point):
+            raise ValueError(f"MemVir: store_dtype must be a floating torch dtype or None, got {store_dtype!r}")
+        self.num_steps = _check_count("num_steps (N)", num_steps)
+        self.margin = _check_count("margin (M)", margin)
+        self.warmup_steps = _check_count("warmup_steps (U)", warmup_steps)
+        self.store_dtype = store_dtype
+        self.step = 0  # calls made so far; the next call is step `self.step`
+        self.num_virtual_sets = 0  # k used by the last call
+        self._reset_store()
+
+    # ----------------------------------------------------------------------------------------------- storage
+    @property
+    def capacity(self) -> int:
+        """Steps the memory holds when full: N(M+1)."""
+        return self.num_steps * (self.margin + 1)
+
+    @property
+    def num_stored(self) -> int:
+        """L, the number of past steps stored now."""
+        return self._count
+
+    def _reset_store(self) -> None:
+        self._embeddings: torch.Tensor | None = None  # [capacity, max_batch, D]
+        self._labels: torch.Tensor | None = None  # [capacity, max_batch]
+        self._weights: torch.Tensor | None = None  # [capacity, C, D]
+        self._batch_sizes: list[int] = []  # per slot, kept in Python so reading it never syncs a GPU
+        self._head = 0  # slot the next stored step goes to
+        self._count = 0
+
+    def _slot(self, age: int) -> int:
+        """Ring slot of the step stored `age` calls ago (age 1 = the previous step)."""
+        return (self._head - age) % len(self._batch_sizes)
+
+    def _ordered_slots(self) -> list[int]:
+        """Slots of the stored steps, oldest first."""
+        return [self._slot(age) for age in range(self._count, 0, -1)]
+
+    def _allocate(self, capacity: int, max_batch: int, like_embeddings: torch.Tensor, like_weights: torch.Tensor):
+        """Fresh zeroed ring of `capacity` slots shaped like one step's embeddings and class weights."""
+        self._embeddings = like_embeddings.new_zeros(capacity, max_batch, like_embeddings.shape[-1])
+        self._labels = torch.zeros(capacity, max_batch, dtype=torch.long, device=like_embeddings.device)
+        self._weights = like_weights.new_zeros(capacity, *like_weights.shape[-2:])
+        self._batch_sizes = [0] * capacity
+        self._head = 0
+        self._count = 0
+
+    def _fill(self, embeddings: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, sizes: list[int]):
+        """Write steps (oldest first) into a freshly allocated ring."""
+        count, width = len(sizes), min(self._embeddings.shape[1], embeddings.shape[1])
+        self._embeddings[:count, :width] = embeddings[:, :width]
+        self._labels[:count, :width] = labels[:, :width]
+        self._weights[:count] = weights
+        self._batch_sizes[:count] = sizes
+        self._count = count
+        self._head = count % len(self._batch_sizes)
+
+    def _rebuild(self, capacity: int, max_batch: int) -> None:
+        """Re-allocate the ring for a new capacity or batch size, keeping the newest steps that fit."""
+        if self._embeddings is None or capacity == 0:
+            self._reset_store()
+            return
+        slots = self._ordered_slots()[-capacity:]
+        sizes = [self._batch_sizes[s] for s in slots]
+        kept = (self._embeddings[slots], self._labels[slots], self._weights[slots])
+        self._allocate(capacity, max_batch, self._embeddings[0, 0], self._weights[0])
+        self._fill(*kept, sizes)
+
+    def _store(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> None:
+        capacity = self.capacity
+        if capacity == 0:
+            return
+        batch = embeddings.shape[0]
+        if self._embeddings is None:
+            like_embeddings, like_weights = embeddings[0], class_weights
+            if self.store_dtype is not None:
+                like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
+            self._allocate(capacity, batch, like_embeddings, like_weights)
+        elif batch > self._embeddings.shape[1]:
+            self._rebuild(capacity, batch)
+        slot = self._head
+        with torch.no_grad():
+            self._embeddings[slot, :batch].copy_(embeddings.detach())
+            self._labels[slot, :batch].copy_(labels.detach())
+            self._weights[slot].copy_(class_weights.detach())
+        self._batch_sizes[slot] = batch
+        self._head = (slot + 1) % capacity
+        self._count = min(self._count + 1, capacity)
+
+    # ----------------------------------------------------------------------------------------------- the step
+    def _validate(self, embeddings, labels, class_weights) -> None:
+        if not _is_float_matrix(embeddings):
+            raise ValueError(f"MemVir: embeddings must be a 2-D floating tensor [B, D], got {_describe(embeddings)}")
+        if not _is_float_matrix(class_weights):
+            raise ValueError(
+                f"MemVir: class_weights must be a 2-D floating tensor [C, D], got {_describe(class_weights)}"
+            )
+        integer = isinstance(labels, torch.Tensor) and not (labels.is_floating_point() or labels.is_complex())
+        if not integer or labels.dim() != 1:
+            raise ValueError(f"MemVir: labels must be a 1-D integer tensor [B], got {_describe(labels)}")
+        batch, dim = embeddings.shape
+        num_classes = class_weights.shape[0]
+        if batch == 0:
+            raise ValueError("MemVir: the batch is empty (embeddings has 0 rows)")
+        if labels.shape[0] != batch:
+            raise ValueError(f"MemVir: labels has {labels.shape[0]} entries but embeddings has {batch} rows")
+        if class_weights.shape[1] != dim:
+            raise ValueError(
+                f"MemVir: embeddings have dimension {dim} but class_weights have dimension {class_weights.shape[1]}"
+            )
+        if num_classes == 0:
+            raise ValueError("MemVir: class_weights has 0 classes")
+        if bool(((labels < 0) | (labels >= num_classes)).any()):
+            low, high = int(labels.min()), int(labels.max())
+            raise ValueError(
+                f"MemVir: labels must lie in [0, {num_classes}) for {num_classes} classes, "
+                f"got values in [{low}, {high}]"
+            )
+        if self._embeddings is not None:
+            stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
+            if (dim, num_classes) != (stored_dim, stored_classes):
+                raise ValueError(
+                    f"MemVir: the memory holds {stored_classes} classes of dimension {stored_dim}, but this step has "
+                    f"{num_classes} classes of dimension {dim}; call reset() before changing either"
+                )
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
+        self._validate(embeddings, labels, class_weights)
+        labels = labels.long()
+        step = self.step
+        self.step += 1
+        if step < self.warmup_steps or self.num_steps == 0:
+            # Warm-up (or a warm-up raised past the current step): the plain baseline, and an empty memory so the
+            # stored steps stay consecutive and the ages j(M+1) stay true.
+            if self._count:
+                self._reset_store()
+            self.num_virtual_sets = 0
+            return embeddings, labels, class_weights
+
+        if self._embeddings is not None and self._embeddings.device != embeddings.device:
+            self.to(embeddings.device)  # e.g. a memory restored on the CPU, resumed on a GPU
+        num_sets = min(self.num_steps, self._count // (self.margin + 1))
+        self.num_virtual_sets = num_sets
+        if num_sets:
+            out = self._augment(embeddings, labels, class_weights, num_sets)
+        else:
+            out = (embeddings, labels, class_weights)
+        self._store(embeddings, labels, class_weights)
+        return out
+
+    def _augment(self, embeddings, labels, class_weights, num_sets: int):
+        num_classes = class_weights.shape[0]
+        slots = [self._slot(j * (self.margin + 1)) for j in range(1, num_sets + 1)]
+        sizes = [self._batch_sizes[s] for s in slots]
+        # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
+        embedding_views = [self._embeddings[s, :size] for s, size in zip(slots, sizes, strict=True)]
+        weight_views = [self._weights[s] for s in slots]
+        label_parts = [labels] + [
+            self._labels[s, :size] + j * num_classes for j, (s, size) in enumerate(zip(slots, sizes, strict=True), 1)
+        ]
+        return (
+            _concat(embeddings, embedding_views),
+            torch.cat(label_parts),
+            _concat(class_weights, weight_views),
+        )
+
+    # ----------------------------------------------------------------------------------------------- control
+    def set_hparams(self, num_steps: int | None = None, margin: int | None = None, warmup_steps: int | None = None):
+        """Change N, M or U between two steps (live control). Capacity follows N(M+1); the oldest steps go first."""
+        new_steps = self.num_steps if num_steps is None else _check_count("num_steps (N)", num_steps)
+        new_margin = self.margin if margin is None else _check_count("margin (M)", margin)
+        new_warmup = self.warmup_steps if warmup_steps is None else _check_count("warmup_steps (U)", warmup_steps)
+        new_capacity = new_steps * (new_margin + 1)
+        if new_capacity != self.capacity and self._embeddings is not None:
+            self._rebuild(new_capacity, self._embeddings.shape[1])
+        self.num_steps, self.margin, self.warmup_steps = new_steps, new_margin, new_warmup
+
+    def reset(self) -> None:
+        """Forget every stored step and restart the step counter."""
+        self._reset_store()
+        self.step = 0
+        self.num_virtual_sets = 0
+
+    def num_classes_at(self, step: int, num_classes: int) -> int:
+        """s(i), the class count at call `step` under the current N, M, U (PAPER.md eq. 4)."""
+        if step < self.warmup_steps or self.num_steps == 0:
+            return num_classes
+        return num_classes * (min((step - self.warmup_steps) // (self.margin + 1), self.num_steps) + 1)
+
+    def virtual_sets(self) -> list[dict]:
+        """The stored steps the next call would use, j = 1..k: detached copies for plots and projections.
+
+        Each entry: ``{"age": j, "steps_ago": j*(M+1), "embeddings": [B_j, D], "labels": [B_j],
+        "class_weights": [C, D]}``.
+        """
+        if self._count == 0 or self.num_steps == 0:
+            return []
+        num_sets = min(self.num_steps, self._count // (self.margin + 1))
+        sets = []
+        for j in range(1, num_sets + 1):
+            slot = self._slot(j * (self.margin + 1))
+            size = self._batch_sizes[slot]
+            sets.append(
+                {
+                    "age": j,
+                    "steps_ago": j * (self.margin + 1),
+                    "embeddings": self._embeddings[slot, :size].clone(),
+                    "labels": self._labels[slot, :size].clone(),
+                    "class_weights": self._weights[slot].clone(),
+                }
+            )
+        return sets
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the allocated ring (0 before the first stored step)."""
+        if self._embeddings is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in (self._embeddings, self._labels, self._weights))
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_steps={self.num_steps}, margin={self.margin}, warmup_steps={self.warmup_steps}, "
+            f"store_dtype={self.store_dtype}, stored={self._count}/{self.capacity}, step={self.step}"
+        )
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(device) / .double() etc. move the ring with the module; stored copies keep store_dtype when set.
+        super()._apply(fn, recurse)
+        if self._embeddings is not None:
+            stored = (self._embeddings, self._labels, self._weights)
+            self._embeddings, self._labels, self._weights = (fn(t) for t in stored)
+            if self.store_dtype is not None:
+                self._embeddings = self._embeddings.to(self.store_dtype)
+                self._weights = self._weights.to(self.store_dtype)
+        return self
+
+    def get_extra_state(self) -> dict:
+        """The stored steps (oldest first, trimmed to their batch sizes' maximum), the call counter and N, M, U."""
+        state = {
+            "version": _STATE_VERSION,
+            "step": self.step,
+            "num_virtual_sets": self.num_virtual_sets,
+            "num_steps": self.num_steps,
+            "margin": self.margin,
+            "warmup_steps": self.warmup_steps,
+            "batch_sizes": torch.tensor([self._batch_sizes[s] for s in self._ordered_slots()], dtype=torch.long),
+        }
+        if self._count:
+            slots = self._ordered_slots()
+            state["embeddings"] = self._embeddings[slots].cpu()
+            state["labels"] = self._labels[slots].cpu()
+            state["class_weights"] = self._weights[slots].cpu()
+        return state
+
+    def set_extra_state(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError("MemVir: this state_dict was not written by this version of MemVir (unknown 'version')")
+        self.num_steps = _check_count("num_steps (N)", int(state["num_steps"]))
+        self.margin = _check_count("margin (M)", int(state["margin"]))
+        self.warmup_steps = _check_count("warmup_steps (U)", int(state["warmup_steps"]))
+        self.step = int(state["step"])
+        self.num_virtual_sets = int(state["num_virtual_sets"])
+        self._reset_store()
+        sizes = [int(s) for s in state["batch_sizes"]]
+        count = len(sizes)
+        if count == 0:
+            return
+        if count > self.capacity:
+            raise ValueError(f"MemVir: the state holds {count} steps but N(M+1) = {self.capacity}")
+        embeddings, labels, weights = state["embeddings"], state["labels"], state["class_weights"]
+        if self.store_dtype is not None:
+            embeddings, weights = embeddings.to(self.store_dtype), weights.to(self.store_dtype)
+        self._allocate(self.capacity, embeddings.shape[1], embeddings[0, 0], weights[0])
+        self._fill(embeddings, labels, weights, sizes)
+
+
+def _concat(live: torch.Tensor, stored: list[torch.Tensor]) -> torch.Tensor:
+    """The live rows, then the stored ones, in the live dtype, copying every stored row once."""
+    if stored[0].dtype == live.dtype:
+        return torch.cat([live, *stored])
+    memory_part = live.new_empty(sum(t.shape[0] for t in stored), live.shape[1])
+    row = 0
+    for t in stored:
+        memory_part[row : row + t.shape[0]].copy_(t)  # converts from the store dtype in the same pass
+        row += t.shape[0]
+    return torch.cat([live, memory_part])
+
+
+def _is_float_matrix(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 2 and value.is_floating_point()
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dim()}-D {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__}"
