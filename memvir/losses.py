@@ -1,0 +1,349 @@
+"""The seven deep-metric-learning losses MemVir wraps, behind one call signature and a name registry.
+
+Every loss is called as ``loss(embeddings[B, D], labels[B], class_weights[C, D]) -> 0-dim tensor``. The class
+weights (proxies) live outside the loss because the Trainer owns them and MemVir appends past snapshots of them as
+virtual classes: a loss sees (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, and treats every weight row
+as an ordinary class. Margins therefore apply to each row's own target, virtual targets included, and
+cross-entropy-style losses average over all rows, as the MemVir reference code does.
+
+``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
+``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
+"""
+
+import inspect
+import math
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "LOSSES",
+    "ArcFaceLoss",
+    "CosFaceLoss",
+    "CurricularFaceLoss",
+    "MetricLoss",
+    "NormSoftmaxLoss",
+    "ProxyAnchorLoss",
+    "ProxyNCALoss",
+    "SoftmaxLoss",
+    "build_loss",
+]
+
+_REGISTRY: dict[str, type["MetricLoss"]] = {}
+
+
+def _register(name: str):
+    """Class decorator: make a loss buildable as ``build_loss(name)``; registration order is the order of LOSSES."""
+
+    def add(cls: type["MetricLoss"]) -> type["MetricLoss"]:
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return add
+
+
+def _real(name: str, value) -> float:
+    """``value`` as a finite float, or a ValueError naming the hyper-parameter."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def _positive(name: str, value) -> float:
+    value = _real(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return value
+
+
+def _non_negative(name: str, value) -> float:
+    value = _real(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return value
+
+
+def _angular_margin(value) -> float:
+    """An additive angle: theta + m must stay a meaningful angle, so 0 <= m < pi."""
+    value = _non_negative("margin", value)
+    if value >= math.pi:
+        raise ValueError(f"margin is an angle in radians and must be < pi ({math.pi:.6f}), got {value!r}")
+    return value
+
+
+def _cosine_matrix(embeddings: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+    """[B, C] cosine similarities between the L2-normalised rows of both inputs."""
+    return F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
+
+
+def _target_cosines(cosines: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """[B] cosine of each row to its own class."""
+    return cosines.gather(1, labels[:, None]).squeeze(1)
+
+
+def _with_target_logits(logits: torch.Tensor, labels: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` with each row's target entry replaced (out of place, so autograd sees both parts)."""
+    return logits.scatter(1, labels[:, None], target_logits[:, None])
+
+
+def _cosine_of_angle_plus_margin(target_cosines: torch.Tensor, margin: float) -> torch.Tensor:
+    """cos(theta_y + m) for cos(theta_y) = ``target_cosines``, as cos*cos(m) - sin*sin(m).
+
+    Not through acos, whose gradient is infinite at +-1. The clamp removes rounding below zero and also keeps
+    gradients finite: when cos_y is exactly +-1 the sqrt has an infinite slope, and torch's clamp passes a zero
+    gradient *at* its bound, so the product is 0 instead of inf/NaN.
+    """
+    sines = (1.0 - target_cosines * target_cosines).clamp_min(0.0).sqrt()
+    return target_cosines * math.cos(margin) - sines * math.sin(margin)
+
+
+def _additive_angular_margin(target_cosines: torch.Tensor, margin: float) -> torch.Tensor:
+    """The ArcFace target cosine: cos(theta_y + m), with the insightface fallback past pi.
+
+    Past theta_y + m = pi, cos(theta_y + m) would rise again as theta_y grows (the target would become *easier*
+    the worse the row is); there the target is cos_y - sin(pi - m) * m instead, a CosFace-like penalty that keeps
+    the target logit monotonic in theta_y (Deng et al. 2019, insightface).
+    """
+    with_margin = _cosine_of_angle_plus_margin(target_cosines, margin)
+    fallback = target_cosines - math.sin(math.pi - margin) * margin
+    return torch.where(target_cosines > math.cos(math.pi - margin), with_margin, fallback)
+
+
+class MetricLoss(nn.Module, ABC):
+    """Base of every loss here: checks the uniform call, picks the compute dtype, delegates to ``compute``.
+
+    Subclasses implement ``compute(embeddings, labels, class_weights)`` on validated inputs of one floating dtype
+    (float32 or float64) and return a 0-dim tensor. Hyper-parameters are plain attributes; derived constants are
+    computed per call, so a changed attribute (live control) takes effect at the next step.
+    """
+
+    name: str = ""
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+        """Loss of ``embeddings`` [B, D] with integer ``labels`` [B] in [0, C) against ``class_weights`` [C, D]."""
+        _check_inputs(embeddings, labels, class_weights)
+        # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
+        # gradcheck and float64 reference tests see the exact computation.
+        dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
+        return self.compute(embeddings.to(dtype), labels.long(), class_weights.to(dtype))
+
+    @abstractmethod
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+        """The loss on validated inputs: float32/float64 tensors of one dtype, int64 labels in range."""
+
+
+def _check_inputs(embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> None:
+    """ValueError naming the argument and the shapes given, for anything the uniform call does not accept."""
+    for arg_name, tensor in (("embeddings", embeddings), ("labels", labels), ("class_weights", class_weights)):
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{arg_name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if embeddings.dim() != 2 or not embeddings.is_floating_point():
+        raise ValueError(
+            f"embeddings must be a 2-D floating tensor [B, D], got shape {tuple(embeddings.shape)} "
+            f"and dtype {embeddings.dtype}"
+        )
+    if class_weights.dim() != 2 or not class_weights.is_floating_point():
+        raise ValueError(
+            f"class_weights must be a 2-D floating tensor [C, D], got shape {tuple(class_weights.shape)} "
+            f"and dtype {class_weights.dtype}"
+        )
+    if embeddings.shape[1] != class_weights.shape[1]:
+        raise ValueError(
+            f"embeddings [B, D] and class_weights [C, D] must have the same D, got embeddings "
+            f"{tuple(embeddings.shape)} and class_weights {tuple(class_weights.shape)}"
+        )
+    if embeddings.shape[0] == 0 or class_weights.shape[0] == 0:
+        raise ValueError(
+            f"need at least one embedding row and one class, got embeddings {tuple(embeddings.shape)} "
+            f"and class_weights {tuple(class_weights.shape)}"
+        )
+    if labels.dim() != 1 or labels.shape[0] != embeddings.shape[0]:
+        raise ValueError(
+            f"labels must be 1-D with one label per embedding row, got labels {tuple(labels.shape)} "
+            f"for embeddings {tuple(embeddings.shape)}"
+        )
+    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be an integer tensor (int64), got dtype {labels.dtype}")
+    num_classes = class_weights.shape[0]
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= num_classes:
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}) (one class per row of class_weights {tuple(class_weights.shape)}), "
+            f"got labels from {low} to {high}"
+        )
+
+
+@_register("softmax")
+class SoftmaxLoss(MetricLoss):
+    """Plain softmax cross-entropy: logits = x @ W^T, no normalisation, no bias."""
+
+    def compute(self, embeddings, labels, class_weights):
+        return F.cross_entropy(embeddings @ class_weights.T, labels)
+
+
+@_register("norm-softmax")
+class NormSoftmaxLoss(MetricLoss):
+    """Normalised softmax: logits = scale * cos(x, w) (the MemVir reference setting, scale 23)."""
+
+    def __init__(self, scale: float = 23.0):
+        super().__init__()
+        self.scale = _positive("scale", scale)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}"
+
+    def compute(self, embeddings, labels, class_weights):
+        return F.cross_entropy(self.scale * _cosine_matrix(embeddings, class_weights), labels)
+
+
+@_register("cosface")
+class CosFaceLoss(MetricLoss):
+    """CosFace / large-margin cosine loss (Wang et al. 2018): target logit scale*(cos_y - margin)."""
+
+    def __init__(self, scale: float = 64.0, margin: float = 0.35):
+        super().__init__()
+        self.scale = _positive("scale", scale)
+        self.margin = _non_negative("margin", margin)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}, margin={self.margin}"
+
+    def compute(self, embeddings, labels, class_weights):
+        cosines = _cosine_matrix(embeddings, class_weights)
+        targets = _target_cosines(cosines, labels) - self.margin
+        return F.cross_entropy(self.scale * _with_target_logits(cosines, labels, targets), labels)
+
+
+@_register("arcface")
+class ArcFaceLoss(MetricLoss):
+    """ArcFace / additive angular margin (Deng et al. 2019): target logit scale*cos(theta_y + margin)."""
+
+    def __init__(self, scale: float = 64.0, margin: float = 0.5):
+        super().__init__()
+        self.scale = _positive("scale", scale)
+        self.margin = _angular_margin(margin)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}, margin={self.margin}"
+
+    def compute(self, embeddings, labels, class_weights):
+        cosines = _cosine_matrix(embeddings, class_weights)
+        targets = _additive_angular_margin(_target_cosines(cosines, labels), self.margin)
+        return F.cross_entropy(self.scale * _with_target_logits(cosines, labels, targets), labels)
+
+
+@_register("curricularface")
+class CurricularFaceLoss(MetricLoss):
+    """CurricularFace (Huang et al. CVPR 2020), following the authors' official code.
+
+    Target logit as ArcFace (same fallback). A non-target class j is "hard" for a row when
+    cos_j > cos(theta_y + m) (the raw margin cosine, as in the official code); its logit becomes cos_j * (t + cos_j),
+    so hard negatives weigh more as training advances. ``t`` is a running mean of the target cosines, a buffer
+    (so it is saved in ``state_dict`` and a resumed run keeps its curriculum) that starts at 0 and, in training mode
+    only, is updated before use in the same call: t <- 0.01 * mean_i(cos_yi) + 0.99 * t. With MemVir the mean runs
+    over all rows, virtual ones included. In eval mode t is used but not changed.
+
+    Gradients (the official choice): t is a statistic and is detached; the hard-negative term passes gradient
+    through both factors of cos_j * (t + cos_j), i.e. d/dcos_j = t + 2 cos_j. The hard/easy mask itself carries none.
+    """
+
+    def __init__(self, scale: float = 64.0, margin: float = 0.5):
+        super().__init__()
+        self.scale = _positive("scale", scale)
+        self.margin = _angular_margin(margin)
+        self.register_buffer("t", torch.zeros(()))
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}, margin={self.margin}"
+
+    def compute(self, embeddings, labels, class_weights):
+        cosines = _cosine_matrix(embeddings, class_weights)
+        target_cosines = _target_cosines(cosines, labels)
+        if self.training:
+            with torch.no_grad():
+                self.t.copy_(0.01 * target_cosines.mean() + 0.99 * self.t.to(target_cosines.dtype))
+        t = self.t.detach().to(device=cosines.device, dtype=cosines.dtype)
+        hard = cosines > _cosine_of_angle_plus_margin(target_cosines, self.margin)[:, None]
+        logits = torch.where(hard, cosines * (t + cosines), cosines)
+        targets = _additive_angular_margin(target_cosines, self.margin)
+        return F.cross_entropy(self.scale * _with_target_logits(logits, labels, targets), labels)
+
+
+@_register("proxy-nca")
+class ProxyNCALoss(MetricLoss):
+    """Proxy-NCA as in the MemVir reference: logits = -scale * ||x^ - w^||^2 over normalised vectors, CE.
+
+    For unit vectors ||x^ - w^||^2 = 2 - 2 cos, and softmax ignores the constant, so this equals Norm-softmax at
+    scale 2*scale; it is computed through that identity (no [B, C, D] difference tensor). The clamp only removes
+    rounding below zero.
+    """
+
+    def __init__(self, scale: float = 12.0):
+        super().__init__()
+        self.scale = _positive("scale", scale)
+
+    def extra_repr(self) -> str:
+        return f"scale={self.scale}"
+
+    def compute(self, embeddings, labels, class_weights):
+        squared_distances = (2.0 - 2.0 * _cosine_matrix(embeddings, class_weights)).clamp_min(0.0)
+        return F.cross_entropy(-self.scale * squared_distances, labels)
+
+
+@_register("proxy-anchor")
+class ProxyAnchorLoss(MetricLoss):
+    """Proxy-Anchor (Kim et al. CVPR 2020), following the authors' official code.
+
+    With s = cos, P+ = proxies with at least one positive row in the batch, P = all C proxies:
+    L = 1/|P+| sum_{p in P+} log(1 + sum_{x: y=p} exp(-alpha (s(x,p) - margin)))
+      + 1/|P|  sum_{p in P}  log(1 + sum_{x: y!=p} exp( alpha (s(x,p) + margin))).
+    Each log(1 + sum exp) is a logsumexp with an extra zero term, which is stable at alpha = 32 and makes a proxy
+    without positives (or negatives) contribute exactly log(1 + 0) = 0 with a zero, not NaN, gradient.
+    """
+
+    def __init__(self, margin: float = 0.1, alpha: float = 32.0):
+        super().__init__()
+        self.margin = _non_negative("margin", margin)
+        self.alpha = _positive("alpha", alpha)
+
+    def extra_repr(self) -> str:
+        return f"margin={self.margin}, alpha={self.alpha}"
+
+    def compute(self, embeddings, labels, class_weights):
+        cosines = _cosine_matrix(embeddings, class_weights)
+        positive = F.one_hot(labels, cosines.shape[1]).bool()
+        pull = torch.where(positive, -self.alpha * (cosines - self.margin), -math.inf)
+        push = torch.where(positive, -math.inf, self.alpha * (cosines + self.margin))
+        zero_row = cosines.new_zeros(1, cosines.shape[1])
+        pull_per_proxy = torch.logsumexp(torch.cat([zero_row, pull]), dim=0)
+        push_per_proxy = torch.logsumexp(torch.cat([zero_row, push]), dim=0)
+        num_proxies_with_positives = positive.any(dim=0).sum()
+        return pull_per_proxy.sum() / num_proxies_with_positives + push_per_proxy.sum() / cosines.shape[1]
+
+
+LOSSES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def build_loss(name: str, **hparams) -> MetricLoss:
+    """The loss registered as ``name`` (one of ``LOSSES``) with the given hyper-parameters, others at defaults.
+
+    Raises ValueError for an unknown name (listing the valid ones), a hyper-parameter that loss does not take
+    (listing those it does), or an invalid value.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(LOSSES)}")
+    loss_class = _REGISTRY[name]
+    # Named parameters only: a loss without its own __init__ shows nn.Module's (*args, **kwargs), which take none.
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(loss_class.__init__).parameters.values()
+    accepted = [p.name for p in parameters if p.kind in named and p.name != "self"]
+    unknown = sorted(set(hparams) - set(accepted))
+    if unknown:
+        takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no hyper-parameters"
+        raise ValueError(f"loss {name!r} got unknown hyper-parameter(s) {', '.join(unknown)}; {takes}")
+    return loss_class(**hparams)
