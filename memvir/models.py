@@ -1,0 +1,514 @@
+"""Backbones and the embedding model: an image in, an L2-normalised embedding out, saved in the Hub format.
+
+Backbones live in a small registry (name -> builder, timm style). Each builder returns a feature extractor that ends
+in global pooling, plus its feature dimension. `EmbeddingModel` puts a linear head on top (as the MemVir reference:
+BN-Inception, global average pooling, Linear 1024 -> 512, L2 norm) and saves itself as `config.json` +
+`model.safetensors` + `README.md` through huggingface_hub's `PyTorchModelHubMixin`. The config carries what retrieval
+needs to preprocess a query, so a checkpoint folder or Hub repo is all an app needs.
+"""
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from huggingface_hub import ModelCard, PyTorchModelHubMixin, constants, hf_hub_download
+from PIL import Image
+from torch import nn
+from torchvision.transforms import v2
+
+
+class Backbone(NamedTuple):
+    """A feature extractor (images [B, C, H, W] -> globally pooled features [B, feature_dim]) and its width."""
+
+    features: nn.Module
+    feature_dim: int
+
+
+class PretrainedWeightsUnavailable(RuntimeError):
+    """ImageNet weights were asked for but are neither in the torch hub cache nor downloadable (e.g. offline)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder or file that does not hold a loadable EmbeddingModel (files missing, keys or shapes off)."""
+
+
+BackboneBuilder = Callable[[int, bool], Backbone]
+_BACKBONES: dict[str, BackboneBuilder] = {}
+
+
+def register_backbone(name: str) -> Callable[[BackboneBuilder], BackboneBuilder]:
+    """Decorator: register `builder(in_channels, pretrained) -> Backbone` under `name`."""
+
+    def decorator(builder: BackboneBuilder) -> BackboneBuilder:
+        if name in _BACKBONES:
+            raise ValueError(f"backbone {name!r} is already registered; pick another name")
+        _BACKBONES[name] = builder
+        return builder
+
+    return decorator
+
+
+def available_backbones() -> tuple[str, ...]:
+    """Names accepted by `build_backbone` and `EmbeddingModel(backbone=...)`, sorted."""
+    return tuple(sorted(_BACKBONES))
+
+
+def build_backbone(name: str, in_channels: int = 3, pretrained: bool = False) -> Backbone:
+    """Build the backbone `name` for `in_channels`-channel images, with ImageNet weights when `pretrained`."""
+    if name not in _BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(available_backbones())}")
+    if in_channels < 1:
+        raise ValueError(f"in_channels must be at least 1, got {in_channels}")
+    return _BACKBONES[name](in_channels, pretrained)
+
+
+def load_imagenet_state_dict(weights: torchvision.models.WeightsEnum) -> dict[str, torch.Tensor]:
+    """The state dict of torchvision `weights`, from the torch hub cache or downloaded into it.
+
+    Goes through `torch.hub.load_state_dict_from_url` (looked up at call time, so tests can stand in for it) with
+    `weights_only=True`: a checkpoint is never unpickled. Offline without the cached file, the error says which
+    file is missing, where it belongs and how to get it, instead of a bare URLError.
+    """
+    file_name = weights.url.rsplit("/", 1)[-1]
+    cache_folder = Path(torch.hub.get_dir()) / "checkpoints"
+    try:
+        return torch.hub.load_state_dict_from_url(
+            weights.url, map_location="cpu", progress=False, check_hash=True, weights_only=True
+        )
+    except OSError as error:  # URLError is an OSError; so are disk errors while writing the cache
+        raise PretrainedWeightsUnavailable(
+            f"ImageNet weights {file_name} ({weights}) are not in the torch hub cache at {cache_folder / file_name} "
+            f"and could not be downloaded ({error}). Run once with network access so torch downloads {weights.url} "
+            f"into {cache_folder} (or copy the file there; TORCH_HOME moves the cache), or set pretrained=False to "
+            "start from random weights."
+        ) from error
+
+
+def adapt_stem_weight(rgb_weight: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """Turn a stem conv weight [out, 3, kh, kw] made for RGB into one for `in_channels` input channels.
+
+    One channel: the sum of the RGB filters, so a gray image gives exactly the activations the RGB network gives
+    for that image repeated on R, G and B. Other counts (timm's rule): the RGB filters repeated cyclically and
+    scaled by 3 / in_channels, which keeps the activation scale for channels of similar magnitude.
+    """
+    if rgb_weight.dim() != 4 or rgb_weight.shape[1] != 3:
+        raise ValueError(f"expected an RGB stem weight [out, 3, kh, kw], got shape {tuple(rgb_weight.shape)}")
+    if in_channels == 3:
+        return rgb_weight.clone()
+    if in_channels == 1:
+        return rgb_weight.sum(dim=1, keepdim=True)
+    repeats = -(-in_channels // 3)  # ceil division
+    return rgb_weight.repeat(1, repeats, 1, 1)[:, :in_channels] * (3 / in_channels)
+
+
+def _stem_for(rgb_stem: nn.Conv2d, in_channels: int) -> nn.Conv2d:
+    """A copy of `rgb_stem` taking `in_channels` inputs, its weights derived from the RGB ones (`adapt_stem_weight`).
+
+    Deriving (instead of re-initialising) keeps one code path for random and ImageNet weights alike.
+    """
+    if in_channels == 3:
+        return rgb_stem
+    stem = nn.Conv2d(
+        in_channels,
+        rgb_stem.out_channels,
+        kernel_size=rgb_stem.kernel_size,
+        stride=rgb_stem.stride,
+        padding=rgb_stem.padding,
+        dilation=rgb_stem.dilation,
+        groups=rgb_stem.groups,
+        bias=rgb_stem.bias is not None,
+    )
+    with torch.no_grad():
+        stem.weight.copy_(adapt_stem_weight(rgb_stem.weight, in_channels))
+        if rgb_stem.bias is not None:
+            stem.bias.copy_(rgb_stem.bias)
+    return stem
+
+
+class ConvNet(nn.Module):
+    """A small CNN for 32x32 or 64x64 glyphs, fast on a CPU: four conv3x3-BatchNorm-ReLU blocks of 32, 64, 128 and
+    256 channels, 2x2 max-pooling after the first three, then global average pooling."""
+
+    widths = (32, 64, 128, 256)
+
+    def __init__(self, in_channels: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        previous = in_channels
+        for block, width in enumerate(self.widths):
+            layers += [nn.Conv2d(previous, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True)]
+            if block < len(self.widths) - 1:
+                layers.append(nn.MaxPool2d(2))
+            previous = width
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.layers(images)
+
+
+@register_backbone("convnet")
+def _build_convnet(in_channels: int, pretrained: bool) -> Backbone:
+    if pretrained:
+        raise ValueError(
+            "backbone 'convnet' has no pretrained weights; set pretrained=False, or pick an ImageNet backbone: "
+            "resnet18, resnet50, googlenet"
+        )
+    return Backbone(ConvNet(in_channels), ConvNet.widths[-1])
+
+
+def _build_resnet(arch: Callable[..., nn.Module], weights: torchvision.models.WeightsEnum, in_channels: int,
+                  pretrained: bool) -> Backbone:
+    model = arch(weights=None)
+    if pretrained:
+        model.load_state_dict(load_imagenet_state_dict(weights))
+    feature_dim = model.fc.in_features
+    model.conv1 = _stem_for(model.conv1, in_channels)
+    model.fc = nn.Identity()  # torchvision's ResNet already ends in global average pooling + flatten
+    return Backbone(model, feature_dim)
+
+
+@register_backbone("resnet18")
+def _build_resnet18(in_channels: int, pretrained: bool) -> Backbone:
+    return _build_resnet(torchvision.models.resnet18, torchvision.models.ResNet18_Weights.IMAGENET1K_V1,
+                         in_channels, pretrained)
+
+
+@register_backbone("resnet50")
+def _build_resnet50(in_channels: int, pretrained: bool) -> Backbone:
+    return _build_resnet(torchvision.models.resnet50, torchvision.models.ResNet50_Weights.IMAGENET1K_V1,
+                         in_channels, pretrained)
+
+
+@register_backbone("googlenet")
+def _build_googlenet(in_channels: int, pretrained: bool) -> Backbone:
+    """torchvision's GoogLeNet (BN-Inception v1), auxiliary heads and dropout off, ending in global average pooling.
+
+    With ImageNet weights and RGB input, `transform_input` stays on as torchvision has it, so inputs are normalised
+    with ImageNet mean/std like the other backbones. It indexes R, G and B, so any other channel count turns it off.
+    """
+    model = torchvision.models.googlenet(
+        weights=None, aux_logits=False, init_weights=not pretrained, transform_input=pretrained and in_channels == 3
+    )
+    if pretrained:
+        state = load_imagenet_state_dict(torchvision.models.GoogLeNet_Weights.IMAGENET1K_V1)
+        model.load_state_dict({key: value for key, value in state.items() if not key.startswith(("aux1.", "aux2."))})
+    feature_dim = model.fc.in_features
+    model.conv1.conv = _stem_for(model.conv1.conv, in_channels)
+    model.dropout = nn.Identity()  # the reference head is pool -> linear; no dropout before the embedding
+    model.fc = nn.Identity()
+    return Backbone(model, feature_dim)
+
+
+IMAGE_KINDS = ("glyph", "photo")
+NORMALIZATIONS = (None, "caffe")
+
+MODEL_CARD_TEMPLATE = """---
+{{ card_data }}
+---
+
+# MemVir embedding model: {{ config.backbone }} on {{ config.dataset }}
+
+An image embedding model for retrieval, trained with deep metric learning and memory-based virtual classes
+(MemVir; Ko, Gu and Kim, ICCV 2021) in MemVir Studio. It maps an image to a {{ config.embedding_dim }}-dimensional
+L2-normalised vector: similar images have a large dot product (cosine similarity).
+
+| | |
+|---|---|
+| Backbone | `{{ config.backbone }}` ({{ "ImageNet-initialised" if config.pretrained else "trained from scratch" }}) |
+| Embedding | {{ config.embedding_dim }}-d, L2-normalised |
+| Dataset | `{{ config.dataset }}` |
+| Input | {{ input_summary }} |
+{% for name, value in extra_rows -%}
+| {{ name }} | {{ value }} |
+{% endfor %}
+{%- if command %}
+## How it was made
+
+```bash
+{{ command }}
+```
+{% endif %}
+{%- if metric_rows %}
+## Metrics
+
+| metric | value |
+|---|---|
+{% for name, value in metric_rows -%}
+| {{ name }} | {{ value }} |
+{% endfor %}
+{%- endif %}
+## Use
+
+```python
+from memvir import EmbeddingModel
+
+model = EmbeddingModel.from_pretrained("path/or/owner-name")  # a local folder or a Hub repo id
+embeddings = model.embed(pil_images)  # [N, {{ config.embedding_dim }}], preprocessed as config.json says
+```
+"""
+
+
+def _metric_rows(metrics: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """`metrics` as (name, formatted value) rows for the model card: counts as they are, the rest to four decimals."""
+    if metrics is None:
+        return []
+    if not isinstance(metrics, Mapping):
+        raise ValueError(f"metrics must be a mapping of names to numbers, got {type(metrics).__name__}")
+    rows = []
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, Real):
+            raise ValueError(f"metrics[{name!r}] is {value!r} ({type(value).__name__}); metrics must be numbers")
+        rows.append((str(name), str(int(value)) if isinstance(value, Integral) else f"{float(value):.4f}"))
+    return rows
+
+
+def _card_cell(value: Any) -> str:
+    """`value` as one markdown table cell: containers as inline JSON, pipes escaped so the table holds."""
+    text = f"`{json.dumps(value, default=str)}`" if isinstance(value, (Mapping, list, tuple)) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+class EmbeddingModel(
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="memvir",
+    tags=["metric-learning", "image-retrieval", "memvir"],
+    pipeline_tag="image-feature-extraction",
+    model_card_template=MODEL_CARD_TEMPLATE,
+):
+    """Backbone -> global pooling -> Linear(feature_dim, embedding_dim) -> L2 normalisation.
+
+    Every constructor argument is plain JSON and lands in `config.json`, which is what retrieval needs to
+    preprocess a query: `in_channels` (1 grayscale, 3 RGB), `image_size`, per-channel `mean`/`std`, `image_kind`
+    ("glyph": plain resize; "photo": resize to image_size*256/224 and center crop), `normalization` (None: pixels
+    in [0, 1] before mean/std; "caffe": pixels in [0, 255], mean/std given on that scale) and the `dataset` name.
+    `pretrained` starts the backbone from ImageNet weights (training only: loading a checkpoint never downloads).
+    """
+
+    def __init__(
+        self,
+        backbone: str = "convnet",
+        embedding_dim: int = 128,
+        in_channels: int = 1,
+        image_size: int = 32,
+        mean: tuple[float, ...] = (0.5,),
+        std: tuple[float, ...] = (0.5,),
+        dataset: str = "glyphs",
+        image_kind: str = "glyph",
+        normalization: str | None = None,
+        pretrained: bool = False,
+    ):
+        super().__init__()
+        for name, value in (("embedding_dim", embedding_dim), ("in_channels", in_channels), ("image_size", image_size)):
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        embedding_dim, in_channels, image_size = int(embedding_dim), int(in_channels), int(image_size)
+        mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+        if len(mean) != in_channels or len(std) != in_channels:
+            raise ValueError(
+                f"mean has {len(mean)} value(s) and std {len(std)} but in_channels is {in_channels}: "
+                "give one mean and one std per input channel"
+            )
+        if any(value <= 0 for value in std):
+            raise ValueError(f"std values must be positive, got {std}")
+        if image_kind not in IMAGE_KINDS:
+            raise ValueError(f"image_kind must be one of {IMAGE_KINDS}, got {image_kind!r}")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+
+        built = build_backbone(backbone, in_channels=in_channels, pretrained=pretrained)
+        self.backbone = built.features
+        self.head = nn.Linear(built.feature_dim, embedding_dim)
+        # The mixin records the constructor arguments it can serialise and silently drops the rest (a numpy mean,
+        # say). Writing the checked, plain-Python values here makes config.json always complete and exact.
+        self._hub_mixin_config = {
+            "backbone": backbone,
+            "embedding_dim": embedding_dim,
+            "in_channels": in_channels,
+            "image_size": image_size,
+            "mean": list(mean),
+            "std": list(std),
+            "dataset": str(dataset),
+            "image_kind": image_kind,
+            "normalization": normalization,
+            "pretrained": bool(pretrained),
+        }
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A copy of the configuration written to config.json."""
+        return dict(self._hub_mixin_config)
+
+    @property
+    def in_channels(self) -> int:
+        return self._hub_mixin_config["in_channels"]
+
+    @property
+    def embedding_dim(self) -> int:
+        return self._hub_mixin_config["embedding_dim"]
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]."""
+        if images.dim() != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"expected a batch of images [B, {self.in_channels}, H, W], got shape {tuple(images.shape)}"
+            )
+        return F.normalize(self.head(self.backbone(images)), dim=1)
+
+    def embed(self, images: torch.Tensor | Image.Image | Sequence[Image.Image]) -> torch.Tensor:
+        """L2-normalised embeddings [B, embedding_dim] without gradients, in eval mode (BatchNorm running stats).
+
+        `images` is a preprocessed batch tensor or PIL image(s), which go through `preprocess` first. The training
+        flag is restored afterwards, so this is safe between training steps (not concurrently with them).
+        """
+        if not isinstance(images, torch.Tensor):
+            images = self.preprocess(images)
+        device = next(self.parameters()).device
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return self(images.to(device))
+        finally:
+            self.train(was_training)
+
+    def preprocess(self, images: Image.Image | Sequence[Image.Image]) -> torch.Tensor:
+        """PIL image(s) -> the float batch [B, in_channels, image_size, image_size] the model expects, per config."""
+        batch = [images] if isinstance(images, Image.Image) else list(images)
+        if not batch:
+            raise ValueError("preprocess needs at least one image")
+        for position, image in enumerate(batch):
+            if not isinstance(image, Image.Image):
+                raise ValueError(f"image {position} is a {type(image).__name__}, not a PIL image")
+        if self.in_channels not in (1, 3):
+            raise ValueError(
+                f"preprocess handles 1-channel (grayscale) or 3-channel (RGB) models, this one has {self.in_channels}"
+                " channels: prepare the tensor yourself and call embed(tensor)"
+            )
+        transform = self._query_transform()
+        mode = "L" if self.in_channels == 1 else "RGB"
+        return torch.stack([transform(image.convert(mode)) for image in batch]).as_subclass(torch.Tensor)
+
+    def _query_transform(self) -> v2.Compose:
+        config = self._hub_mixin_config
+        size = config["image_size"]
+        if config["image_kind"] == "photo":
+            # The usual evaluation crop: resize the short side to size*256/224 (256 for 224), keep the centre.
+            resize = [v2.Resize(round(size * 256 / 224)), v2.CenterCrop(size)]
+        else:
+            resize = [v2.Resize((size, size))]  # glyphs fill the frame; a crop would cut strokes off
+        return v2.Compose([
+            *resize,
+            v2.ToImage(),
+            v2.ToDtype(torch.float32, scale=config["normalization"] is None),
+            v2.Normalize(mean=config["mean"], std=config["std"]),
+        ])
+
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        card_extra: Mapping[str, Any] | None = None,
+        model_card_kwargs: dict[str, Any] | None = None,
+        **mixin_kwargs,
+    ) -> str | None:
+        """Write config.json, model.safetensors and README.md (the model card) into `save_directory`.
+
+        `metrics` (name -> number) becomes a table in the card. `card_extra` adds facts about the run: its
+        "command" key (the command line that made the model) gets its own section, every other key a row of the
+        card's summary table (mappings and lists shown as JSON). The card is rewritten on every save, so it shows
+        the latest metrics.
+        """
+        card_kwargs = {**(model_card_kwargs or {})}
+        card_kwargs.setdefault("metric_rows", _metric_rows(metrics))  # checked before anything is written
+        extra = dict(card_extra or {})
+        card_kwargs.setdefault("command", extra.pop("command", None))
+        card_kwargs.setdefault("extra_rows", [(str(name), _card_cell(value)) for name, value in extra.items()])
+        # The mixin never overwrites an existing README.md; a run folder saved again needs its card refreshed.
+        (Path(save_directory) / "README.md").unlink(missing_ok=True)
+        return super().save_pretrained(save_directory, model_card_kwargs=card_kwargs, **mixin_kwargs)
+
+    def generate_model_card(self, *args, **kwargs) -> ModelCard:
+        """The mixin's card, rendered from MODEL_CARD_TEMPLATE with this model's config."""
+        kwargs.setdefault("metric_rows", [])
+        kwargs.setdefault("command", None)
+        kwargs.setdefault("extra_rows", [])
+        config = self.config
+        size = config["image_size"]
+        input_summary = (
+            f"{config['in_channels']} channel(s), {size}x{size}, {config['image_kind']} preprocessing, "
+            f"mean {config['mean']}, std {config['std']}"
+            + (" on the 0-255 scale (caffe)" if config["normalization"] == "caffe" else "")
+        )
+        return super().generate_model_card(*args, config=config, input_summary=input_summary, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> "EmbeddingModel":
+        """Load from a folder written by `save_pretrained` or from a Hub repo id (the Hub cache when offline).
+
+        Keys are checked strictly: a weight missing from the file or one the model does not have is an error.
+        Keyword arguments are the mixin's (revision, cache_dir, local_files_only, token, map_location, ...).
+        For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be reached.
+        """
+        folder = Path(pretrained_model_name_or_path)
+        if folder.is_dir():
+            missing = [name for name in (constants.CONFIG_NAME, constants.SAFETENSORS_SINGLE_FILE)
+                       if not (folder / name).is_file()]
+            if missing:
+                raise CheckpointError(
+                    f"{folder} is not an EmbeddingModel checkpoint: {', '.join(missing)} missing. A checkpoint "
+                    "folder holds config.json and model.safetensors, as EmbeddingModel.save_pretrained writes them."
+                )
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        map_location: str = "cpu",
+        **model_kwargs,
+    ) -> "EmbeddingModel":
+        """Build from the config with pretrained=False, then load model.safetensors with strict key checking.
+
+        The checkpoint overwrites every weight, so fetching ImageNet weights first would only cost a download (or
+        fail offline). The config keeps the saved `pretrained` value, so a re-saved card stays truthful.
+        Only safetensors are read: the mixin's pytorch_model.bin fallback is deliberately not offered.
+        """
+        saved_pretrained = bool(model_kwargs.get("pretrained", False))
+        model = cls(**{**model_kwargs, "pretrained": False})
+        model._hub_mixin_config["pretrained"] = saved_pretrained
+        if os.path.isdir(model_id):
+            weights_file = os.path.join(model_id, constants.SAFETENSORS_SINGLE_FILE)
+        else:
+            weights_file = hf_hub_download(
+                repo_id=model_id,
+                filename=constants.SAFETENSORS_SINGLE_FILE,
+                revision=revision,
+                cache_dir=cache_dir,
+                force_download=force_download,
+                token=token,
+                local_files_only=local_files_only,
+            )
+        try:
+            return cls._load_as_safetensor(model, weights_file, map_location, strict=True)
+        except RuntimeError as error:  # torch and safetensors report missing, unexpected or mis-shaped keys so
+            raise CheckpointError(
+                f"{weights_file} does not fit the model its config.json describes "
+                f"(backbone {model.config['backbone']!r}, embedding_dim {model.embedding_dim}, in_channels "
+                f"{model.in_channels}): {error}\nconfig.json and model.safetensors must come from the same "
+                "save_pretrained call; save the model again."
+            ) from error
