@@ -1,0 +1,394 @@
+"""Retrieval metrics for embeddings: Recall@K, P@1, R-Precision, MAP@R and NMI, plus the one kNN search behind them.
+
+Definitions follow PAPER.md "Evaluation" (MLRC: Musgrave et al., "A Metric Learning Reality Check", ECCV 2020).
+Similarity is cosine: every vector is L2-normalised here, whatever the caller passed.
+
+Search runs on faiss (exact ``IndexFlatIP``, CPU) when faiss is importable, else on a chunked exact torch search
+(query chunks x all items, then top-k), which is also the search for embeddings that live on a GPU. faiss is
+imported inside the functions that use it: the lent GPU machines have no faiss, and the training path imports
+this module there. Neither path ever builds an N x N similarity matrix.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+BACKENDS = ("auto", "faiss", "torch")
+
+# Similarities held at once by the torch search (queries per chunk x gallery size): 2**25 float32 values are
+# 128 MiB, which keeps a 100,000-item search well inside a small machine's memory.
+_CHUNK_ELEMENTS = 2**25
+# Neighbour labels turned into metric sums at once: bounds the temporaries of the cumulative precision.
+_METRIC_BLOCK_ELEMENTS = 2**22
+_KMEANS_ITERATIONS = 20
+
+
+def _import_faiss():
+    """faiss if it is installed, else None (imported here, never at module import)."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    return faiss
+
+
+def search_backend(backend="auto", device="cpu"):
+    """The search that ``knn_search`` and ``retrieval_metrics`` use for vectors on ``device``: "faiss" or "torch".
+
+    "auto" picks faiss for CPU vectors when faiss is installed and torch otherwise (GPU vectors stay on their
+    device). "faiss" fails with ImportError when faiss is not installed; "torch" is always available.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    if backend == "torch":
+        return "torch"
+    faiss_installed = _import_faiss() is not None
+    if backend == "faiss":
+        if not faiss_installed:
+            raise ImportError("backend='faiss' needs the faiss-cpu package; install it or pass backend='torch'")
+        return "faiss"
+    return "faiss" if faiss_installed and torch.device(device).type == "cpu" else "torch"
+
+
+def l2_normalized(vectors, name="embeddings"):
+    """``vectors`` ([N, D] torch tensor on any device, any float dtype, or array-like) as unit-length float32 rows.
+
+    The tensor stays on its device. All-zero rows stay zero (similarity 0 to everything). Raises ValueError for a
+    shape other than [N, D] with N, D >= 1, and for rows holding NaN or inf (after the cast to float32).
+    """
+    tensor = vectors.detach() if isinstance(vectors, torch.Tensor) else torch.as_tensor(np.asarray(vectors))
+    if tensor.ndim != 2:
+        raise ValueError(f"{name} must be 2-D [N, D]; got shape {tuple(tensor.shape)}")
+    if tensor.shape[0] == 0:
+        raise ValueError(f"no rows in {name} (shape {tuple(tensor.shape)}); pass at least one vector")
+    if tensor.shape[1] == 0:
+        raise ValueError(f"no dimensions in {name} (shape {tuple(tensor.shape)}); pass [N, D] vectors with D >= 1")
+    tensor = tensor.to(torch.float32)
+    bad_rows = int((~torch.isfinite(tensor)).any(dim=1).sum())
+    if bad_rows:
+        raise ValueError(
+            f"NaN or inf in {bad_rows} of {tensor.shape[0]} rows of {name}; check the model output "
+            "(a diverged loss or a float16 overflow) before searching"
+        )
+    return F.normalize(tensor, dim=1)
+
+
+def _check_k(k, largest, what):
+    if isinstance(k, bool) or not isinstance(k, int | np.integer):
+        raise ValueError(f"{what} must be an integer; got {k!r}")
+    if k < 1 or k > largest:
+        raise ValueError(f"{what}={k} is out of range: it must be >= 1 and the largest valid value is {largest}")
+    return int(k)
+
+
+def knn_search(queries, gallery, k, exclude_self=False, backend="auto", chunk_size=None):
+    """The ``k`` most cosine-similar gallery items of every query, best first.
+
+    queries: [Nq, D] tensor (any device, any float dtype) or array. gallery: [Ng, D] tensor or array, or a faiss
+    index that already holds L2-normalised vectors (what ``GalleryIndex`` keeps); queries and array galleries are
+    L2-normalised here. exclude_self: query i is gallery item i (Nq == Ng) and is left out of its own result BY
+    INDEX, so an exact duplicate of the query is still found. backend: "auto" | "faiss" | "torch" (see
+    ``search_backend``); chunk_size: queries per torch matmul (default: about 128 MiB of similarities).
+
+    Returns (scores [Nq, k] float32, indices [Nq, k] int64) numpy arrays. Ties: each row is ordered by score, then
+    by lower gallery index. The torch search also breaks ties at the k-th place by lower index; faiss may keep a
+    different one of several exactly tied items there.
+    """
+    query_vectors = l2_normalized(queries, "queries")
+    faiss = _import_faiss()
+    if faiss is not None and isinstance(gallery, faiss.Index):
+        gallery_size, gallery_dim = gallery.ntotal, gallery.d
+    else:
+        gallery = l2_normalized(gallery, "gallery")
+        gallery_size, gallery_dim = gallery.shape
+    if query_vectors.shape[1] != gallery_dim:
+        raise ValueError(
+            f"queries have {query_vectors.shape[1]} dimensions but the gallery has {gallery_dim}; "
+            "embed both with the same model"
+        )
+    self_indices = None
+    if exclude_self:
+        if query_vectors.shape[0] != gallery_size:
+            raise ValueError(
+                f"exclude_self needs query i to be gallery item i, but there are {query_vectors.shape[0]} queries "
+                f"and {gallery_size} gallery items; pass the same vectors as both"
+            )
+        self_indices = np.arange(gallery_size)
+    largest = gallery_size - 1 if exclude_self else gallery_size
+    if largest < 1:
+        raise ValueError("exclude_self leaves no gallery item to find: pass at least two vectors")
+    k = _check_k(k, largest, "k")
+    return _search(query_vectors, gallery, k, self_indices, backend, chunk_size)
+
+
+def _search(queries, gallery, k, self_indices, backend, chunk_size):
+    """kNN of normalised ``queries`` in ``gallery`` (normalised tensor or faiss index); arguments already checked.
+
+    self_indices[i] is the gallery index of query i, which is left out of its result (None: nothing left out).
+    """
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer or None; got {chunk_size!r}")
+    gallery_is_tensor = isinstance(gallery, torch.Tensor)
+    # A faiss index only answers on CPU, so "auto" uses it wherever the queries live.
+    device = queries.device if gallery_is_tensor else "cpu"
+    if search_backend(backend, device) == "faiss":
+        gallery_index = gallery if not gallery_is_tensor else _flat_inner_product_index(gallery)
+        return _faiss_search(gallery_index, queries.cpu().numpy(), k, self_indices)
+    if not gallery_is_tensor:
+        gallery = torch.from_numpy(gallery.reconstruct_n(0, gallery.ntotal))
+    return _torch_search(queries, gallery.to(queries.device), k, self_indices, chunk_size)
+
+
+def _flat_inner_product_index(vectors):
+    """An exact faiss inner-product index holding ``vectors`` (a normalised [N, D] tensor)."""
+    import faiss
+
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors.cpu().numpy()))
+    return index
+
+
+def _faiss_search(index, queries, k, self_indices):
+    # One extra neighbour makes room for the query itself, which is then dropped by index (not by score, so a
+    # duplicate of the query scoring exactly like it stays in the result).
+    fetch = k if self_indices is None else k + 1
+    scores, indices = index.search(np.ascontiguousarray(queries), fetch)
+    if self_indices is not None:
+        keep = indices != self_indices[:, None]
+        self_not_found = keep.all(axis=1)  # the query lost a tie at the last place: drop that place instead
+        keep[self_not_found, -1] = False
+        scores, indices = scores[keep].reshape(-1, k), indices[keep].reshape(-1, k)
+    # faiss orders exact ties arbitrarily; settle them by lower index, as the torch search does.
+    order = np.lexsort((indices, -scores), axis=1)
+    return (
+        np.take_along_axis(scores, order, axis=1).astype(np.float32),
+        np.take_along_axis(indices, order, axis=1).astype(np.int64),
+    )
+
+
+def _torch_search(queries, gallery, k, self_indices, chunk_size):
+    chunk_size = chunk_size or max(1, _CHUNK_ELEMENTS // gallery.shape[0])
+    all_scores, all_indices = [], []
+    for start in range(0, queries.shape[0], chunk_size):
+        similarities = queries[start : start + chunk_size] @ gallery.T
+        if self_indices is not None:
+            rows = torch.arange(similarities.shape[0], device=similarities.device)
+            own_columns = torch.as_tensor(self_indices[start : start + chunk_size], device=similarities.device)
+            similarities[rows, own_columns] = float("-inf")
+        scores, indices = _top_k_lowest_index_first(similarities, k)
+        all_scores.append(scores.cpu())
+        all_indices.append(indices.cpu())
+    return torch.cat(all_scores).numpy(), torch.cat(all_indices).numpy().astype(np.int64)
+
+
+def _top_k_lowest_index_first(similarities, k):
+    """Row-wise top-k of a [rows, Ng] matrix, ordered by score then lower column index (torch.topk alone keeps an
+    unspecified one of several items tied at the k-th place)."""
+    if k == similarities.shape[1]:  # every item is returned: only the order needs settling
+        scores, indices = similarities.topk(k, dim=1)
+        return _order_by_score_then_index(scores, indices)
+    # One place more than asked shows whether the k-th place is tied with an item left out.
+    scores, indices = similarities.topk(k + 1, dim=1)
+    tied_at_boundary = scores[:, k] == scores[:, k - 1]
+    scores, indices = scores[:, :k], indices[:, :k]
+    if tied_at_boundary.any():
+        rows = tied_at_boundary.nonzero().squeeze(1)
+        tied = similarities[rows]
+        threshold = scores[rows, -1:]
+        above = tied > threshold
+        places_left = k - above.sum(dim=1, keepdim=True)
+        at_threshold = tied == threshold
+        chosen = above | (at_threshold & (at_threshold.cumsum(dim=1) <= places_left))
+        columns = chosen.nonzero()[:, 1].view(len(rows), k)  # exactly k per row, in column order
+        indices[rows] = columns
+        scores[rows] = tied.gather(1, columns)
+    return _order_by_score_then_index(scores, indices)
+
+
+def _order_by_score_then_index(scores, indices):
+    indices, by_index = indices.sort(dim=1)
+    scores = scores.gather(1, by_index)
+    scores, by_score = scores.sort(dim=1, descending=True, stable=True)
+    return scores, indices.gather(1, by_score)
+
+
+def _label_codes(labels, num_items):
+    """Labels (any hashable numpy dtype, or a tensor) as int64 codes 0..C-1."""
+    array = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    if array.ndim != 1:
+        raise ValueError(f"labels must be 1-D [N]; got shape {array.shape}")
+    if array.shape[0] != num_items:
+        raise ValueError(f"embeddings have {num_items} rows but labels have {array.shape[0]}; pass one label per row")
+    return np.unique(array, return_inverse=True)[1].astype(np.int64)
+
+
+def _check_ks(ks, num_items):
+    ks = (ks,) if isinstance(ks, int | np.integer) else tuple(ks)
+    if not ks:
+        raise ValueError("ks is empty; pass at least one K, e.g. ks=(1, 2, 4, 8)")
+    return tuple(dict.fromkeys(_check_k(k, num_items - 1, "K") for k in ks))
+
+
+def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), nmi=False, *, backend="auto", chunk_size=None, seed=0):
+    """Recall@K, P@1, R-Precision, MAP@R (and NMI on request) of ``embeddings`` [N, D] with class ``labels`` [N].
+
+    Accepts torch tensors (any device, any float dtype) or numpy arrays; labels may be any hashable values.
+    Every item queries all others by cosine similarity, itself excluded by index (an exact duplicate of a query
+    counts as its neighbour). Items whose class has no other member are left out as queries and out of NMI; they
+    stay in the gallery as distractors.
+
+    For a query with R other items of its class and neighbours n_1, n_2, ... (ties by lower index, see
+    ``knn_search``): Recall@K = [some n_i with i <= K is correct]; P@1 = [n_1 is correct] (equal to Recall@1);
+    R-Precision = #correct among n_1..n_R / R; MAP@R = (1/R) * sum_{i <= R} P@i * [n_i is correct], with P@i the
+    fraction correct among n_1..n_i. Each is averaged over the queries.
+
+    nmi=True adds "nmi": k-means (k-means++ start, ``seed``) with as many clusters as classes, faiss.Kmeans or a
+    torch k-means following the search backend, scored by ``normalized_mutual_info``.
+
+    Returns {"recall@K" for each K, "precision@1", "r_precision", "map@r"[, "nmi"]}: plain floats in [0, 1].
+    Raises ValueError for bad shapes, NaN/inf rows, K outside 1..N-1, or no class with two members.
+    """
+    vectors = l2_normalized(embeddings, "embeddings")
+    codes = _label_codes(labels, vectors.shape[0])
+    same_class_others = np.bincount(codes)[codes] - 1
+    query_indices = np.flatnonzero(same_class_others > 0)
+    if query_indices.size == 0:
+        raise ValueError(
+            f"no class has at least two members among the {len(codes)} items, so no item has a same-class "
+            "neighbour to find; pass several items per class"
+        )
+    ks = _check_ks(ks, vectors.shape[0])
+    others = same_class_others[query_indices]
+    num_neighbours = max(max(ks), int(others.max()))
+    index_tensor = torch.as_tensor(query_indices, device=vectors.device)
+    _, neighbours = _search(vectors[index_tensor], vectors, num_neighbours, query_indices, backend, chunk_size)
+    metrics = _neighbour_metrics(codes[query_indices], others, codes, neighbours, ks)
+    if nmi:
+        query_codes = codes[query_indices]
+        clusters = _kmeans(vectors[index_tensor], len(np.unique(query_codes)), backend, seed, chunk_size)
+        metrics["nmi"] = normalized_mutual_info(query_codes, clusters)
+    return metrics
+
+
+def _neighbour_metrics(query_codes, others, codes, neighbours, ks):
+    """Average the per-query metrics; rows are processed in blocks so temporaries stay small."""
+    num_queries, num_neighbours = neighbours.shape
+    ranks = np.arange(1, num_neighbours + 1)
+    recall_hits = dict.fromkeys(ks, 0)
+    top1_hits = 0
+    r_precision_sum = map_at_r_sum = 0.0
+    block = max(1, _METRIC_BLOCK_ELEMENTS // num_neighbours)
+    for start in range(0, num_queries, block):
+        stop = start + block
+        correct = codes[neighbours[start:stop]] == query_codes[start:stop, None]
+        r = others[start:stop]
+        top1_hits += int(correct[:, 0].sum())
+        for k in ks:
+            recall_hits[k] += int(correct[:, :k].any(axis=1).sum())
+        correct_within_r = correct & (ranks <= r[:, None])
+        precision_at_rank = np.cumsum(correct, axis=1) / ranks
+        r_precision_sum += float((correct_within_r.sum(axis=1) / r).sum())
+        map_at_r_sum += float(((precision_at_rank * correct_within_r).sum(axis=1) / r).sum())
+    metrics = {f"recall@{k}": recall_hits[k] / num_queries for k in ks}
+    metrics["precision@1"] = top1_hits / num_queries
+    metrics["r_precision"] = r_precision_sum / num_queries
+    metrics["map@r"] = map_at_r_sum / num_queries
+    return metrics
+
+
+def normalized_mutual_info(labels_true, labels_pred):
+    """NMI of two labelings of the same items, arithmetic-mean normalisation: MI / ((H(true) + H(pred)) / 2).
+
+    Matches scikit-learn's default: two single-cluster labelings score 1.0; MI = 0 scores 0.0. The contingency
+    table is kept sparse (only the label pairs that occur), so 10,000 classes cost no 10,000 x 10,000 table.
+    """
+    true = np.asarray(labels_true)
+    pred = np.asarray(labels_pred)
+    if true.ndim != 1 or pred.ndim != 1 or true.shape != pred.shape:
+        raise ValueError(f"labelings must be 1-D and of equal length; got shapes {true.shape} and {pred.shape}")
+    if true.size == 0:
+        raise ValueError("labelings are empty; pass at least one item")
+    true_codes = np.unique(true, return_inverse=True)[1]
+    pred_codes = np.unique(pred, return_inverse=True)[1]
+    num_true, num_pred = true_codes.max() + 1, pred_codes.max() + 1
+    if num_true == num_pred == 1:
+        return 1.0
+    n = true.size
+    true_sizes = np.bincount(true_codes)
+    pred_sizes = np.bincount(pred_codes)
+    pairs, joint_sizes = np.unique(true_codes * num_pred + pred_codes, return_counts=True)
+    pair_true, pair_pred = pairs // num_pred, pairs % num_pred
+    mutual_info = float(
+        np.sum(
+            joint_sizes
+            / n
+            * (np.log(joint_sizes) + np.log(n) - np.log(true_sizes[pair_true]) - np.log(pred_sizes[pair_pred]))
+        )
+    )
+    if mutual_info <= 0.0:
+        return 0.0
+    entropy_true = -float(np.sum(true_sizes / n * np.log(true_sizes / n)))
+    entropy_pred = -float(np.sum(pred_sizes / n * np.log(pred_sizes / n)))
+    return min(1.0, mutual_info / ((entropy_true + entropy_pred) / 2))
+
+
+def _kmeans(points, num_clusters, backend, seed, chunk_size):
+    """Cluster ids (numpy int64) of normalised ``points`` [N, D] from k-means with a k-means++ start."""
+    if search_backend(backend, points.device) == "faiss":
+        import faiss
+
+        data = np.ascontiguousarray(points.cpu().numpy())
+        kmeans = faiss.Kmeans(
+            data.shape[1],
+            num_clusters,
+            niter=_KMEANS_ITERATIONS,
+            seed=seed,
+            init_method=faiss.ClusteringInitMethod_KMEANS_PLUS_PLUS,
+            min_points_per_centroid=1,  # two items per class is normal here; silence faiss's "too few" warning
+            verbose=False,
+        )
+        kmeans.train(data)
+        return kmeans.index.search(data, 1)[1][:, 0].astype(np.int64)
+    return _torch_kmeans(points, num_clusters, seed, chunk_size)
+
+
+def _torch_kmeans(points, num_clusters, seed, chunk_size):
+    generator = torch.Generator(device=points.device).manual_seed(seed)
+    centroids = _kmeans_plus_plus(points, num_clusters, generator)
+    assignment = None
+    for _ in range(_KMEANS_ITERATIONS):
+        new_assignment = _nearest_centroid(points, centroids, chunk_size)
+        if assignment is not None and torch.equal(new_assignment, assignment):
+            break
+        assignment = new_assignment
+        sums = torch.zeros_like(centroids).index_add_(0, assignment, points)
+        sizes = torch.bincount(assignment, minlength=num_clusters)
+        filled = sizes > 0  # an emptied cluster keeps its old centroid
+        centroids[filled] = sums[filled] / sizes[filled, None]
+    return assignment.cpu().numpy().astype(np.int64)
+
+
+def _kmeans_plus_plus(points, num_clusters, generator):
+    """k-means++ seeding: each next centroid drawn with probability proportional to squared distance."""
+    chosen = [int(torch.randint(points.shape[0], (1,), generator=generator, device=points.device))]
+    closest = (points - points[chosen[0]]).square().sum(dim=1)
+    for _ in range(1, num_clusters):
+        if closest.sum() > 0:
+            pick = int(torch.multinomial(closest, 1, generator=generator))
+        else:  # fewer distinct points than clusters: any point will do
+            pick = int(torch.randint(points.shape[0], (1,), generator=generator, device=points.device))
+        chosen.append(pick)
+        closest = torch.minimum(closest, (points - points[pick]).square().sum(dim=1))
+    return points[chosen].clone()
+
+
+def _nearest_centroid(points, centroids, chunk_size):
+    """argmin_c ||x - c||^2 = argmin_c (||c||^2 - 2 x.c), in chunks of points."""
+    chunk_size = chunk_size or max(1, _CHUNK_ELEMENTS // centroids.shape[0])
+    squared_norms = centroids.square().sum(dim=1)
+    return torch.cat(
+        [
+            (squared_norms - 2 * points[start : start + chunk_size] @ centroids.T).argmin(dim=1)
+            for start in range(0, points.shape[0], chunk_size)
+        ]
+    )
