@@ -1,0 +1,70 @@
+"""What `load_dataset` returns: the train and test splits, their common interface, and the facts about them."""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+
+class SplitDataset(Dataset, ABC):
+    """One split of a dataset: items are (image tensor [C, H, W], label int in [0, num_classes)).
+
+    Besides the torch Dataset protocol every split offers `labels` (int64, one per item, known without loading any
+    image: samplers and metrics use it), `class_names` (index = label) and `image(i)`, the raw PIL image for
+    galleries and thumbnails.
+    """
+
+    def __init__(self, labels: np.ndarray, class_names: list[str]):
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.class_names = list(class_names)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @abstractmethod
+    def image(self, index: int) -> Image.Image:
+        """The raw, un-normalised image of item `index`."""
+
+    @abstractmethod
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        """The transformed image tensor and the label of item `index`."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Facts about a loaded dataset that a model and its checkpoint config need (input shape and normalisation).
+
+    `kind` tells how to bring a query image to `image_size` ("glyph": plain resize; "photo": resize the short side
+    to image_size * 256/224 and crop the centre). `normalization` follows `EmbeddingModel`'s config: None means
+    pixels are scaled to [0, 1] before (x - mean) / std per channel (glyphs, and photos with ImageNet statistics);
+    "caffe" means pixels stay on the 0-255 scale, with mean and std given on that scale.
+    """
+
+    name: str
+    kind: str  # "glyph" or "photo"
+    channels: int
+    image_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    num_train_classes: int
+    num_test_classes: int
+    normalization: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetSplits:
+    """The train split (random augmentation), the test split (deterministic) and their `DatasetInfo`.
+
+    Train and test hold disjoint classes, each labelled from 0, as deep metric learning evaluates on unseen classes.
+    """
+
+    train: SplitDataset
+    test: SplitDataset
+    info: DatasetInfo
