@@ -4,6 +4,8 @@ Everything is torchvision.transforms.v2; written here is only what it lacks: a r
 a wrapper that makes a random transform reproducible from a seed.
 """
 
+import contextlib
+import contextvars
 import os
 
 import numpy as np
@@ -126,8 +128,26 @@ def photo_test_transform(image_size: int, normalization: str = "imagenet") -> v2
     )
 
 
+_SAMPLE_SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("memvir_sample_seed", default=None)
+
+
+@contextlib.contextmanager
+def sample_seed(seed: int):
+    """Within this block, a SeededTransform draws its randomness from `seed` alone instead of its stream.
+
+    The Trainer gives every sample a seed made of (run seed, epoch, position), so the augmentation of a sample does
+    not depend on what came before it: a run stopped at any step and resumed sees exactly the same images.
+    """
+    token = _SAMPLE_SEED.set(seed)
+    try:
+        yield
+    finally:
+        _SAMPLE_SEED.reset(token)
+
+
 class SeededTransform:
-    """Runs a random torchvision transform with its randomness drawn from a stream seeded by `seed`.
+    """Runs a random torchvision transform with its randomness drawn from a stream seeded by `seed`
+    (or from the seed of `sample_seed`, when the caller gives one).
 
     torchvision's v2 transforms draw from torch's global generator. Here each call first seeds that generator (CPU
     only, inside `torch.random.fork_rng`, so the caller's own random state is left as it was) with the next number
@@ -153,8 +173,9 @@ class SeededTransform:
         return int(self._stream.integers(2**63))
 
     def __call__(self, image):
+        explicit = _SAMPLE_SEED.get()
         with torch.random.fork_rng(devices=[]):
-            torch.default_generator.manual_seed(self._next_seed())
+            torch.default_generator.manual_seed(self._next_seed() if explicit is None else explicit)
             return self.transform(image)
 
     def __repr__(self) -> str:

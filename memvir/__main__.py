@@ -1,0 +1,5 @@
+import sys
+
+from memvir.cli import main
+
+sys.exit(main())

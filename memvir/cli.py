@@ -1,0 +1,216 @@
+"""`python -m memvir train | eval | index | push`: the library from a terminal.
+
+Bad input (an unknown dataset, N < 0, a missing checkpoint, no Hub token...) ends with one line that says what
+was wrong and what to do, and exit status 2; a diverged run exits with 1 and keeps its last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def _train_defaults():
+    from memvir.train import TrainConfig
+
+    return TrainConfig()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = _train_defaults()
+    parser = argparse.ArgumentParser(prog="python -m memvir", description="MemVir Studio: deep metric learning with "
+                                     "memory-based virtual classes (Ko, Gu, Kim; ICCV 2021).")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train a model; writes a run folder (Hub files, metrics.jsonl, state)")
+    train.add_argument("--dataset", default=defaults.dataset,
+                       help="glyphs | glyphs-mini | cub200 | cars196 | sop | folder:PATH (default %(default)s)")
+    train.add_argument("--data-root", default=None, help="folder of cub200 / cars196 / sop")
+    train.add_argument("--image-size", type=int, default=None, help="input size (default: the dataset's own)")
+    train.add_argument("--backbone", default=defaults.backbone, help="convnet | resnet18 | resnet50 | googlenet")
+    train.add_argument("--pretrained", action="store_true", help="start from ImageNet weights (cached or online)")
+    train.add_argument("--embedding-dim", type=int, default=defaults.embedding_dim)
+    train.add_argument("--loss", default=defaults.loss, help="one of memvir.LOSSES (default %(default)s)")
+    train.add_argument("--scale", type=float, default=None, help="loss scale s (default: the loss's own)")
+    train.add_argument("--margin", type=float, default=None, help="loss margin (default: the loss's own)")
+    train.add_argument("--alpha", type=float, default=None, help="Proxy-Anchor alpha")
+    train.add_argument("--memvir-n", type=int, default=defaults.memvir_n, help="N past steps used; 0 = baseline")
+    train.add_argument("--memvir-m", type=int, default=defaults.memvir_m, help="M, the gap between used steps")
+    train.add_argument("--warmup-epochs", type=float, default=defaults.warmup_epochs, help="U, in epochs")
+    train.add_argument("--store-dtype", default=defaults.memvir_store_dtype, help="float32 | float16 | bfloat16")
+    train.add_argument("--epochs", type=int, default=None, help=f"default {defaults.epochs}")
+    train.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    train.add_argument("--sampler", default=defaults.sampler, help="random | balanced")
+    train.add_argument("--samples-per-class", type=int, default=defaults.samples_per_class)
+    train.add_argument("--lr", type=float, default=defaults.lr, help="network learning rate")
+    train.add_argument("--class-lr", type=float, default=defaults.class_lr, help="class-weight learning rate")
+    train.add_argument("--lr-decay", default=defaults.lr_decay, help="none | cosine")
+    train.add_argument("--seed", type=int, default=defaults.seed)
+    train.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
+    train.add_argument("--num-workers", type=int, default=None, help="data loader processes (default 0)")
+    train.add_argument("--eval-every", type=int, default=None, help="epochs between evaluations")
+    train.add_argument("--out", required=True, help="run folder")
+    train.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+
+    evaluate = commands.add_parser("eval", help="retrieval metrics of a saved model on a dataset's test classes")
+    evaluate.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
+    evaluate.add_argument("--dataset", default=None, help="default: the dataset the model was trained on")
+    evaluate.add_argument("--data-root", default=None)
+    evaluate.add_argument("--batch-size", type=int, default=256)
+
+    index = commands.add_parser("index", help="embed a dataset split into a saved faiss index")
+    index.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
+    index.add_argument("--dataset", default=None, help="default: the dataset the model was trained on")
+    index.add_argument("--data-root", default=None)
+    index.add_argument("--split", default="test", choices=("train", "test"))
+    index.add_argument("--out", required=True, help="folder for the index")
+    index.add_argument("--batch-size", type=int, default=256)
+
+    push = commands.add_parser("push", help="upload a run folder to the Hugging Face Hub with its model card")
+    push.add_argument("run", help="run folder")
+    push.add_argument("--repo-id", required=True, help="e.g. your-name/memvir-glyphs")
+    push.add_argument("--token", default=None, help="Hub token (default: HF_TOKEN or your saved login)")
+    push.add_argument("--private", action="store_true")
+    return parser
+
+
+def _train(args) -> int:
+    from tqdm.auto import tqdm
+
+    from memvir.events import EvalEvent, StatusEvent, StepEvent
+    from memvir.train import TrainConfig, Trainer, TrainingDiverged
+
+    if args.resume:
+        trainer = Trainer.resume(args.out, epochs=args.epochs, device=args.device, num_workers=args.num_workers,
+                                 eval_every=args.eval_every, max_steps=args.max_steps, data_root=args.data_root)
+    else:
+        loss_params = {k: v for k, v in (("scale", args.scale), ("margin", args.margin), ("alpha", args.alpha))
+                       if v is not None}
+        defaults = TrainConfig()
+        config = TrainConfig(
+            dataset=args.dataset, data_root=args.data_root, image_size=args.image_size, backbone=args.backbone,
+            pretrained=args.pretrained, embedding_dim=args.embedding_dim, loss=args.loss, loss_params=loss_params,
+            memvir_n=args.memvir_n, memvir_m=args.memvir_m, warmup_epochs=args.warmup_epochs,
+            memvir_store_dtype=args.store_dtype, epochs=args.epochs or defaults.epochs,
+            batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
+            class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",
+            num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None
+            else args.eval_every, max_steps=args.max_steps,
+        )
+        state_file = Path(args.out) / "trainer_state.pt"
+        if state_file.exists():
+            raise ValueError(f"{args.out} already holds a run; add --resume to continue it or choose another --out")
+        trainer = Trainer(config, args.out)
+        trainer.command = command_line(args.argv)
+
+    bar = tqdm(total=trainer.total_steps, initial=trainer.step, unit="step", dynamic_ncols=True,
+               desc=f"{trainer.config.loss} N={trainer.config.memvir_n} M={trainer.config.memvir_m}")
+    recall = {"value": trainer.last_metrics.get("recall@1")}
+
+    def show(event):
+        if isinstance(event, StepEvent):
+            bar.update(event.step - bar.n)
+            postfix = {"loss": f"{event.loss:.3f}", "classes": event.num_classes, "img/s": f"{event.images_per_s:.0f}"}
+            if recall["value"] is not None:
+                postfix["R@1"] = f"{recall['value']:.3f}"
+            bar.set_postfix(postfix, refresh=False)
+        elif isinstance(event, EvalEvent):
+            recall["value"] = event.metrics.get("recall@1")
+            bar.write(f"step {event.step}: " + ", ".join(f"{k} {v:.4f}" for k, v in event.metrics.items()))
+        elif isinstance(event, StatusEvent) and event.state in ("stopped", "finished", "failed"):
+            bar.write(event.message)
+
+    trainer.add_listener(show)
+    try:
+        trainer.run()
+    except TrainingDiverged as error:
+        bar.close()
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        trainer.save_checkpoint()
+        bar.close()
+        print(f"interrupted at step {trainer.step}; checkpoint saved. Continue with --resume.", file=sys.stderr)
+        return 130
+    bar.close()
+    print(json.dumps({"step": trainer.step, **trainer.last_metrics}))
+    return 0
+
+
+def _load_model_and_split(args, split: str):
+    from memvir.data import load_dataset
+    from memvir.hub import load_model
+
+    model = load_model(args.model)
+    config = model.config if isinstance(model.config, dict) else dict(model.config)
+    dataset = args.dataset or config.get("dataset")
+    if not dataset:
+        raise ValueError(f"{args.model} does not say which dataset it was trained on; pass --dataset")
+    data = load_dataset(dataset, data_root=args.data_root, image_size=config.get("image_size"))
+    return model, dataset, getattr(data, split)
+
+
+def _embed_split(model, split, batch_size: int):
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm.auto import tqdm
+
+    model.eval()
+    chunks, labels = [], []
+    with torch.no_grad():
+        for images, batch_labels in tqdm(DataLoader(split, batch_size=batch_size), desc="embedding", unit="batch"):
+            chunks.append(model(images))
+            labels.append(batch_labels)
+    return torch.cat(chunks), torch.cat(labels)
+
+
+def _eval(args) -> int:
+    from memvir.metrics import retrieval_metrics
+
+    model, dataset, split = _load_model_and_split(args, "test")
+    embeddings, labels = _embed_split(model, split, args.batch_size)
+    ks = (1, 10, 100, 1000) if dataset == "sop" else (1, 2, 4, 8)
+    metrics = retrieval_metrics(embeddings, labels, ks=tuple(k for k in ks if k < len(labels)))
+    print(json.dumps({"dataset": dataset, "items": len(labels), **metrics}))
+    return 0
+
+
+def _index(args) -> int:
+    from memvir.index import GalleryIndex
+
+    model, dataset, split = _load_model_and_split(args, args.split)
+    embeddings, labels = _embed_split(model, split, args.batch_size)
+    items = [f"{dataset}/{args.split}/{i}" for i in range(len(labels))]
+    index = GalleryIndex.build(embeddings, labels=labels, items=items)
+    index.save(args.out)
+    print(json.dumps({"index": str(args.out), "items": len(index), "dataset": dataset, "split": args.split}))
+    return 0
+
+
+def _push(args) -> int:
+    from memvir.hub import push
+
+    url = push(args.run, args.repo_id, token=args.token, private=args.private)
+    print(url)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    handlers = {"train": _train, "eval": _eval, "index": _index, "push": _push}
+    try:
+        return handlers[args.command](args)
+    except (ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def command_line(argv: list[str]) -> str:
+    """The shell command that reproduces a CLI call (for model cards)."""
+    return "python -m memvir " + " ".join(shlex.quote(a) for a in argv)

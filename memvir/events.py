@@ -1,0 +1,82 @@
+"""What a Trainer tells the world: plain dataclasses that a UI, the CLI or a test consume without the Trainer
+knowing which. Tensors in snapshots are detached CPU copies, safe to keep or hand to another thread."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One optimisation step."""
+
+    step: int  # steps done, this one included
+    epoch: int  # 0-based epoch this step belongs to
+    loss: float
+    num_classes: int  # s(i): real plus virtual classes the loss saw (paper Fig. 3)
+    num_virtual_sets: int  # k, the past steps used as virtual classes
+    mean_target_cosine: float  # mean cos(x, W_y) of the live rows (paper Fig. 5a)
+    images_per_s: float  # moving average
+    lr: float
+    warmup: bool  # True while MemVir is still in its warm-up
+
+    def record(self) -> dict:
+        return {"type": "step", **asdict(self)}
+
+
+@dataclass(frozen=True)
+class EvalEvent:
+    """Retrieval metrics on the test classes."""
+
+    step: int
+    epoch: int
+    metrics: dict
+
+    def record(self) -> dict:
+        return {"type": "eval", "step": self.step, "epoch": self.epoch, **self.metrics}
+
+
+@dataclass(frozen=True)
+class SnapshotEvent:
+    """Embeddings for a projection (paper Fig. 7): the live batch (age 0), the memory's steps the next call uses
+    (age j = 1..k, from step t - j(M+1)), and class weights (real: age 0, virtual: age j); a fixed probe set of
+    test-class images as a stable reference."""
+
+    step: int
+    margin: int  # M, so that age j can be shown as "-j(M+1) steps"
+    embeddings: torch.Tensor  # [n, D] batch and memory rows
+    labels: torch.Tensor  # [n] real class of each row
+    ages: torch.Tensor  # [n] 0 = live batch, j = virtual set j
+    class_weights: torch.Tensor  # [(k+1)C, D]
+    class_weight_labels: torch.Tensor  # [(k+1)C] real class index
+    class_weight_ages: torch.Tensor  # [(k+1)C]
+    probe_embeddings: torch.Tensor  # [p, D]
+    probe_labels: torch.Tensor  # [p] (test-class labels)
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    """A live change (N, M, warm-up, learning rate) took effect before `step`, or a pause/resume happened."""
+
+    step: int
+    changes: dict
+    message: str
+
+    def record(self) -> dict:
+        return {"type": "control", "step": self.step, "message": self.message, **self.changes}
+
+
+@dataclass(frozen=True)
+class StatusEvent:
+    """The run's state changed: 'running', 'paused', 'stopped', 'finished', 'failed'."""
+
+    state: str
+    step: int
+    message: str = ""
+    checkpoint: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        return {"type": "status", "state": self.state, "step": self.step, "message": self.message}

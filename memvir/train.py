@@ -1,0 +1,496 @@
+"""TrainConfig and Trainer: the training loop, live control, events, checkpoints and resume.
+
+Read top to bottom: ``Trainer.run`` is the loop; ``_train_step`` is one MemVir step (embed, augment with past
+steps, loss, update). The Trainer knows nothing of a UI or a terminal: it emits events (memvir/events.py) to
+listeners, writes a run folder when given one, and accepts live changes between steps from any thread.
+
+Determinism: every sample's augmentation is drawn from its own seed (run seed, epoch, position), batches come from a
+seeded permutation per epoch, and a checkpoint holds the step, the optimizer and the MemVir memory. So a run stopped
+at any step and resumed reproduces the uninterrupted run on the CPU, whatever the number of loader workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from memvir import checkpoint
+from memvir.data.transforms import sample_seed
+from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.losses import LOSSES, build_loss
+from memvir.memory import MemVir
+
+_STATE_FORMAT = 1
+_STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_SAMPLERS = ("random", "balanced")
+_LR_DECAYS = ("none", "cosine")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; JSON round-trips. Defaults: the embedded glyphs on a laptop CPU."""
+
+    dataset: str = "glyphs"
+    data_root: str | None = None
+    image_size: int | None = None
+    backbone: str = "convnet"
+    pretrained: bool = False
+    embedding_dim: int = 128
+    loss: str = "norm-softmax"
+    loss_params: dict = field(default_factory=dict)
+    memvir_n: int = 5  # N: past steps used as virtual classes (0 = the baseline)
+    memvir_m: int = 10  # M: gap between used steps
+    warmup_epochs: float = 1.0  # U in epochs, converted to steps
+    memvir_store_dtype: str = "float32"
+    epochs: int = 5
+    batch_size: int = 128
+    sampler: str = "random"  # the reference's choice; "balanced" = P classes x K images
+    samples_per_class: int = 4  # K for the balanced sampler
+    lr: float = 1e-3  # network
+    class_lr: float = 1e-2  # class weights (proxies)
+    weight_decay: float = 1e-4
+    adam_eps: float = 0.01
+    lr_decay: str = "none"  # no decay with MemVir (PAPER.md); "cosine" for baselines
+    seed: int = 0
+    device: str = "auto"
+    num_workers: int = 0
+    eval_every: int = 1  # epochs between evaluations (0: only at the end)
+    log_every: int = 10  # steps between metrics.jsonl step records
+    snapshot_every: int = 25  # steps between embedding snapshots (0: none)
+    checkpoint_every: int = 200  # steps between checkpoints, besides epoch ends and stops
+    probe_classes: int = 8  # test classes in the fixed probe set of snapshots
+    max_steps: int | None = None  # stop early (tests, quick looks)
+    eval_at_start: bool = True  # the untrained model's recall as the first point of the curve
+
+    def validate(self) -> None:
+        def need(condition, message):
+            if not condition:
+                raise ValueError(f"TrainConfig: {message}")
+
+        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                 f"{name} must be an integer >= 0, got {value!r}")
+        for name in ("epochs", "batch_size", "embedding_dim", "samples_per_class", "checkpoint_every", "probe_classes"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                 f"{name} must be an integer >= 1, got {value!r}")
+        need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
+             f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
+        need(isinstance(self.warmup_epochs, int | float) and self.warmup_epochs >= 0,
+             f"warmup_epochs must be a number >= 0, got {self.warmup_epochs!r}")
+        for name in ("lr", "class_lr", "adam_eps"):
+            value = getattr(self, name)
+            need(isinstance(value, int | float) and value > 0, f"{name} must be > 0, got {value!r}")
+        need(isinstance(self.weight_decay, int | float) and self.weight_decay >= 0,
+             f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        need(self.memvir_store_dtype in _STORE_DTYPES,
+             f"memvir_store_dtype must be one of {', '.join(_STORE_DTYPES)}, got {self.memvir_store_dtype!r}")
+        need(self.sampler in _SAMPLERS, f"sampler must be one of {', '.join(_SAMPLERS)}, got {self.sampler!r}")
+        need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
+        need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
+             f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
+             "for the balanced sampler")
+        need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
+        build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown setting(s) {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls.from_dict(json.loads(text))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as error:
+        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but this machine has no CUDA GPU; use --device cpu or auto")
+    return device
+
+
+def _sample_seed(run_seed: int, epoch: int, position: int) -> int:
+    return ((run_seed * 1_000_003 + epoch) * 10_000_019 + position) % (2**63 - 1)
+
+
+class _SeededSamples(Dataset):
+    """Draws each sample's random augmentation from its own seed, so data are the same in any process or order."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        index, seed = key
+        with sample_seed(seed):
+            return self.dataset[index]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Trainer:
+    """Trains an EmbeddingModel with MemVir. ``run()`` blocks; ``stop``/``pause``/``resume``/``update`` may be called
+    from other threads and take effect between two steps."""
+
+    def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
+        from memvir.data import ClassBalancedSampler, load_dataset
+        from memvir.models import EmbeddingModel
+
+        config.validate()
+        self.config = config
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.device = pick_device(config.device)
+        self._listeners = list(listeners)
+        self._lock = threading.Lock()
+        self._pending: dict = {}
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self.state = "ready"
+
+        torch.manual_seed(config.seed)
+        self.data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size,
+                                 seed=config.seed)
+        info = self.data.info
+        train_size = len(self.data.train)
+        if config.batch_size > train_size:
+            raise ValueError(f"batch_size {config.batch_size} is larger than the training split of {config.dataset} "
+                             f"({train_size} images); use --batch-size {train_size} or less")
+        self._balanced = None
+        if config.sampler == "balanced":
+            self._balanced = ClassBalancedSampler(self.data.train.labels, config.batch_size // config.samples_per_class,
+                                                  config.samples_per_class, seed=config.seed)
+        self.steps_per_epoch = len(self._balanced) if self._balanced else train_size // config.batch_size
+        self.total_steps = config.epochs * self.steps_per_epoch
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+
+        self.model = EmbeddingModel(
+            backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
+            image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
+            image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
+        ).to(self.device)
+        if self.device.type == "cuda":
+            self.model = self.model.to(memory_format=torch.channels_last)
+        num_classes = info.num_train_classes
+        init = torch.Generator().manual_seed(config.seed + 1)
+        weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
+        self.class_weights = nn.Parameter(weights.to(self.device))
+        self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
+        self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
+                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype])
+        self.optimizer = torch.optim.Adam(
+            [{"params": self.model.parameters(), "lr": config.lr},
+             {"params": [self.class_weights], "lr": config.class_lr}],
+            eps=config.adam_eps, weight_decay=config.weight_decay,
+        )
+        self.step = 0
+        self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
+        self.last_metrics: dict = {}
+        self._probe = self._choose_probe()
+        self._speed = None
+        self.command: str | None = None  # the command line that started the run, for the model card
+
+    # -------------------------------------------------------------------------------------- construction helpers
+    @classmethod
+    def resume(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
+        """Continue the run in `out_dir` from its checkpoint: same config (some settings, e.g. epochs or device,
+        may be overridden), same model, optimizer, MemVir memory and step."""
+        out_dir = Path(out_dir)
+        state = checkpoint.load_state(out_dir / checkpoint.TRAINER_STATE)
+        if state.get("format") != _STATE_FORMAT:
+            raise checkpoint.CheckpointError(f"{out_dir / checkpoint.TRAINER_STATE} was written by another version")
+        values = dict(state["config"])
+        allowed = {"epochs", "device", "num_workers", "eval_every", "log_every", "snapshot_every",
+                   "checkpoint_every", "max_steps", "data_root", "eval_at_start"}
+        bad = sorted(set(overrides) - allowed)
+        if bad:
+            raise ValueError(f"cannot change {', '.join(bad)} when resuming; start a new run instead")
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        trainer = cls(TrainConfig.from_dict(values), out_dir, listeners)
+        trainer._load_state(state)
+        return trainer
+
+    def _warmup_steps(self, warmup_epochs: float) -> int:
+        return int(round(warmup_epochs * self.steps_per_epoch))
+
+    def _choose_probe(self):
+        labels = torch.as_tensor(self.data.test.labels)
+        classes = torch.randperm(self.data.test.num_classes, generator=torch.Generator().manual_seed(self.config.seed))
+        chosen = classes[: self.config.probe_classes]
+        return torch.nonzero(torch.isin(labels, chosen)).flatten().tolist()
+
+    def add_listener(self, listener) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, event) -> None:
+        if hasattr(event, "record") and not isinstance(event, StepEvent | SnapshotEvent):
+            self._log(event.record())
+        for listener in list(self._listeners):
+            listener(event)
+
+    def _log(self, record: dict) -> None:
+        self.history.append(record)
+        if self.out_dir is not None:
+            checkpoint.append_record(record, self.out_dir / checkpoint.METRICS_LOG)
+
+    # -------------------------------------------------------------------------------------- live control
+    def update(self, memvir_n=None, memvir_m=None, warmup_epochs=None, lr=None, class_lr=None) -> None:
+        """Ask for new N, M, warm-up (epochs) or learning rates; checked now, applied before the next step."""
+        changes = {k: v for k, v in dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs, lr=lr,
+                                         class_lr=class_lr).items() if v is not None}
+        candidate = TrainConfig.from_dict({**self.config.to_dict(), **changes})
+        candidate.validate()
+        with self._lock:
+            self._pending.update(changes)
+
+    def stop(self) -> None:
+        """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""
+        self._stop.set()
+        self._running.set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume_training(self) -> None:
+        self._running.set()
+
+    def _apply_pending(self) -> None:
+        with self._lock:
+            changes, self._pending = self._pending, {}
+        if not changes:
+            return
+        old = {k: getattr(self.config, k) for k in changes}
+        for key, value in changes.items():
+            setattr(self.config, key, value)
+        self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
+                                warmup_steps=self._warmup_steps(self.config.warmup_epochs))
+        self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
+        self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
+        described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
+        self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
+
+    def _lr(self, base: float) -> float:
+        if self.config.lr_decay == "cosine":
+            return base * 0.5 * (1 + math.cos(math.pi * self.step / max(1, self.total_steps)))
+        return base
+
+    # -------------------------------------------------------------------------------------- the loop
+    def run(self) -> str:
+        """Train until the last epoch, ``max_steps``, or a stop. Returns the final state:
+        'finished' or 'stopped'. Raises TrainingDiverged on a NaN/inf loss (after emitting 'failed')."""
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint.save_text(self.config.to_json(), self.out_dir / checkpoint.TRAIN_CONFIG)
+            checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
+        self.state = "running"
+        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset} on {self.device.type}"))
+        if self.step == 0 and self.config.eval_at_start:
+            self.evaluate()
+        while self.step < self.total_steps:
+            epoch, position = divmod(self.step, self.steps_per_epoch)
+            for images, labels in self._batches(epoch, position):
+                self._apply_pending()
+                if not self._running.is_set():
+                    self._set_state("paused", "paused: press resume to continue")
+                    self._running.wait()
+                    if not self._stop.is_set():
+                        self._set_state("running", "resumed")
+                if self._stop.is_set():
+                    return self._finish("stopped", f"stopped at step {self.step}")
+                self._train_step(images, labels, epoch)
+                if self.step % self.config.checkpoint_every == 0:
+                    self.save_checkpoint()
+                if self.step >= self.total_steps:
+                    break
+            end_of_epoch = self.step % self.steps_per_epoch == 0
+            last = self.step >= self.total_steps
+            due = self.config.eval_every and (self.step // self.steps_per_epoch) % self.config.eval_every == 0
+            if last or (end_of_epoch and due):
+                self.evaluate()
+            if not last:
+                self.save_checkpoint()
+        return self._finish("finished", f"finished {self.step} steps")
+
+    def _batches(self, epoch: int, position: int):
+        """This epoch's batches from `position` on; each sample carries its own augmentation seed."""
+        if self._balanced is not None:
+            self._balanced.set_epoch(epoch)
+            batches = list(self._balanced)
+        else:
+            order = torch.randperm(len(self.data.train),
+                                   generator=torch.Generator().manual_seed(_sample_seed(self.config.seed, epoch, 0)))
+            size = self.config.batch_size
+            batches = [order[i * size:(i + 1) * size].tolist() for i in range(self.steps_per_epoch)]
+        first = epoch * self.steps_per_epoch
+        keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536 + slot))
+                  for slot, index in enumerate(batch)] for b, batch in enumerate(batches)]
+        loader = DataLoader(_SeededSamples(self.data.train), batch_sampler=keyed[position:],
+                            num_workers=self.config.num_workers, pin_memory=self.device.type == "cuda")
+        return iter(loader)
+
+    def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
+        started = time.perf_counter()
+        self.model.train()
+        images = images.to(self.device, non_blocking=True)
+        labels = labels.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            images = images.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            embeddings = self.model(images)
+        embeddings = embeddings.float()
+        all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
+        loss = self.loss_fn(all_embeddings, all_labels, all_weights)
+        with torch.no_grad():
+            target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
+            loss_value, cosine_value = torch.stack([loss.detach(), target_cosine.mean()]).tolist()
+        if not math.isfinite(loss_value):
+            message = (f"the loss became {loss_value} at step {self.step + 1}; the run stopped and the last good "
+                       "checkpoint is kept. Try a lower learning rate or a smaller loss scale.")
+            self.state = "failed"
+            self._emit(StatusEvent("failed", self.step, message))
+            raise TrainingDiverged(message)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.step += 1
+        if self.config.lr_decay != "none":
+            self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
+            self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
+
+        elapsed = time.perf_counter() - started
+        rate = labels.shape[0] / max(elapsed, 1e-9)
+        self._speed = rate if self._speed is None else 0.9 * self._speed + 0.1 * rate
+        event = StepEvent(
+            step=self.step, epoch=epoch, loss=loss_value, num_classes=all_weights.shape[0],
+            num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
+            images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
+            warmup=self.step <= self.memvir.warmup_steps,
+        )
+        if self.step % self.config.log_every == 0 or self.step == 1:
+            self._log(event.record())
+        self._emit(event)
+        if self.config.snapshot_every and self.step % self.config.snapshot_every == 0:
+            self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
+
+    # -------------------------------------------------------------------------------------- views of the model
+    @torch.no_grad()
+    def embed(self, dataset, indices=None, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+        """L2-normalised embeddings (CPU float32) and labels of a split, in eval mode."""
+        was_training = self.model.training
+        self.model.eval()
+        subset = dataset if indices is None else torch.utils.data.Subset(dataset, indices)
+        loader = DataLoader(subset, batch_size=batch_size, num_workers=self.config.num_workers)
+        chunks, labels = [], []
+        for images, batch_labels in loader:
+            images = images.to(self.device)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                chunks.append(self.model(images).float().cpu())
+            labels.append(batch_labels)
+        self.model.train(was_training)
+        return torch.cat(chunks), torch.cat(labels)
+
+    def evaluate(self) -> dict:
+        """Retrieval metrics on the test classes (emits an EvalEvent)."""
+        from memvir.metrics import retrieval_metrics
+
+        embeddings, labels = self.embed(self.data.test)
+        ks = (1, 10, 100, 1000) if self.config.dataset == "sop" else (1, 2, 4, 8)
+        ks = tuple(k for k in ks if k < len(labels))
+        self.last_metrics = retrieval_metrics(embeddings, labels, ks=ks)
+        self._emit(EvalEvent(self.step, self.step // self.steps_per_epoch, dict(self.last_metrics)))
+        return self.last_metrics
+
+    def _snapshot(self, embeddings, labels, weights) -> SnapshotEvent:
+        num_classes = self.class_weights.shape[0]
+        probe_embeddings, probe_labels = self.embed(self.data.test, self._probe)
+        weight_rows = torch.arange(weights.shape[0])
+        return SnapshotEvent(
+            step=self.step, margin=self.memvir.margin,
+            embeddings=embeddings.detach().float().cpu(), labels=(labels % num_classes).cpu(),
+            ages=(labels // num_classes).cpu(),  # MemVir's labels are y + j*C: the age is the quotient
+            class_weights=weights.detach().float().cpu(), class_weight_labels=weight_rows % num_classes,
+            class_weight_ages=weight_rows // num_classes,
+            probe_embeddings=probe_embeddings, probe_labels=probe_labels,
+        )
+
+    # -------------------------------------------------------------------------------------- state on disk
+    def state_dict(self) -> dict:
+        return {
+            "format": _STATE_FORMAT,
+            "config": self.config.to_dict(),
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "class_weights": self.class_weights.detach().cpu(),
+            "optimizer": self.optimizer.state_dict(),
+            "memvir": self.memvir.state_dict(),
+            "loss": self.loss_fn.state_dict(),
+            "rng": torch.get_rng_state(),
+            "history": list(self.history),
+            "last_metrics": dict(self.last_metrics),
+        }
+
+    def _load_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        with torch.no_grad():
+            self.class_weights.copy_(state["class_weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.memvir.load_state_dict(state["memvir"])
+        # the memory's N, M, U are the live ones saved with it; the warm-up follows this run's steps per epoch
+        self.loss_fn.load_state_dict(state["loss"])
+        torch.set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.last_metrics = dict(state["last_metrics"])
+
+    def save_checkpoint(self) -> Path | None:
+        """Write the trainer state (atomically) and the Hub files of the current model into the run folder."""
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / checkpoint.TRAINER_STATE
+        checkpoint.save_state(self.state_dict(), path)
+        self.model.save_pretrained(self.out_dir, metrics=self.last_metrics or None,
+                                   card_extra={"command": self.command, "train_config": self.config.to_dict(),
+                                               "step": self.step})
+        return path
+
+    def _set_state(self, state: str, message: str) -> None:
+        self.state = state
+        self._emit(StatusEvent(state, self.step, message))
+
+    def _finish(self, state: str, message: str) -> str:
+        saved = self.save_checkpoint()
+        self.state = state
+        self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
+        return state

@@ -1,0 +1,71 @@
+"""`python -m memvir` end to end on glyphs-mini, in a real subprocess, and its error messages."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def memvir_cli(*args, check=True):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-m", "memvir", *map(str, args)], capture_output=True, text=True,
+                            env=env, cwd=ROOT, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def last_json(text):
+    return json.loads(text.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_train_resume_eval_and_index(tmp_path):
+    run = tmp_path / "run"
+    common = ["--dataset", "glyphs-mini", "--loss", "norm-softmax", "--memvir-n", "2", "--memvir-m", "1",
+              "--warmup-epochs", "0.5", "--batch-size", "32", "--seed", "3", "--out", run]
+    first = last_json(memvir_cli("train", *common, "--epochs", "1").stdout)
+    assert first["step"] == 9 and 0 <= first["map@r"] <= 1
+    for name in ("config.json", "model.safetensors", "README.md", "metrics.jsonl", "trainer_state.pt"):
+        assert (run / name).is_file()
+    card = (run / "README.md").read_text()
+    assert "python -m memvir train" in card and "--memvir-n 2" in card
+
+    again = memvir_cli("train", *common, "--epochs", "1", check=False)
+    assert again.returncode == 2 and "add --resume" in again.stderr
+
+    resumed = last_json(memvir_cli("train", "--out", run, "--resume", "--epochs", "2").stdout)
+    assert resumed["step"] == 18
+
+    metrics = last_json(memvir_cli("eval", run).stdout)
+    assert metrics["dataset"] == "glyphs-mini" and metrics["items"] == 24 * 12
+    assert metrics["map@r"] == pytest.approx(resumed["map@r"], abs=1e-6)
+
+    index_dir = tmp_path / "index"
+    indexed = last_json(memvir_cli("index", run, "--out", index_dir).stdout)
+    assert indexed["items"] == 24 * 12 and (index_dir / "gallery.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["train", "--dataset", "glyphs-mini", "--memvir-n", "-1", "--out", "{tmp}/x"], "memvir_n must be"),
+        (["train", "--dataset", "nope", "--out", "{tmp}/x"], "unknown dataset"),
+        (["train", "--dataset", "glyphs-mini", "--loss", "hinge", "--out", "{tmp}/x"], "unknown loss"),
+        (["train", "--dataset", "glyphs-mini", "--batch-size", "99999", "--out", "{tmp}/x"], "larger than"),
+        (["train", "--dataset", "cub200", "--out", "{tmp}/x"], "data_root"),
+        (["train", "--out", "{tmp}/none", "--resume"], "no checkpoint"),
+        (["eval", "{tmp}/missing-model"], "missing-model"),
+        (["push", "{tmp}", "--repo-id", "someone/x"], "config.json"),
+    ],
+)
+def test_bad_input_gets_one_clear_line(tmp_path, args, message):
+    result = memvir_cli(*[a.replace("{tmp}", str(tmp_path)) for a in args], check=False)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,246 @@
+"""The Trainer on glyphs-mini: it learns, resumes exactly, obeys live control, and fails safely."""
+
+import json
+import threading
+
+import pytest
+import torch
+
+from memvir.data.transforms import sample_seed
+from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.models import EmbeddingModel
+from memvir.train import TrainConfig, Trainer, TrainingDiverged
+
+
+def small_config(**overrides):
+    values = dict(dataset="glyphs-mini", batch_size=32, epochs=2, memvir_n=2, memvir_m=1, warmup_epochs=0.5,
+                  snapshot_every=0, eval_every=0, eval_at_start=False, log_every=1, checkpoint_every=1000)
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def collect(trainer):
+    events = []
+    trainer.add_listener(events.append)
+    return events
+
+
+def test_config_json_round_trip_and_unknown_keys():
+    config = small_config(loss="cosface", loss_params={"margin": 0.2})
+    assert TrainConfig.from_json(config.to_json()) == config
+    with pytest.raises(ValueError, match="unknown setting"):
+        TrainConfig.from_dict({**config.to_dict(), "colour": "red"})
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"memvir_n": -1}, "memvir_n must be an integer >= 0"),
+        ({"memvir_m": -3}, "memvir_m"),
+        ({"warmup_epochs": -1}, "warmup_epochs"),
+        ({"loss": "triplet"}, "unknown loss 'triplet'"),
+        ({"loss_params": {"scale": -1}}, "scale"),
+        ({"lr": 0}, "lr must be > 0"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"sampler": "weird"}, "sampler"),
+        ({"sampler": "balanced", "batch_size": 30, "samples_per_class": 4}, "multiple of samples_per_class"),
+        ({"memvir_store_dtype": "int8"}, "memvir_store_dtype"),
+    ],
+)
+def test_bad_config_values_are_rejected(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(small_config(**overrides))
+
+
+def test_bad_dataset_and_batch_size_are_rejected_with_advice():
+    with pytest.raises(ValueError, match="unknown dataset"):
+        Trainer(small_config(dataset="imagenet-22k"))
+    with pytest.raises(ValueError, match="larger than the training split"):
+        Trainer(small_config(batch_size=100_000))
+
+
+def test_steps_follow_the_class_count_staircase():
+    trainer = Trainer(small_config(epochs=3, warmup_epochs=1, memvir_n=2, memvir_m=1))
+    events = collect(trainer)
+    trainer.run()
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    c, u, m, n = trainer.data.info.num_train_classes, trainer.steps_per_epoch, 1, 2
+    assert len(steps) == 3 * trainer.steps_per_epoch
+    for event in steps:
+        i = event.step - 1  # the call index of this step
+        expected = c if i < u else c * (min((i - u) // (m + 1), n) + 1)
+        assert event.num_classes == expected, event
+        assert event.warmup == (i < u)
+        assert -1.0 <= event.mean_target_cosine <= 1.0 and event.images_per_s > 0
+
+
+def test_training_improves_retrieval_on_unseen_classes():
+    trainer = Trainer(small_config(epochs=6, eval_at_start=True, eval_every=6, lr=2e-3))
+    events = collect(trainer)
+    assert trainer.run() == "finished"
+    evals = [e for e in events if isinstance(e, EvalEvent)]
+    assert [e.step for e in evals] == [0, trainer.total_steps]
+    before, after = evals[0].metrics, evals[-1].metrics
+    # glyphs-mini's Recall@1 is high even untrained (twelve clean faces per class); MAP@R shows the learning
+    assert after["map@r"] > before["map@r"] + 0.05
+    assert after["recall@1"] >= before["recall@1"]
+    assert trainer.step == 6 * trainer.steps_per_epoch
+
+
+def test_run_folder_holds_hub_files_metrics_and_state(tmp_path):
+    trainer = Trainer(small_config(epochs=1, eval_every=1, log_every=2), tmp_path)
+    trainer.run()
+    for name in ("config.json", "model.safetensors", "README.md", "metrics.jsonl", "trainer_state.pt",
+                 "train_config.json"):
+        assert (tmp_path / name).is_file(), name
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    step_records = [r for r in records if r["type"] == "step"]
+    assert [r["step"] for r in step_records] == [1] + list(range(2, trainer.total_steps + 1, 2))
+    assert any(r["type"] == "eval" and "map@r" in r for r in records)
+    assert "recall@1" in (tmp_path / "README.md").read_text().lower()
+    loaded = EmbeddingModel.from_pretrained(tmp_path)
+    images = torch.stack([trainer.data.test[i][0] for i in range(6)])
+    trainer.model.eval()
+    with torch.no_grad():
+        assert torch.equal(loaded.embed(images), trainer.model(images))
+    assert loaded.config["dataset"] == "glyphs-mini" and loaded.config["in_channels"] == 1
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    config = small_config(epochs=3, warmup_epochs=0.5, memvir_n=2, memvir_m=1, log_every=5)
+    straight = Trainer(config, tmp_path / "straight")
+    straight.run()
+
+    stop_at = straight.steps_per_epoch + 3  # mid-epoch, mid-curriculum
+    first = Trainer(config, tmp_path / "interrupted")
+    first.add_listener(lambda e: first.stop() if isinstance(e, StepEvent) and e.step == stop_at else None)
+    assert first.run() == "stopped" and first.step == stop_at
+    assert first.memvir.num_stored > 0
+
+    resumed = Trainer.resume(tmp_path / "interrupted")
+    assert resumed.step == stop_at
+    assert resumed.run() == "finished"
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
+        assert torch.equal(a, b), name
+    assert torch.equal(straight.class_weights, resumed.class_weights)
+    assert straight.memvir.step == resumed.memvir.step
+    assert torch.equal(straight.memvir.state_dict()["_extra_state"]["embeddings"],
+                       resumed.memvir.state_dict()["_extra_state"]["embeddings"])
+    step_lines = [line for line in (tmp_path / "interrupted" / "metrics.jsonl").read_text().splitlines()
+                  if '"type": "step"' in line]
+    straight_lines = [line for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+                      if '"type": "step"' in line]
+    assert [json.loads(x)["loss"] for x in step_lines] == [json.loads(x)["loss"] for x in straight_lines]
+
+
+def test_resume_can_extend_epochs_but_not_change_the_model(tmp_path):
+    Trainer(small_config(epochs=1), tmp_path).run()
+    longer = Trainer.resume(tmp_path, epochs=2)
+    assert longer.total_steps == 2 * longer.steps_per_epoch and longer.step == longer.steps_per_epoch
+    with pytest.raises(ValueError, match="cannot change embedding_dim"):
+        Trainer.resume(tmp_path, embedding_dim=64)
+
+
+def test_resume_without_a_checkpoint_says_so(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint"):
+        Trainer.resume(tmp_path / "nothing-here")
+    (tmp_path / "trainer_state.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read the checkpoint"):
+        Trainer.resume(tmp_path)
+
+
+def test_live_update_applies_at_the_next_step():
+    trainer = Trainer(small_config(epochs=2, memvir_n=2, memvir_m=1, warmup_epochs=0))
+    events = collect(trainer)
+    trainer.add_listener(lambda e: trainer.update(memvir_n=1, memvir_m=0) if isinstance(e, StepEvent)
+                         and e.step == 4 else None)
+    trainer.run()
+    controls = [e for e in events if isinstance(e, ControlEvent)]
+    assert len(controls) == 1 and controls[0].step == 4
+    assert "memvir_n 2 -> 1" in controls[0].message and "applied at step 5" in controls[0].message
+    assert trainer.memvir.num_steps == 1 and trainer.memvir.margin == 0 and trainer.config.memvir_n == 1
+    steps = {e.step: e for e in events if isinstance(e, StepEvent)}
+    assert steps[4].num_virtual_sets == 1  # N=2, M=1 after 3 stored steps: one set
+    assert all(steps[s].num_virtual_sets == 1 for s in range(5, trainer.total_steps + 1))  # N=1 from step 5 on
+    with pytest.raises(ValueError, match="memvir_n"):
+        trainer.update(memvir_n=-2)
+
+
+def test_pause_and_resume_from_another_thread():
+    trainer = Trainer(small_config(epochs=1))
+    events = collect(trainer)
+    paused = threading.Event()
+
+    def on_event(event):
+        if isinstance(event, StepEvent) and event.step == 2:
+            trainer.pause()
+        if isinstance(event, StatusEvent) and event.state == "paused":
+            paused.set()
+
+    trainer.add_listener(on_event)
+    thread = threading.Thread(target=trainer.run)
+    thread.start()
+    assert paused.wait(60)
+    step_while_paused = trainer.step
+    assert trainer.state == "paused"
+    trainer.resume_training()
+    thread.join(120)
+    assert not thread.is_alive() and trainer.state == "finished" and step_while_paused == 2
+    assert [e.state for e in events if isinstance(e, StatusEvent)] == ["running", "paused", "running", "finished"]
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    trainer = Trainer(small_config(epochs=2), tmp_path)
+    events = collect(trainer)
+    trainer.add_listener(lambda e: trainer.save_checkpoint() if isinstance(e, StepEvent) and e.step == 3 else None)
+    original = trainer.loss_fn.forward
+
+    def poisoned(embeddings, labels, weights):
+        loss = original(embeddings, labels, weights)
+        return loss * float("nan") if trainer.step >= 5 else loss
+
+    trainer.loss_fn.forward = poisoned
+    with pytest.raises(TrainingDiverged, match="the loss became nan at step 6"):
+        trainer.run()
+    assert trainer.state == "failed"
+    assert any(isinstance(e, StatusEvent) and e.state == "failed" for e in events)
+    resumed = Trainer.resume(tmp_path)
+    assert resumed.step == 3  # the last good checkpoint, untouched by the failure
+    assert all(torch.isfinite(p).all() for p in resumed.model.parameters())
+
+
+def test_snapshots_tag_memory_rows_with_their_age():
+    trainer = Trainer(small_config(epochs=2, warmup_epochs=0, memvir_n=2, memvir_m=1, snapshot_every=6,
+                                   probe_classes=3))
+    events = collect(trainer)
+    trainer.run()
+    snapshots = [e for e in events if isinstance(e, SnapshotEvent)]
+    assert [s.step for s in snapshots] == list(range(6, trainer.total_steps + 1, 6))
+    last = snapshots[-1]
+    c, b = trainer.data.info.num_train_classes, trainer.config.batch_size
+    assert torch.equal(last.ages, torch.arange(3).repeat_interleave(b))
+    assert last.class_weights.shape[0] == 3 * c
+    assert torch.equal(last.class_weight_ages, torch.arange(3).repeat_interleave(c))
+    assert torch.equal(last.class_weight_labels, torch.arange(c).repeat(3))
+    assert int(last.labels.max()) < c
+    assert last.probe_labels.unique().numel() == 3 and last.probe_embeddings.shape[1] == trainer.config.embedding_dim
+
+
+def test_sample_seed_fixes_the_augmentation_of_a_sample():
+    trainer = Trainer(small_config())
+    dataset = trainer.data.train
+    with sample_seed(123):
+        first = dataset[5][0]
+    dataset[7], dataset[9]  # draws in between do not matter
+    with sample_seed(123):
+        again = dataset[5][0]
+    with sample_seed(124):
+        other = dataset[5][0]
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+def test_balanced_sampler_batches_hold_p_classes_of_k():
+    trainer = Trainer(small_config(sampler="balanced", batch_size=32, samples_per_class=4))
+    batch_labels = next(iter(trainer._batches(0, 0)))[1]
+    counts = torch.bincount(batch_labels)
+    assert sorted(counts[counts > 0].tolist()) == [4] * 8
