@@ -155,6 +155,39 @@ class _SeededSamples(Dataset):
             return self.dataset[index]
 
 
+class _RawSamples(Dataset):
+    """Un-augmented items for a split that augments whole batches; each key carries its batch's seed along."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, key):
+        index, seed = key
+        return (*self.dataset.raw(index), seed)
+
+
+class _AugmentBatch:
+    """collate_fn: stack raw items, then augment the batch with randomness drawn from the batch's own seed."""
+
+    def __init__(self, batch_transform):
+        self.batch_transform = batch_transform
+
+    def __call__(self, items):
+        pixels = torch.stack([item[0] for item in items])
+        labels = torch.tensor([item[1] for item in items], dtype=torch.long)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # small tensors: a second thread only adds hand-off cost, dearly on a busy CPU
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(items[0][2])
+                return self.batch_transform(pixels), labels
+        finally:
+            torch.set_num_threads(threads)
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -354,9 +387,16 @@ class Trainer:
             size = self.config.batch_size
             batches = [order[i * size:(i + 1) * size].tolist() for i in range(self.steps_per_epoch)]
         first = epoch * self.steps_per_epoch
-        keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536 + slot))
-                  for slot, index in enumerate(batch)] for b, batch in enumerate(batches)]
-        loader = DataLoader(_SeededSamples(self.data.train), batch_sampler=keyed[position:],
+        train = self.data.train
+        if train.batch_transform is not None:  # e.g. glyphs: one augmentation call per batch is far cheaper
+            keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536)) for index in batch]
+                     for b, batch in enumerate(batches)]
+            dataset, collate = _RawSamples(train), _AugmentBatch(train.batch_transform)
+        else:
+            keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536 + slot))
+                      for slot, index in enumerate(batch)] for b, batch in enumerate(batches)]
+            dataset, collate = _SeededSamples(train), None
+        loader = DataLoader(dataset, batch_sampler=keyed[position:], collate_fn=collate,
                             num_workers=self.config.num_workers, pin_memory=self.device.type == "cuda")
         return iter(loader)
 

@@ -75,16 +75,16 @@ def test_steps_follow_the_class_count_staircase():
 
 
 def test_training_improves_retrieval_on_unseen_classes():
-    trainer = Trainer(small_config(epochs=6, eval_at_start=True, eval_every=6, lr=2e-3))
+    trainer = Trainer(small_config(epochs=8, eval_at_start=True, eval_every=8))
     events = collect(trainer)
     assert trainer.run() == "finished"
     evals = [e for e in events if isinstance(e, EvalEvent)]
     assert [e.step for e in evals] == [0, trainer.total_steps]
     before, after = evals[0].metrics, evals[-1].metrics
-    # glyphs-mini's Recall@1 is high even untrained (twelve clean faces per class); MAP@R shows the learning
-    assert after["map@r"] > before["map@r"] + 0.05
-    assert after["recall@1"] >= before["recall@1"]
-    assert trainer.step == 6 * trainer.steps_per_epoch
+    # glyphs-mini's Recall@1 is high even untrained (twelve clean faces per class); MAP@R shows the learning best
+    assert after["recall@1"] > before["recall@1"] + 0.02
+    assert after["map@r"] > before["map@r"] + 0.1
+    assert trainer.step == 8 * trainer.steps_per_epoch
 
 
 def test_run_folder_holds_hub_files_metrics_and_state(tmp_path):

@@ -23,7 +23,7 @@ from memvir.data.glyph_render import (
     render_glyph_classes,
 )
 from memvir.data.splits import DatasetInfo, DatasetSplits, SplitDataset
-from memvir.data.transforms import SeededTransform, glyph_test_transform, glyph_train_transform
+from memvir.data.transforms import GlyphAugment, SeededTransform, glyph_test_transform
 
 GLYPH_VARIANTS = ("glyphs", "glyphs-mini")
 GLYPH_IMAGE_SIZE = 32
@@ -46,7 +46,7 @@ class GlyphDataset(SplitDataset):
     [1, H, W] to the model's input (random augmentation for train, plain normalisation for test).
     """
 
-    def __init__(self, code_points: np.ndarray, renders: np.ndarray, transform):
+    def __init__(self, code_points: np.ndarray, renders: np.ndarray, transform, batch_transform=None):
         super().__init__(
             labels=np.repeat(np.arange(len(code_points)), NUM_FACES),
             class_names=[class_name(int(code_point)) for code_point in code_points],
@@ -54,14 +54,19 @@ class GlyphDataset(SplitDataset):
         self.code_points = code_points
         self.renders = renders
         self.transform = transform
+        self.batch_transform = batch_transform
 
     def image(self, index: int) -> Image.Image:
         label, face = divmod(int(index), NUM_FACES)
         return Image.fromarray(self.renders[label, face])
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def raw(self, index: int) -> tuple[torch.Tensor, int]:
+        """The clean uint8 render [1, H, W] and label of item `index`, for `batch_transform`."""
         label, face = divmod(int(index), NUM_FACES)
-        pixels = torch.from_numpy(self.renders[label, face]).unsqueeze(0)
+        return torch.from_numpy(self.renders[label, face]).unsqueeze(0), label
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        pixels, label = self.raw(index)
         return self.transform(pixels), label
 
 
@@ -120,11 +125,8 @@ def load_glyphs(variant: str, image_size: int = GLYPH_IMAGE_SIZE, seed: int = 0)
     """
     code_points, renders = glyph_classes(variant, image_size)
     train_classes, test_classes = split_glyph_classes(len(code_points))
-    train = GlyphDataset(
-        code_points[train_classes],
-        renders[train_classes],
-        SeededTransform(glyph_train_transform(image_size, GLYPH_MEAN, GLYPH_STD), seed),
-    )
+    augment = GlyphAugment(image_size, GLYPH_MEAN, GLYPH_STD)
+    train = GlyphDataset(code_points[train_classes], renders[train_classes], SeededTransform(augment, seed), augment)
     test = GlyphDataset(code_points[test_classes], renders[test_classes], glyph_test_transform(GLYPH_MEAN, GLYPH_STD))
     info = DatasetInfo(
         name=variant,

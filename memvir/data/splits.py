@@ -15,7 +15,13 @@ class SplitDataset(Dataset, ABC):
     Besides the torch Dataset protocol every split offers `labels` (int64, one per item, known without loading any
     image: samplers and metrics use it), `class_names` (index = label) and `image(i)`, the raw PIL image for
     galleries and thumbnails.
+
+    A split whose random augmentation is cheaper per batch than per image sets `batch_transform` (a callable on a
+    stacked batch of `raw(i)` tensors) and implements `raw(i)`; the Trainer then loads raw items and augments whole
+    batches. `dataset[i]` stays the same augmentation applied to one item.
     """
+
+    batch_transform = None
 
     def __init__(self, labels: np.ndarray, class_names: list[str]):
         self.labels = np.asarray(labels, dtype=np.int64)

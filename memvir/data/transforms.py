@@ -24,62 +24,59 @@ CAFFE_STD = (1.0, 1.0, 1.0)
 PHOTO_NORMALIZATIONS = ("imagenet", "caffe")
 
 
-class RandomStrokeWidth(v2.Transform):
-    """Thicken or thin the strokes of a light-on-dark image by a random amount.
+class GlyphAugment:
+    """Random glyph augmentation on a whole batch at once: stroke width, a small affine, noise, then normalisation.
 
-    Dilation is a 3x3 max-pool, erosion a 3x3 max-pool of the inverted image; the output blends the image towards
-    one of them by an amount drawn from [-max_thinning, max_thickening] (negative thins). Blending rather than a full
-    pool keeps hairline strokes of a 32-pixel glyph from vanishing under erosion.
+    Takes uint8 renders [B, 1, H, W] (or one [1, H, W]), light ink on black, and returns normalised float images.
+    Batched because per-image torchvision transforms cost more than the small CPU model's own step; the randomness
+    comes from torch's global generator, so seed it (SeededTransform, or fork_rng + manual_seed per batch).
+    - Stroke width: blend towards a 3x3 dilation (thicker) or erosion (thinner) by an amount drawn from
+      [-max_thinning, max_thickening]; blending keeps hairline strokes of a 32-pixel glyph from vanishing.
+    - Affine: rotation within +-degrees, scale within `scale`, shift within +-2 pixels at 32 px (scaled with size).
+      Never a flip: a mirrored glyph is another character (or none).
+    - Gaussian noise of std `noise`, clipped to [0, 1].
     """
 
-    _transformed_types = (torch.Tensor,)
-
-    def __init__(self, max_thinning: float = 0.5, max_thickening: float = 1.0):
-        super().__init__()
+    def __init__(self, image_size: int, mean: tuple[float, ...], std: tuple[float, ...], degrees: float = 4.0,
+                 scale: tuple[float, float] = (0.9, 1.1), max_thinning: float = 0.5, max_thickening: float = 1.0,
+                 noise: float = 0.05):
         if not (0.0 <= max_thinning <= 1.0 and 0.0 <= max_thickening <= 1.0):
             raise ValueError(
-                f"RandomStrokeWidth amounts must lie in [0, 1], got max_thinning={max_thinning}, "
+                f"GlyphAugment stroke amounts must lie in [0, 1], got max_thinning={max_thinning}, "
                 f"max_thickening={max_thickening}"
             )
-        self.max_thinning = max_thinning
-        self.max_thickening = max_thickening
+        self.image_size = image_size
+        self.mean, self.std = float(mean[0]), float(std[0])
+        self.degrees, self.scale, self.noise = degrees, scale, noise
+        self.max_thinning, self.max_thickening = max_thinning, max_thickening
+        self.max_shift_px = 2.0 * image_size / 32  # rounded to whole pixels per image, as torchvision's RandomAffine
 
-    def make_params(self, flat_inputs: list) -> dict:
-        amount = torch.empty(()).uniform_(-self.max_thinning, self.max_thickening).item()
-        return {"amount": amount}
+    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+        single = pixels.dim() == 3
+        images = (pixels.unsqueeze(0) if single else pixels).float().div_(255.0)
+        count = images.shape[0]
 
-    def transform(self, inpt: torch.Tensor, params: dict) -> torch.Tensor:
-        amount = params["amount"]
-        image = inpt.as_subclass(torch.Tensor)
-        if amount >= 0:
-            target = F.max_pool2d(image, kernel_size=3, stride=1, padding=1)
-        else:
-            target = -F.max_pool2d(-image, kernel_size=3, stride=1, padding=1)
-        blended = image + abs(amount) * (target - image)
-        return tv_tensors.wrap(blended, like=inpt) if isinstance(inpt, tv_tensors.TVTensor) else blended
+        amount = torch.empty(count, 1, 1, 1).uniform_(-self.max_thinning, self.max_thickening)
+        thicker = F.max_pool2d(images, kernel_size=3, stride=1, padding=1)
+        thinner = -F.max_pool2d(-images, kernel_size=3, stride=1, padding=1)
+        images = images + amount.abs() * (torch.where(amount >= 0, thicker, thinner) - images)
 
+        angle = torch.empty(count).uniform_(-self.degrees, self.degrees).deg2rad_()
+        zoom = torch.empty(count).uniform_(*self.scale)
+        shift_px = torch.empty(count, 2).uniform_(-self.max_shift_px, self.max_shift_px).round_()
+        shift = shift_px * (2.0 / images.shape[-1])  # in affine_grid's [-1, 1] coordinates
+        cos, sin = angle.cos() / zoom, angle.sin() / zoom  # affine_grid maps output to input: the inverse map
+        theta = torch.stack([torch.stack([cos, -sin, shift[:, 0]], 1), torch.stack([sin, cos, shift[:, 1]], 1)], 1)
+        grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+        images = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
-def glyph_train_transform(image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
-    """Random augmentation of a glyph (uint8 tensor [1, H, W], ink light): stroke width, small affine, noise.
+        images = (images + self.noise * torch.randn_like(images)).clamp_(0.0, 1.0)
+        images = (images - self.mean) / self.std
+        return images[0] if single else images
 
-    Never a flip: a mirrored glyph is another character (or none). Shifts are 2 pixels at 32 px, scaled with size.
-    """
-    return v2.Compose(
-        [
-            v2.ToDtype(torch.float32, scale=True),
-            RandomStrokeWidth(max_thinning=0.5, max_thickening=1.0),
-            v2.RandomAffine(
-                degrees=4.0,
-                translate=(2 / 32, 2 / 32),
-                scale=(0.9, 1.1),
-                interpolation=v2.InterpolationMode.BILINEAR,
-                fill=0.0,
-            ),
-            v2.GaussianNoise(sigma=0.05, clip=True),
-            v2.Normalize(mean=list(mean), std=list(std)),
-            v2.ToPureTensor(),
-        ]
-    )
+    def __repr__(self) -> str:
+        return (f"GlyphAugment(size={self.image_size}, degrees={self.degrees}, scale={self.scale}, "
+                f"stroke=[-{self.max_thinning}, +{self.max_thickening}], noise={self.noise})")
 
 
 def glyph_test_transform(mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
