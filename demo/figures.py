@@ -1,0 +1,321 @@
+"""Plotly figures for the app: pure functions from training records or a projected snapshot to a ``go.Figure``.
+
+Records are the dicts of ``metrics.jsonl`` (the Trainer's ``event.record()``): ``{"type": "step", ...}``,
+``{"type": "eval", ...}``, ``{"type": "control", ...}``, ``{"type": "status", ...}``. The figures make the paper's
+analysis visible while a run trains: loss and test Recall@1 with the warm-up end and each virtual set's arrival
+(Fig. 4 / 5b), the class count staircase s(i) (Fig. 3), the mean target cosine (Fig. 5a) and the embedding picture
+coloured by age (Fig. 7).
+
+The app redraws every second, so these stay light: columns are pulled out once into numpy arrays, long histories
+are thinned to at most ``MAX_PLOTTED_POINTS`` points, and nothing here raises on empty input (a figure with a
+message is returned instead).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import qualitative, sample_colorscale
+
+from memvir.projection import ProjectedSnapshot
+
+MAX_PLOTTED_POINTS = 2000
+FIGURE_HEIGHT = 350
+EMBEDDING_HEIGHT = 380
+MAX_LEGEND_ROW_ENTRIES = 8  # more legend entries than this go in a column at the side instead of rows on top
+BASELINE_COLOR = "#a0a0a0"
+MAIN_COLOR = "#1f5fa8"
+RECALL_COLOR = "#d9480f"
+CLASS_PALETTE = qualitative.Dark24
+AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
+_AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
+COLOR_BY = ("age", "class")
+
+
+# ------------------------------------------------------------------------------------------------ shared pieces
+def empty_figure(message: str) -> go.Figure:
+    """A blank figure that says ``message`` in its middle (no axes), sized like the others."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color="#666666"))
+    fig.update_layout(template="plotly_white", height=FIGURE_HEIGHT, xaxis=dict(visible=False),
+                      yaxis=dict(visible=False), margin=dict(l=20, r=20, t=40, b=20))
+    return fig
+
+
+def _finish_layout(fig: go.Figure, title: str, x_title: str, y_title: str, uirevision: str) -> go.Figure:
+    """The house style: white template, compact height, legend in a row above the plot, zoom kept across updates
+    (``uirevision`` stays the same while the data change)."""
+    fig.update_layout(
+        template="plotly_white", height=FIGURE_HEIGHT, uirevision=uirevision,
+        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=15)),
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11)),
+        margin=dict(l=60, r=60, t=80, b=45), hovermode="closest",
+    )
+    fig.update_layout(xaxis_title_text=x_title, yaxis_title_text=y_title)
+    return fig
+
+
+def _step_columns(records: list[dict] | None, *fields: str) -> dict[str, np.ndarray]:
+    """Columns of the step records as float arrays (a missing value becomes NaN, a gap in the line)."""
+    steps = [record for record in records or () if record.get("type") == "step"]
+    columns = {"step": np.array([record["step"] for record in steps], dtype=np.int64)}
+    for name in fields:
+        columns[name] = np.array([record.get(name, np.nan) for record in steps], dtype=np.float64)
+    return columns
+
+
+def _eval_columns(records: list[dict] | None, metric: str = "recall@1") -> tuple[np.ndarray, np.ndarray]:
+    """Steps and values of ``metric`` in the eval records that have it."""
+    evals = [record for record in records or () if record.get("type") == "eval" and metric in record]
+    return (np.array([record["step"] for record in evals], dtype=np.int64),
+            np.array([record[metric] for record in evals], dtype=np.float64))
+
+
+def _thinned(steps: np.ndarray, keep_steps: np.ndarray | None = None) -> np.ndarray:
+    """Indices of at most about MAX_PLOTTED_POINTS evenly spread points, plus the last point and every point at a
+    step in ``keep_steps`` (the evaluations), so a long run draws fast and its ends and evaluations stay exact."""
+    count = len(steps)
+    if count <= MAX_PLOTTED_POINTS:
+        return np.arange(count)
+    chosen = [np.linspace(0, count - 1, MAX_PLOTTED_POINTS).round().astype(np.int64)]
+    if keep_steps is not None and len(keep_steps):
+        chosen.append(np.flatnonzero(np.isin(steps, keep_steps)))
+    return np.unique(np.concatenate(chosen))
+
+
+def _change_points(values: np.ndarray) -> np.ndarray:
+    """Indices where a step function changes value, plus the first and last point: all a "hv" line needs to draw
+    the staircase exactly, however long the run."""
+    if len(values) == 0:
+        return np.arange(0)
+    changed = np.flatnonzero(values[1:] != values[:-1]) + 1
+    return np.unique(np.concatenate([[0], changed, [len(values) - 1]]))
+
+
+def warmup_end_step(records: list[dict] | None) -> int | None:
+    """The step of the first step record with ``warmup`` False after at least one with ``warmup`` True (a run
+    without warm-up has no end of it to mark), or None."""
+    seen_warmup = False
+    for record in records or ():
+        if record.get("type") != "step":
+            continue
+        if record.get("warmup"):
+            seen_warmup = True
+        elif seen_warmup:
+            return int(record["step"])
+    return None
+
+
+def _add_warmup_line(fig: go.Figure, records: list[dict]) -> None:
+    step = warmup_end_step(records)
+    if step is None:
+        return
+    fig.add_shape(type="line", name="warm-up end", x0=step, x1=step, xref="x", y0=0, y1=1, yref="paper",
+                  line=dict(color="#555555", width=1, dash="dash"))
+    fig.add_annotation(name="warm-up end", text="warm-up ends", x=step, xref="x", y=1, yref="paper",
+                       xanchor="left", yanchor="top", showarrow=False, font=dict(size=10, color="#555555"))
+
+
+def _baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **kwargs) -> go.Scatter:
+    return go.Scatter(x=steps, y=values, name=name, mode="lines", line=dict(color=BASELINE_COLOR, width=1.5),
+                      hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------------ curves
+def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
+    """Training loss (left axis) and test-class Recall@1 (right axis) against steps (paper Fig. 4 and 5b).
+
+    Marks where warm-up ends (dashed line), where each virtual set arrives (a triangle on the loss where
+    ``num_virtual_sets`` grows, labelled "k=..."), and live control changes (small notes at the bottom).
+    ``baseline``, the records of the same configuration with N=0, is drawn in grey behind.
+    """
+    columns = _step_columns(records, "loss", "num_virtual_sets")
+    eval_steps, recall = _eval_columns(records)
+    if len(columns["step"]) == 0 and len(eval_steps) == 0:
+        return empty_figure("No training records yet: press Start to train, or pick a run.")
+
+    fig = go.Figure()
+    if baseline:
+        base = _step_columns(baseline, "loss")
+        base_eval_steps, base_recall = _eval_columns(baseline)
+        shown = _thinned(base["step"], base_eval_steps)
+        fig.add_trace(_baseline_line(base["step"][shown], base["loss"][shown], "baseline loss"))
+        fig.add_trace(_baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2").update(
+            mode="lines+markers", marker=dict(size=5, color=BASELINE_COLOR)))
+
+    steps, loss = columns["step"], columns["loss"]
+    shown = _thinned(steps, eval_steps)
+    fig.add_trace(go.Scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
+                             line=dict(color=MAIN_COLOR, width=1.5),
+                             hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
+                             line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
+                             hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))
+
+    # Arrivals are found on the full history: thinning could hide the exact record where k grew.
+    virtual_sets = columns["num_virtual_sets"]
+    grew = np.flatnonzero(virtual_sets[1:] > virtual_sets[:-1]) + 1
+    if len(grew):
+        added = (virtual_sets[grew] - virtual_sets[grew - 1]).astype(np.int64)
+        now = virtual_sets[grew].astype(np.int64)
+        labels = [f"k={k}" + ("" if step_added == 1 else f" (+{step_added})")
+                  for k, step_added in zip(now, added, strict=True)]
+        fig.add_trace(go.Scatter(x=steps[grew], y=loss[grew], name="virtual set arrives", mode="markers",
+                                 text=labels, marker=dict(symbol="triangle-up", size=9, color="#2b8a3e"),
+                                 hovertemplate="step %{x}: %{text}<extra>+ virtual set</extra>"))
+
+    _add_warmup_line(fig, records)
+    for record in records:
+        if record.get("type") == "control":
+            message = str(record.get("message", ""))
+            fig.add_annotation(name="control", text=message if len(message) <= 32 else message[:31] + "…",
+                               hovertext=message, x=record["step"], xref="x", y=0, yref="paper", yanchor="bottom",
+                               showarrow=True, arrowhead=2, arrowsize=0.8, ax=0, ay=-22,
+                               font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8")
+
+    fig.update_layout(yaxis2=dict(title_text="test Recall@1", overlaying="y", side="right", range=[0, 1],
+                                  tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%", showgrid=False))
+    return _finish_layout(fig, "Training loss and test Recall@1", "step", "loss", "curves")
+
+
+# ------------------------------------------------------------------------------------------------ class count
+def class_count_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
+    """The number of classes the loss sees, s(i) (paper Fig. 3): C during warm-up, then a staircase that climbs by
+    C every M+1 steps until N virtual sets are in use."""
+    columns = _step_columns(records, "num_classes")
+    if len(columns["step"]) == 0:
+        return empty_figure("No step records yet: the class count s(i) appears once training starts.")
+
+    fig = go.Figure()
+    if baseline:
+        base = _step_columns(baseline, "num_classes")
+        shown = _change_points(base["num_classes"])
+        fig.add_trace(_baseline_line(base["step"][shown], base["num_classes"][shown], "baseline s(i)",
+                                     line_shape="hv"))
+    shown = _change_points(columns["num_classes"])
+    fig.add_trace(go.Scatter(x=columns["step"][shown], y=columns["num_classes"][shown], name="classes s(i)",
+                             mode="lines", line_shape="hv", line=dict(color=MAIN_COLOR, width=2),
+                             hovertemplate="from step %{x}<br>%{y:d} classes<extra></extra>"))
+    _add_warmup_line(fig, records)
+    return _finish_layout(fig, "Classes in the loss, s(i)", "step", "real + virtual classes", "class-count")
+
+
+# ------------------------------------------------------------------------------------------------ target cosine
+def target_cosine_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
+    """The mean cos(x, W_y) between live embeddings and their own class weight (paper Fig. 5a): it dips a little
+    once MemVir starts, the seen classes fitting less tightly while test Recall@1 rises."""
+    columns = _step_columns(records, "mean_target_cosine")
+    if len(columns["step"]) == 0:
+        return empty_figure("No step records yet: the mean target cosine appears once training starts.")
+
+    fig = go.Figure()
+    if baseline:
+        base = _step_columns(baseline, "mean_target_cosine")
+        shown = _thinned(base["step"])
+        fig.add_trace(_baseline_line(base["step"][shown], base["mean_target_cosine"][shown], "baseline cos"))
+    shown = _thinned(columns["step"])
+    fig.add_trace(go.Scatter(x=columns["step"][shown], y=columns["mean_target_cosine"][shown],
+                             name="mean cos(x, W_y)", mode="lines", line=dict(color=MAIN_COLOR, width=1.5),
+                             hovertemplate="step %{x}<br>cos %{y:.4f}<extra></extra>"))
+    _add_warmup_line(fig, records)
+    return _finish_layout(fig, "Mean cos(x, W_y) of seen classes", "step", "mean cos(x, W_y)", "target-cosine")
+
+
+# ------------------------------------------------------------------------------------------------ embeddings
+def age_label(age: int, margin: int) -> str:
+    """How the paper names the step a row came from: "current", or "-j(M+1)=-S steps" for virtual set j."""
+    if age == 0:
+        return "current"
+    return f"-{age}(M+1)=-{age * (margin + 1)} steps"
+
+
+def age_color(age: int, oldest: int) -> str:
+    """The colour of one age: dark for the current step, lighter the older the virtual set."""
+    return sample_colorscale(AGE_COLORSCALE, [_AGE_SPAN * age / max(oldest, 1)])[0]
+
+
+def _age_marker(ages: np.ndarray, oldest: int) -> dict:
+    """Per-point colours by age as numbers on the age colour scale (plotly checks a numeric array at once, but
+    every string of a colour array one by one, which costs ~0.1 s per figure)."""
+    return dict(color=ages, colorscale=AGE_COLORSCALE, cmin=0, cmax=max(oldest, 1) / _AGE_SPAN, showscale=False)
+
+
+def _class_marker(labels: np.ndarray) -> dict:
+    """Per-point colours by class, cycling through a qualitative palette (again as numbers on a scale)."""
+    last = len(CLASS_PALETTE) - 1
+    scale = [[index / last, color] for index, color in enumerate(CLASS_PALETTE)]
+    return dict(color=np.asarray(labels) % len(CLASS_PALETTE), colorscale=scale, cmin=0, cmax=last, showscale=False)
+
+
+def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age") -> go.Figure:
+    """The embedding picture (paper Fig. 7): batch and memory rows as dots coloured by age (one legend entry per
+    age, dark = current) or by class; class weights as diamonds (real ones outlined, virtual ones fading with age);
+    the fixed probe set of test-class images as small crosses. Hover shows class and age."""
+    if color_by not in COLOR_BY:
+        raise ValueError(f"color_by must be one of {', '.join(COLOR_BY)}; got {color_by!r}")
+    if projected is None or len(projected.xy) == 0:
+        return empty_figure("No snapshot yet — press Start; the embeddings appear at the first snapshot.")
+
+    margin = projected.margin
+    ages, labels = np.asarray(projected.ages), np.asarray(projected.labels)
+    weight_ages, weight_labels = np.asarray(projected.weight_ages), np.asarray(projected.weight_labels)
+    oldest = int(max(ages.max(), weight_ages.max(initial=0)))
+    fig = go.Figure()
+
+    if color_by == "age":
+        for age in np.unique(ages):
+            rows = ages == age
+            name = age_label(int(age), margin)
+            fig.add_trace(go.Scatter(x=projected.xy[rows, 0], y=projected.xy[rows, 1], name=name, mode="markers",
+                                     customdata=labels[rows], legendgroup=f"age{age}",
+                                     marker=dict(size=5, color=age_color(int(age), oldest), opacity=0.75),
+                                     hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
+    else:
+        row_names = np.array([age_label(int(age), margin) for age in ages], dtype=object)
+        fig.add_trace(go.Scatter(x=projected.xy[:, 0], y=projected.xy[:, 1], name="batch + memory rows",
+                                 mode="markers", customdata=np.stack([labels.astype(object), row_names], axis=1),
+                                 marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
+                                             **_class_marker(labels)),
+                                 hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+
+    def weight_colors(rows):
+        return _age_marker(weight_ages[rows], oldest) if color_by == "age" else _class_marker(weight_labels[rows])
+
+    real = weight_ages == 0
+    if real.any():
+        fig.add_trace(go.Scatter(x=projected.weight_xy[real, 0], y=projected.weight_xy[real, 1],
+                                 name="class weights (real)", mode="markers", customdata=weight_labels[real],
+                                 marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
+                                             **weight_colors(real)),
+                                 hovertemplate="class weight %{customdata}<br>current<extra></extra>"))
+    if (~real).any():
+        virtual_ages = weight_ages[~real]
+        names = np.array([age_label(int(age), margin) for age in virtual_ages], dtype=object)
+        fig.add_trace(go.Scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
+                                 name="class weights (virtual)", mode="markers",
+                                 customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
+                                 marker=dict(symbol="diamond", size=9, line=dict(width=0),
+                                             opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
+                                             **weight_colors(~real)),
+                                 hovertemplate="class weight %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+
+    if len(projected.probe_xy):
+        probe_labels = np.asarray(projected.probe_labels)
+        probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
+        fig.add_trace(go.Scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
+                                 mode="markers", customdata=probe_labels,
+                                 marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
+                                 hovertemplate="probe, test class %{customdata}<extra></extra>"))
+
+    method = projected.method.upper()
+    axis = "PC" if projected.method == "pca" else method
+    _finish_layout(fig, f"Embeddings at step {projected.step}, {method}", f"{axis} 1", f"{axis} 2",
+                   f"embedding-{projected.method}")
+    fig.update_layout(height=EMBEDDING_HEIGHT)
+    fig.update_yaxes(scaleanchor="x", scaleratio=1)  # equal units: distances on screen mean the same both ways
+    if len(fig.data) > MAX_LEGEND_ROW_ENTRIES:
+        # Dozens of ages (N up to 45) would stack legend rows over the whole plot: list them, scrolling, at the side.
+        fig.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),
+                          margin=dict(r=20))
+    return fig

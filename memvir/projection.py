@@ -1,0 +1,259 @@
+"""Snapshot -> 2-D points: the embedding picture of paper Fig. 7, made live.
+
+A ``SnapshotEvent`` holds three point sets: the batch and memory rows (age 0 = the live batch, age j = the virtual
+set from step t - j(M+1)), the class weights (real and virtual), and a fixed probe set of test-class images. All
+three are projected *jointly* so they share axes: rows and probe are L2-normalised embeddings and the weights are
+normalised the same way, so every point lives on the unit sphere the cosine losses see.
+
+Two methods:
+- PCA, exact and fast (a thin SVD of the centred points), with a deterministic sign per component. Given the
+  previous projection as ``reference``, the new points are turned onto it by an orthogonal Procrustes fit on the
+  probe points (the same images every snapshot), so the picture does not spin or flip while scrubbing.
+- UMAP (``umap-learn``, cosine metric), which takes seconds and compiles with numba on first use, so the app runs
+  it in ``UmapWorker``'s background thread and never in its own.
+
+This module is library code: no gradio, no plotly; ``umap`` is imported only where UMAP runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from memvir.events import SnapshotEvent
+
+METHODS = ("pca", "umap")
+
+
+@dataclass(frozen=True)
+class ProjectedSnapshot:
+    """2-D coordinates of one snapshot's three point sets, on shared axes, with what is needed to draw them."""
+
+    step: int
+    margin: int  # M, so that age j can be shown as "-j(M+1) steps"
+    method: str  # "pca" | "umap"
+    xy: np.ndarray  # [n, 2] batch and memory rows (subsampled to max_points)
+    labels: np.ndarray  # [n] real class of each row
+    ages: np.ndarray  # [n] 0 = live batch, j = virtual set j
+    weight_xy: np.ndarray  # [c, 2] class weights, real (age 0) and virtual (age j)
+    weight_labels: np.ndarray  # [c]
+    weight_ages: np.ndarray  # [c]
+    probe_xy: np.ndarray  # [p, 2] the fixed probe set of test-class images
+    probe_labels: np.ndarray  # [p]
+
+
+def subsample_keeping_ages(ages: np.ndarray, max_points: int, seed: int) -> np.ndarray:
+    """Sorted indices of at most ``max_points`` rows (more only if there are more distinct ages than that), chosen
+    uniformly at random with a fixed seed, with at least one row of every age so no virtual set vanishes."""
+    count = len(ages)
+    if count <= max_points:
+        return np.arange(count)
+    order = np.random.default_rng(seed).permutation(count)
+    _, first_of_each_age = np.unique(ages[order], return_index=True)
+    is_first = np.zeros(count, dtype=bool)
+    is_first[first_of_each_age] = True
+    # One row per age goes first, then the rest in the same random order: a seeded uniform sample otherwise.
+    priority = np.concatenate([order[is_first], order[~is_first]])
+    return np.sort(priority[: max(max_points, len(first_of_each_age))])
+
+
+def pca_2d(points: torch.Tensor) -> np.ndarray:
+    """Exact 2-D PCA of [n, D] points. Each component's sign is fixed by making its largest-magnitude loading
+    positive, so nearly equal inputs give nearly equal pictures, not mirrored ones."""
+    points = points.double()
+    centred = points - points.mean(dim=0, keepdim=True)
+    # The principal axes are the top eigenvectors of the D x D scatter matrix. In float64 this is as exact as a
+    # thin SVD of the n x D data for two components, and several times faster for thousands of points.
+    _, eigenvectors = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+    components = eigenvectors[:, -2:].flip(1).T  # [<=2, D], largest variance first
+    largest = components.abs().argmax(dim=1)
+    signs = torch.sign(components[torch.arange(len(components)), largest])
+    coordinates = centred @ (components * signs[:, None]).T
+    if coordinates.shape[1] < 2:  # 1-D embeddings have a single direction: the second axis is all zeros
+        coordinates = torch.nn.functional.pad(coordinates, (0, 2 - coordinates.shape[1]))
+    return coordinates.numpy()
+
+
+def umap_2d(points: torch.Tensor, seed: int) -> np.ndarray:
+    """UMAP of [n, D] points to 2-D with the cosine metric. Seconds of work (plus a numba compile the first time in
+    a process): call it from a background thread, as ``UmapWorker`` does."""
+    import umap  # imported here: 2-15 s, and only the background worker needs it
+
+    count = points.shape[0]
+    if count < 4:
+        raise ValueError(f"UMAP needs at least 4 points to lay out; this snapshot has {count}. Use method='pca'.")
+    # A seed makes UMAP single-threaded anyway; saying n_jobs=1 keeps it from warning about it on every fit.
+    reducer = umap.UMAP(n_components=2, random_state=seed, metric="cosine", n_neighbors=min(15, count - 1), n_jobs=1)
+    return np.asarray(reducer.fit_transform(points.double().numpy()), dtype=np.float64)
+
+
+def procrustes_align(xy: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Move ``xy`` by the rotation/reflection and translation that best map ``source`` onto ``target`` (orthogonal
+    Procrustes: least squares over orthogonal 2x2 matrices; no scaling, so distances in the picture stay true)."""
+    source_mean, target_mean = source.mean(axis=0), target.mean(axis=0)
+    u, _, vt = np.linalg.svd((source - source_mean).T @ (target - target_mean))
+    rotation = u @ vt
+    return (xy - source_mean) @ rotation + target_mean
+
+
+def _check_snapshot(snapshot: SnapshotEvent) -> None:
+    rows = snapshot.embeddings.shape[0]
+    if rows == 0:
+        raise ValueError("the snapshot has no embeddings to project (0 batch or memory rows); "
+                         "take a snapshot after at least one training step")
+    pairs = (("labels", snapshot.labels, "embeddings", rows), ("ages", snapshot.ages, "embeddings", rows),
+             ("class_weight_labels", snapshot.class_weight_labels, "class_weights", snapshot.class_weights.shape[0]),
+             ("class_weight_ages", snapshot.class_weight_ages, "class_weights", snapshot.class_weights.shape[0]),
+             ("probe_labels", snapshot.probe_labels, "probe_embeddings", snapshot.probe_embeddings.shape[0]))
+    for name, values, owner, expected in pairs:
+        if values.shape[0] != expected:
+            raise ValueError(f"snapshot.{name} has {values.shape[0]} entries but snapshot.{owner} has {expected} "
+                             "rows; they must match one to one")
+    dims = {snapshot.embeddings.shape[1], snapshot.class_weights.shape[1], snapshot.probe_embeddings.shape[1]}
+    if len(dims) != 1:
+        raise ValueError(f"snapshot embeddings, class weights and probe embeddings must share one dimension; "
+                         f"got {snapshot.embeddings.shape[1]}, {snapshot.class_weights.shape[1]} and "
+                         f"{snapshot.probe_embeddings.shape[1]}")
+
+
+def _probes_correspond(reference: ProjectedSnapshot, probe_labels: np.ndarray) -> bool:
+    """Procrustes needs the same probe images in the same order; equal labels in order is the check we can make."""
+    return len(reference.probe_labels) == len(probe_labels) >= 2 and np.array_equal(reference.probe_labels,
+                                                                                    probe_labels)
+
+
+def project_snapshot(snapshot: SnapshotEvent, method: str = "pca", max_points: int = 3000, seed: int = 0,
+                     reference: ProjectedSnapshot | None = None) -> ProjectedSnapshot:
+    """Project a snapshot's rows, class weights and probe set jointly to 2-D.
+
+    Rows are subsampled (seeded, every age kept) to ``max_points``; class weights too when there are more than
+    ``max_points``; the probe set is kept whole. With ``reference`` (the previous projection, same method) the
+    result is aligned to it on the probe points; a reference whose probe set differs (another run) is ignored.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
+    if max_points < 1:
+        raise ValueError(f"max_points must be at least 1; got {max_points}")
+    _check_snapshot(snapshot)
+
+    ages = snapshot.ages.numpy()
+    rows = subsample_keeping_ages(ages, max_points, seed)
+    weight_ages = snapshot.class_weight_ages.numpy()
+    weight_rows = subsample_keeping_ages(weight_ages, max_points, seed)
+    probe_labels = snapshot.probe_labels.numpy()
+
+    normalize = torch.nn.functional.normalize
+    parts = [snapshot.embeddings[torch.from_numpy(rows)], snapshot.class_weights[torch.from_numpy(weight_rows)],
+             snapshot.probe_embeddings]
+    points = torch.cat([normalize(part.double(), dim=1) for part in parts])
+    xy = pca_2d(points) if method == "pca" else umap_2d(points, seed)
+
+    row_end, weight_end = len(rows), len(rows) + len(weight_rows)
+    if reference is not None and reference.method == method and _probes_correspond(reference, probe_labels):
+        xy = procrustes_align(xy, xy[weight_end:], reference.probe_xy)
+    return ProjectedSnapshot(
+        step=snapshot.step, margin=snapshot.margin, method=method,
+        xy=xy[:row_end], labels=snapshot.labels.numpy()[rows], ages=ages[rows],
+        weight_xy=xy[row_end:weight_end], weight_labels=snapshot.class_weight_labels.numpy()[weight_rows],
+        weight_ages=weight_ages[weight_rows],
+        probe_xy=xy[weight_end:], probe_labels=probe_labels,
+    )
+
+
+class UmapWorker:
+    """One daemon thread that runs UMAP projections so the caller (the app's poll) never waits for one.
+
+    ``submit(key, snapshot)`` queues a job; only the newest queued job is kept (a pending older one is dropped,
+    because while scrubbing only the snapshot on screen matters). ``result(key)`` is the finished projection or
+    None; ``error(key)`` is the message of a failed one, which never stops the thread. Each new projection is
+    aligned to the previous finished one, so consecutive UMAP pictures keep their orientation. The most recent
+    ``max_results`` outcomes are kept.
+    """
+
+    def __init__(self, max_points: int = 3000, seed: int = 0,
+                 project: Callable[[SnapshotEvent, ProjectedSnapshot | None], ProjectedSnapshot] | None = None,
+                 max_results: int = 128):
+        """``project(snapshot, reference)`` replaces real UMAP (tests inject a fake one)."""
+        if project is None:
+            def project(snapshot, reference):
+                return project_snapshot(snapshot, "umap", max_points=max_points, seed=seed, reference=reference)
+        self._project = project
+        self._max_results = max_results
+        self._changed = threading.Condition()
+        self._pending: tuple[Hashable, SnapshotEvent] | None = None
+        self._running: Hashable | None = None
+        self._outcomes: OrderedDict[Hashable, tuple[ProjectedSnapshot | None, str | None]] = OrderedDict()
+        self._latest: ProjectedSnapshot | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="memvir-umap", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: Hashable, snapshot: SnapshotEvent) -> None:
+        """Queue ``snapshot`` under ``key``, replacing any job still waiting. A key that is running or already
+        finished (or failed) is not queued again: the app can submit on every poll without repeating work."""
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("this UmapWorker is closed; create a new one to project more snapshots")
+            if key == self._running or key in self._outcomes:
+                return
+            self._pending = (key, snapshot)
+            self._changed.notify_all()
+
+    def result(self, key: Hashable) -> ProjectedSnapshot | None:
+        """The finished projection for ``key``; None while queued, running, dropped, failed or never submitted."""
+        with self._changed:
+            outcome = self._outcomes.get(key)
+        return outcome[0] if outcome else None
+
+    def error(self, key: Hashable) -> str | None:
+        """Why the projection for ``key`` failed ("ExceptionType: message"), or None."""
+        with self._changed:
+            outcome = self._outcomes.get(key)
+        return outcome[1] if outcome else None
+
+    def pending(self, key: Hashable) -> bool:
+        """True while ``key`` is queued or running (the app shows "UMAP running..." then)."""
+        with self._changed:
+            return key == self._running or (self._pending is not None and self._pending[0] == key)
+
+    def wait(self, key: Hashable, timeout: float | None = None) -> bool:
+        """Block until ``key`` is no longer pending (finished, failed or dropped); False if ``timeout`` ran out."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: key != self._running and (self._pending is None or self._pending[0] != key), timeout)
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Stop the thread after its current job (a queued job is dropped). Waits up to ``timeout`` seconds; the
+        thread is a daemon, so a UMAP still running then cannot keep the process alive."""
+        with self._changed:
+            self._closed = True
+            self._pending = None
+            self._changed.notify_all()
+        self._thread.join(timeout)
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._pending is not None or self._closed)
+                if self._closed:
+                    return
+                key, snapshot = self._pending
+                self._pending, self._running = None, key
+                reference = self._latest
+            try:
+                outcome = (self._project(snapshot, reference), None)
+            except Exception as exc:  # noqa: BLE001 - any failure becomes a message; the thread must live on
+                outcome = (None, f"{type(exc).__name__}: {exc}")
+            with self._changed:
+                self._outcomes[key] = outcome
+                while len(self._outcomes) > self._max_results:
+                    self._outcomes.popitem(last=False)
+                if outcome[0] is not None:
+                    self._latest = outcome[0]
+                self._running = None
+                self._changed.notify_all()
