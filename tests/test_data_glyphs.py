@@ -10,7 +10,6 @@ import unicodedata
 import numpy as np
 import pytest
 import torch
-from torchvision.transforms import v2
 
 from memvir.data import DATASET_NAMES, DatasetError, DatasetInfo, load_dataset
 from memvir.data import glyphs as glyphs_module

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import get_worker_info
-from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
