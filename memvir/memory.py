@@ -317,15 +317,16 @@ class MemVir(nn.Module):
 
 
 def _concat(live: torch.Tensor, stored: list[torch.Tensor]) -> torch.Tensor:
-    """The live rows, then the stored ones, in the live dtype, copying every stored row once."""
+    """The live rows, then the stored ones, in the live dtype: every row is copied once, converting on the way."""
     if stored[0].dtype == live.dtype:
-        return torch.cat([live, *stored])
-    memory_part = live.new_empty(sum(t.shape[0] for t in stored), live.shape[1])
-    row = 0
-    for t in stored:
-        memory_part[row : row + t.shape[0]].copy_(t)  # converts from the store dtype in the same pass
-        row += t.shape[0]
-    return torch.cat([live, memory_part])
+        return torch.cat([live, *stored])  # one parallel kernel over views of the ring
+    out = live.new_empty(live.shape[0] + sum(t.shape[0] for t in stored), live.shape[1])
+    row = live.shape[0]
+    for part in stored:
+        out[row : row + part.shape[0]].copy_(part)
+        row += part.shape[0]
+    out[: live.shape[0]] = live  # autograd records this copy: gradients reach the live rows, never the memory
+    return out
 
 
 def _is_float_matrix(value) -> bool:
