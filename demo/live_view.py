@@ -1,0 +1,217 @@
+"""What the Train tab shows of a run: the status line, the three curve figures and the embedding picture.
+
+Pure functions of a `LiveRun` (plus the viewer), so the poll handler stays a few milliseconds: the curve figures are
+built once per new record and shared by every page watching the run, and nothing here trains or projects.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from demo.runs import LiveRun
+
+
+def _figures():
+    """demo.figures, imported on first use: it loads plotly and torch, which the page need not wait for."""
+    from demo import figures
+
+    return figures
+
+STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
+                "finished": "Finished", "failed": "Failed"}
+
+
+def format_duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '2 h 05 min'."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_line(run: LiveRun) -> str:
+    """'epoch 2 of 5 · step 123 of 475 · classes in use s(i) 2,042 · virtual sets 1 of 5 · 1,630 images/s ·
+    about 40 s left' (the parts known so far)."""
+    step = run.last_step
+    epochs = run.config.epochs
+    if step is None:
+        done = [r for r in run.records if r.get("type") == "step"]
+        last = done[-1]["step"] if done else 0
+        return f"step {last:,} of {run.total_steps:,}"
+    parts = [f"epoch {step.epoch + 1} of {epochs}", f"step {step.step:,} of {run.total_steps:,}",
+             f"classes in use s(i) {step.num_classes:,}",
+             f"virtual sets {step.num_virtual_sets} of {run.live_values['memvir_n']}"
+             + (" (warm-up)" if step.warmup else ""),
+             f"{step.images_per_s:,.0f} images/s"]
+    if run.state == "running" and step.images_per_s > 0:
+        left = (run.total_steps - step.step) * run.config.batch_size / step.images_per_s
+        parts.append(f"about {format_duration(left)} left")
+    return " · ".join(parts)
+
+
+def status_markdown(run: LiveRun | None, visitor: str) -> str:
+    """The status line: state and progress, the latest live change, whose run it is."""
+    if run is None:
+        return "**Ready.** Choose the settings and press **Start**; the curves and embeddings appear as it trains."
+    with run.lock:
+        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress_line(run)}"]
+        if run.state in ("stopped", "failed", "finished") and run.message:
+            lines.append(run.message + (" · press **Resume** to continue" if run.can_resume else ""))
+        if run.control_message:
+            lines.append(f"Live change: {run.control_message}")
+        baseline = run.baseline
+    if baseline is not None:
+        with baseline.lock:
+            lines.append(f"Baseline (N = 0): {STATE_LABELS.get(baseline.state, baseline.state).lower()} · "
+                         f"{progress_line(baseline)}")
+    if run.owner != visitor:
+        lines.append("You are watching a run started by another visitor (read-only).")
+    return "  \n".join(lines)
+
+
+def curve_key(run: LiveRun | None) -> tuple | None:
+    """Changes exactly when the curve figures would: new records in the run or its baseline."""
+    if run is None:
+        return None
+    baseline = run.baseline
+    return (run.id, id(run.records), len(run.records),
+            None if baseline is None else (baseline.id, id(baseline.records), len(baseline.records)))
+
+
+def build_curves(run: LiveRun):
+    """(curves, class count, target cosine) figures of the run, with its baseline overlaid."""
+    with run.lock:
+        records = list(run.records)
+    baseline_records = None
+    if run.baseline is not None:
+        with run.baseline.lock:
+            baseline_records = list(run.baseline.records)
+    figures = _figures()
+    return (figures.curves_figure(records, baseline=baseline_records),
+            figures.class_count_figure(records, baseline=baseline_records),
+            figures.target_cosine_figure(records, baseline=baseline_records))
+
+
+def empty_curves():
+    empty = _figures().empty_figure("Press Start to train; the curves fill in as it trains.")
+    return empty, empty, empty
+
+
+class FigureBuilder:
+    """Draws the figures of the runs pages are watching on one background thread, at most once per `interval`.
+
+    Building a plotly figure costs tens of milliseconds of Python, every second while a run trains. Done in the
+    poll handler, that would be the handler's whole cost and would hold the interpreter lock at the moment pages
+    ask; here the poll only picks up the finished figures, and all pages watching a run share them.
+    """
+
+    def __init__(self, interval: float = 1.0, forget_after: float = 10.0):
+        self.interval = interval
+        self.forget_after = forget_after
+        self._lock = threading.Lock()
+        self._watched: dict[str, tuple[LiveRun, float, set]] = {}
+        self._curves: dict[str, tuple] = {}  # run id -> (curve key, figures)
+        # (run id, colour) -> (snapshot key, step, figure, caption)
+        self._embeddings: dict[tuple[str, str], tuple] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="memvir-figures", daemon=True)
+        self._thread.start()
+
+    def _watch(self, run: LiveRun, color_by: str | None) -> None:
+        with self._lock:
+            _, _, colors = self._watched.get(run.id, (run, 0.0, set()))
+            if color_by is not None:
+                colors.add(color_by)
+            self._watched[run.id] = (run, time.monotonic(), colors)
+
+    def curves(self, run: LiveRun) -> tuple[tuple, tuple]:
+        """(curve key, figures) of the run as last drawn; drawn now if never yet (a page just opened)."""
+        self._watch(run, None)
+        with self._lock:
+            built = self._curves.get(run.id)
+        if built is None:
+            built = (curve_key(run), build_curves(run))
+            with self._lock:
+                self._curves[run.id] = built
+        return built
+
+    def latest_embedding(self, run: LiveRun, color_by: str) -> tuple | None:
+        """(snapshot key, step, figure, caption) of the latest snapshot as last drawn in `color_by`; None until
+        drawn."""
+        self._watch(run, color_by)
+        with self._lock:
+            return self._embeddings.get((run.id, color_by))
+
+    def _work(self) -> None:
+        while not self._closed:
+            started = time.monotonic()
+            with self._lock:
+                watched = list(self._watched.items())
+            for run_id, (run, seen, colors) in watched:
+                if started - seen > self.forget_after:  # no page asked lately
+                    self._forget(run_id)
+                    continue
+                self._refresh(run, colors)
+            time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def _forget(self, run_id: str) -> None:
+        with self._lock:
+            self._watched.pop(run_id, None)
+            self._curves.pop(run_id, None)
+            for key in [key for key in self._embeddings if key[0] == run_id]:
+                del self._embeddings[key]
+
+    def _refresh(self, run: LiveRun, colors: set) -> None:
+        key = curve_key(run)
+        with self._lock:
+            current = self._curves.get(run.id)
+        if current is None or current[0] != key:
+            built = (key, build_curves(run))
+            with self._lock:
+                self._curves[run.id] = built
+        snapshot_key = (run.id, run.snapshot_version)
+        for color_by in list(colors):
+            with self._lock:
+                current = self._embeddings.get((run.id, color_by))
+            latest = run.snapshot_at(None)
+            if latest is not None and (current is None or current[0] != snapshot_key):
+                figure, caption = embedding_view(run, None, color_by)
+                with self._lock:
+                    self._embeddings[(run.id, color_by)] = (snapshot_key, latest.step, figure, caption)
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(5)
+
+
+def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
+    """(figure, caption) of the snapshot at `step` (the latest when None)."""
+    view = None if run is None else run.snapshot_at(step)
+    if view is None:
+        return _figures().embedding_figure(None, color_by), "No snapshot yet."
+    with run.lock:
+        count = len(run.snapshots)
+        position = next((i for i, kept in enumerate(run.snapshots) if kept.step == view.step), count - 1) + 1
+        umap_pending = run.latest_raw_snapshot is not None and run.latest_raw_snapshot.step == view.step
+    method = view.projected.method.upper()
+    note = ""
+    if method == "PCA" and umap_pending and not run.training:
+        note = " · UMAP on its way"
+    elif method == "PCA" and run.training:
+        note = " · UMAP follows when the run pauses or ends"
+    caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
+    return _figures().embedding_figure(view.projected, color_by), caption
+
+
+def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
+    """(first, last) step with a kept snapshot, for the scrub slider; (0, 1) when there is none."""
+    if run is None:
+        return 0, 1
+    with run.lock:
+        if not run.snapshots:
+            return 0, 1
+        first, last = run.snapshots[0].step, run.snapshots[-1].step
+    return first, max(last, first + 1)

@@ -1,0 +1,353 @@
+"""Retrieval over a checkpoint: which checkpoints there are, galleries to search, a cached index, and queries.
+
+A checkpoint is a folder in the Hub layout (config.json + model.safetensors): bundled under `checkpoints/`, a run
+folder of this app, or a Hub repo id pulled by `memvir.hub.pull` (which fails within seconds when offline). A
+gallery is the checkpoint's own test split or images a visitor uploaded. Embedding a gallery is the slow part, so the
+`GalleryIndex` of each (checkpoint, gallery) pair is built once and kept; a query then costs one forward pass and
+one search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from demo.settings import AppSettings
+from demo.uploads import UploadError, is_zip, load_image, unpack_class_zip
+
+EMBED_BATCH = 512
+THUMBNAIL_SIZE = 96
+SAMPLE_SIZE = 48
+_CACHE_ENTRIES = 4
+
+
+class RetrievalError(ValueError):
+    """A checkpoint, gallery or query that cannot be used; the message says what to do instead."""
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A model ready to embed, and where it came from. `key` changes when the folder's weights are rewritten."""
+
+    key: str
+    folder: Path
+    name: str
+    model: object  # memvir.models.EmbeddingModel (imported lazily)
+
+    @property
+    def config(self) -> dict:
+        return self.model.config
+
+    @property
+    def is_glyph_model(self) -> bool:
+        return self.config["image_kind"] == "glyph"
+
+
+@dataclass(frozen=True)
+class Gallery:
+    """Images to search: `image(i)` gives item i; labels and class names when known (a test split, a zip)."""
+
+    key: str
+    description: str
+    size: int
+    image: Callable[[int], Image.Image]
+    labels: list[int] | None = None
+    class_names: list[str] | None = None
+    glyphs: bool = False  # white ink on black: shown inverted, as print
+
+    def class_of(self, index: int) -> str | None:
+        return None if self.labels is None else self.class_names[self.labels[index]]
+
+
+@dataclass(frozen=True)
+class IndexedGallery:
+    """A gallery's embeddings in a GalleryIndex, with the gallery's own retrieval metrics (when labelled)."""
+
+    index: object  # memvir.index.GalleryIndex
+    metrics: dict
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One result: gallery item, cosine similarity, its class (when known) and whether it matches the query's."""
+
+    index: int
+    score: float
+    class_name: str | None
+    same_class: bool | None
+
+
+def _folder_key(folder: Path) -> str:
+    weights = folder / "model.safetensors"
+    return f"{folder.resolve()}@{weights.stat().st_mtime_ns}"
+
+
+def _checkpoint_folders(root: Path, need_weights: bool) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return sorted(
+        (path for path in root.iterdir()
+         if (path / "config.json").is_file() and (not need_weights or (path / "model.safetensors").is_file())),
+        key=lambda path: path.name,
+    )
+
+
+def thumbnail(image: Image.Image, glyphs: bool, size: int = THUMBNAIL_SIZE) -> Image.Image:
+    """A display copy at `size` pixels on its long side; glyphs (white ink on black) shown as dark ink on white."""
+    shown = image.convert("L") if glyphs else image.convert("RGB")
+    if glyphs:
+        shown = ImageOps.invert(shown)
+    scale = size / max(shown.size)
+    return shown.resize((max(1, round(shown.width * scale)), max(1, round(shown.height * scale))),
+                        Image.Resampling.LANCZOS)
+
+
+def _flatten_alpha(image: Image.Image) -> Image.Image:
+    """RGB on white: a sketch's transparent background must read as paper, not as black."""
+    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(paper, rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def glyph_query(image: Image.Image, image_size: int, fit_ink: bool) -> Image.Image:
+    """A query as the glyph renders are: white ink on black, grayscale.
+
+    Polarity follows the border (the background): a dark-on-light upload or sketch is inverted. With `fit_ink`
+    (a sketch, drawn at any size on a large canvas) the ink is cropped and centred with the renderer's margin, so it
+    fills the frame as a rendered glyph does.
+    """
+    gray = np.asarray(_flatten_alpha(image).convert("L"), dtype=np.uint8)
+    border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
+    if np.median(border) > 127:
+        gray = 255 - gray
+    if not fit_ink:
+        return Image.fromarray(gray)
+    rows, columns = np.flatnonzero((gray > 32).any(axis=1)), np.flatnonzero((gray > 32).any(axis=0))
+    if rows.size == 0:
+        raise RetrievalError("the drawing is empty: draw a character on the sketchpad first")
+    ink = gray[rows[0]: rows[-1] + 1, columns[0]: columns[-1] + 1]
+    # The renderer fits ink into the canvas less max(1, size // 16) pixels on each side; keep that proportion.
+    fit_size = image_size - 2 * max(1, image_size // 16)
+    side = int(np.ceil(max(ink.shape) * image_size / fit_size))
+    canvas = np.zeros((side, side), dtype=np.uint8)
+    top, left = (side - ink.shape[0]) // 2, (side - ink.shape[1]) // 2
+    canvas[top: top + ink.shape[0], left: left + ink.shape[1]] = ink
+    return Image.fromarray(canvas)
+
+
+class _Cache(OrderedDict):
+    """A small least-recently-used dict: models and indexes are large, visitors few."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+
+    def get_or_make(self, key, make):
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = make()
+        self[key] = value
+        while len(self) > self.capacity:
+            self.popitem(last=False)
+        return value
+
+
+class RetrievalService:
+    """Checkpoints, galleries and their indexes, cached; thread-safe (Gradio serves visitors on many threads)."""
+
+    def __init__(self, settings: AppSettings):
+        self.settings = settings
+        self._lock = threading.RLock()
+        self._models = _Cache(_CACHE_ENTRIES)
+        self._galleries = _Cache(_CACHE_ENTRIES)
+        self._indexes = _Cache(_CACHE_ENTRIES)
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def checkpoint_choices(self) -> list[tuple[str, str]]:
+        """(label, folder) of the bundled checkpoints and of the app's runs that have saved weights."""
+        bundled = [(f"bundled: {path.name}", str(path))
+                   for path in _checkpoint_folders(self.settings.checkpoints_dir, need_weights=False)]
+        runs = [(f"run: {path.name}", str(path))
+                for path in reversed(_checkpoint_folders(self.settings.runs_dir, need_weights=True))]
+        return bundled + runs
+
+    def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
+        """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had."""
+        from memvir.hub import pull
+        from memvir.models import EmbeddingModel
+
+        choice = (choice or "").strip()
+        if not choice:
+            raise RetrievalError("choose a checkpoint, or type a Hub repo id such as owner/name")
+        try:
+            folder = pull(choice)
+            key = _folder_key(folder)
+        except (ValueError, OSError) as error:  # HubError is a ValueError
+            raise RetrievalError(str(error)) from None
+
+        def load():
+            try:
+                model = EmbeddingModel.from_pretrained(folder)
+            except (ValueError, OSError) as error:
+                raise RetrievalError(f"{choice} could not be loaded: {error}") from None
+            local = Path(choice).expanduser().is_dir()
+            return LoadedCheckpoint(key, folder, folder.name if local else choice, model.eval())
+
+        with self._lock:
+            return self._models.get_or_make(key, load)
+
+    # ------------------------------------------------------------------------------------------ galleries
+    def test_split_gallery(self, checkpoint: LoadedCheckpoint) -> Gallery:
+        """The test split of the dataset the checkpoint was trained on (glyphs are re-rendered, no download)."""
+        from memvir.data import load_dataset
+
+        config = checkpoint.config
+        dataset = config["dataset"]
+        size = config["image_size"]
+        key = f"test-split:{dataset}:{size}"
+
+        def load():
+            try:
+                split = load_dataset(dataset, image_size=size).test
+            except ValueError as error:
+                raise RetrievalError(
+                    f"the checkpoint's dataset {dataset!r} is not available on this machine ({error}); "
+                    "upload gallery images or a zip of class folders instead"
+                ) from None
+            return Gallery(key=key, description=f"the {dataset} test split", size=len(split), image=split.image,
+                           labels=split.labels.tolist(), class_names=split.class_names,
+                           glyphs=checkpoint.is_glyph_model)
+
+        with self._lock:
+            return self._galleries.get_or_make(key, load)
+
+    def uploaded_gallery(self, paths: Sequence[str | Path]) -> Gallery:
+        """A gallery from uploaded images (no labels) or from one zip of class folders (labels = folder names)."""
+        from memvir.data.folder import class_folders
+
+        paths = [Path(path) for path in paths or []]
+        if not paths:
+            raise RetrievalError("upload gallery images (or one zip of class folders) first")
+        zips = [path for path in paths if is_zip(path)]
+        if zips and len(paths) > 1:
+            raise RetrievalError("upload either one zip of class folders or loose images, not both")
+        settings = self.settings
+        if zips:
+            root = unpack_class_zip(zips[0], settings.uploads_dir, settings.max_zip_bytes,
+                                    settings.max_unpacked_bytes)
+            classes = class_folders(root)
+            files = [image for _, images in classes for image in images]
+            labels = [label for label, (_, images) in enumerate(classes) for _ in images]
+            class_names = [name for name, _ in classes]
+            if not files:
+                raise UploadError(f"{zips[0].name} holds no images in class folders")
+            description = f"{zips[0].name} ({len(files)} images in {len(classes)} classes)"
+        else:
+            files, labels, class_names = paths, None, None
+            description = f"{len(files)} uploaded images"
+        if len(files) > settings.max_gallery_uploads:
+            raise UploadError(f"the gallery has {len(files)} images; at most {settings.max_gallery_uploads} "
+                              "are accepted")
+        # Decode everything now: a bad file is reported at upload, not in the middle of a search.
+        images = [self._gallery_image(path) for path in files]
+        digest = hashlib.blake2b(digest_size=8)
+        for image in images:
+            digest.update(image.tobytes())
+        digest.update(repr(labels).encode())
+        return Gallery(key=f"upload:{digest.hexdigest()}", description=description, size=len(images),
+                       image=images.__getitem__, labels=labels, class_names=class_names)
+
+    def _gallery_image(self, path: Path) -> Image.Image:
+        image = load_image(path, self.settings.max_image_bytes, self.settings.max_image_pixels)
+        image.thumbnail((512, 512))  # plenty for any model input here, and bounds memory for 2,000 uploads
+        return image
+
+    def sample(self, gallery: Gallery, count: int = SAMPLE_SIZE) -> list[int]:
+        """Items to show for click-to-query: one per class across the classes (or the first items)."""
+        if gallery.labels is None:
+            return list(range(min(count, gallery.size)))
+        first_of_class: dict[int, int] = {}
+        for index, label in enumerate(gallery.labels):
+            first_of_class.setdefault(label, index)
+        firsts = list(first_of_class.values())
+        step = max(1, len(firsts) // count)
+        return firsts[::step][:count]
+
+    # ------------------------------------------------------------------------------------------ index and search
+    def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
+        """The gallery embedded by the checkpoint, indexed; built on first use, then cached."""
+        with self._lock:
+            return self._indexes.get_or_make((checkpoint.key, gallery.key),
+                                             lambda: self._build_index(checkpoint, gallery))
+
+    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
+        import torch
+
+        from memvir.index import GalleryIndex
+        from memvir.metrics import retrieval_metrics
+
+        if gallery.size == 0:
+            raise RetrievalError("the gallery is empty")
+        chunks = []
+        for start in range(0, gallery.size, EMBED_BATCH):
+            batch = [self.model_input(checkpoint, gallery.image(i), fit_ink=False)
+                     for i in range(start, min(start + EMBED_BATCH, gallery.size))]
+            chunks.append(checkpoint.model.embed(batch))
+        embeddings = torch.cat(chunks)
+        metrics = {}
+        if gallery.labels is not None and len(set(gallery.labels)) < gallery.size:
+            labels = torch.as_tensor(gallery.labels)
+            metrics = retrieval_metrics(embeddings, labels, ks=(1,))
+        return IndexedGallery(GalleryIndex.build(embeddings, labels=gallery.labels), metrics)
+
+    def model_input(self, checkpoint: LoadedCheckpoint, image: Image.Image, fit_ink: bool) -> Image.Image:
+        """The image as it goes into the model's own preprocessing (glyph polarity and framing; RGB on white)."""
+        if checkpoint.is_glyph_model:
+            return glyph_query(image, checkpoint.config["image_size"], fit_ink)
+        return _flatten_alpha(image)
+
+    def search(self, checkpoint: LoadedCheckpoint, gallery: Gallery, image: Image.Image, k: int,
+               drawn: bool = False, exclude: int | None = None, query_class: str | None = None) -> list[Hit]:
+        """The k gallery items nearest the query image, best first.
+
+        drawn: the query is a sketch (its ink is fitted to the frame). exclude: a gallery item to leave out (the
+        clicked item itself). query_class: the query's class name when known, to mark hits same/different.
+        """
+        if not isinstance(k, int) or k < 1:
+            raise RetrievalError(f"k must be a whole number of at least 1, got {k!r}")
+        indexed = self.index(checkpoint, gallery)
+        query = checkpoint.model.embed(self.model_input(checkpoint, image, fit_ink=drawn))
+        wanted = min(k + (exclude is not None), gallery.size)
+        hits = [hit for hit in indexed.index.search(query, wanted)[0] if hit.index != exclude][:k]
+        results = []
+        for hit in hits:
+            class_name = gallery.class_of(hit.index)
+            same = None if query_class is None or class_name is None else class_name == query_class
+            results.append(Hit(hit.index, hit.score, class_name, same))
+        return results
+
+    def match_class(self, gallery: Gallery, text: str | None) -> str | None:
+        """The gallery class a visitor named ("Ж", "Ж U+0416" or a folder name), None when blank.
+
+        RetrievalError when the gallery has no such class (or no labels).
+        """
+        text = (text or "").strip()
+        if not text:
+            return None
+        if gallery.class_names is None:
+            raise RetrievalError("this gallery has no classes, so the query's class cannot be compared")
+        for name in gallery.class_names:
+            if text == name or (gallery.glyphs and name.split(" ")[0] == text):
+                return name
+        raise RetrievalError(f"the gallery has no class {text!r}; leave the query class empty or name one of its "
+                             f"classes (e.g. {gallery.class_names[0]!r})")

@@ -1,0 +1,472 @@
+"""RunManager: the app's training runs, each a memvir Trainer on its own thread, shared by every visitor.
+
+Gradio's per-tab state is deep-copied and dies with the tab, so runs live here, at module level in the app: a closed
+tab neither stops nor orphans a run, a reloaded page finds it again, and every visitor watches the same runs. A run
+belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
+`max_active_runs` train at once (one by default: runs on one device only slow each other down).
+
+The trainer thread reports through a listener that only copies what the page shows: the records of metrics.jsonl,
+the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot embeddings are not
+kept, except the latest, which the UMAP worker may project when the run is not training (UMAP takes seconds of CPU
+that training would otherwise get).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo.settings import AppSettings
+
+log = logging.getLogger(__name__)
+
+TRAINING_STATES = ("starting", "running", "paused")
+LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
+                       "class_lr": "class lr"}
+# Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
+_NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every")
+
+
+class RunError(ValueError):
+    """A run cannot be started or steered as asked; the message says why and what to do."""
+
+
+class RunLimitReached(RunError):
+    """Every training slot of this machine is taken."""
+
+
+class NotRunOwner(RunError):
+    """The run belongs to another visitor, who alone may steer it."""
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    """One snapshot as the page keeps it: its 2-D projection only (PCA, or UMAP once the worker has it)."""
+
+    step: int
+    projected: object  # memvir.projection.ProjectedSnapshot
+
+
+class LiveRun:
+    """One training run as the page sees it. The trainer thread writes through `_on_event`; page handlers read
+    under `lock`. `version` grows with every change, `snapshot_version` with every change to the snapshots."""
+
+    def __init__(self, run_id: str, owner: str, folder: Path, config, kind: str = "main"):
+        self.id = run_id
+        self.owner = owner
+        self.folder = folder
+        self.config = config  # the configuration it started with (live changes are in `live_values`)
+        self.kind = kind  # "main" or "baseline"
+        self.lock = threading.Lock()
+        self.state = "starting"
+        self.message = "starting"
+        self.records: list[dict] = []
+        self.last_step = None  # the latest StepEvent
+        self.control_message: str | None = None
+        self.live_values = {name: getattr(config, name) for name in LIVE_CONTROL_LABELS}
+        self.snapshots: list[SnapshotView] = []
+        self.latest_raw_snapshot = None
+        self.version = 0
+        self.snapshot_version = 0
+        self.total_steps = 0
+        self.steps_per_epoch = 1
+        self.baseline: LiveRun | None = None
+        self.started_at = time.time()
+        self.trainer = None
+        self.reserved = False  # holds a training slot while its trainer is being built
+        self._thread: threading.Thread | None = None
+        self._project = None
+        self._snapshot_history = 60
+
+    # ---------------------------------------------------------------------------------------------- state
+    @property
+    def training(self) -> bool:
+        """True while the trainer thread is alive (running, paused, or about to start)."""
+        return self.reserved or (self._thread is not None and self._thread.is_alive())
+
+    @property
+    def busy(self) -> bool:
+        """True while this run or its baseline trains: it holds a training slot."""
+        return self.training or (self.baseline is not None and self.baseline.training)
+
+    @property
+    def can_resume(self) -> bool:
+        from memvir.checkpoint import TRAINER_STATE
+
+        return not self.training and self.state == "stopped" and (self.folder / TRAINER_STATE).is_file()
+
+    def snapshot_at(self, step: int | None) -> SnapshotView | None:
+        """The last snapshot taken at or before `step` (the latest when None; the first when all are later)."""
+        with self.lock:
+            if not self.snapshots:
+                return None
+            if step is None:
+                return self.snapshots[-1]
+            earlier = [view for view in self.snapshots if view.step <= step]
+            return earlier[-1] if earlier else self.snapshots[0]
+
+    # ---------------------------------------------------------------------------------------------- the thread
+    def launch(self, trainer, project, snapshot_history: int) -> None:
+        """Run `trainer` (built with `self._on_event` as a listener) on a daemon thread."""
+        self.trainer = trainer
+        self._project = project
+        self._snapshot_history = snapshot_history
+        with self.lock:
+            self.records = list(trainer.history)  # a resumed run continues the records of its checkpoint
+            self.total_steps = trainer.total_steps
+            self.steps_per_epoch = trainer.steps_per_epoch
+            self.state, self.message = "starting", "starting"
+            self.version += 1
+        self._thread = threading.Thread(target=self._work, name=f"memvir-run-{self.id}", daemon=True)
+        self._thread.start()
+        self.reserved = False
+
+    def _work(self) -> None:
+        from memvir.train import TrainingDiverged
+
+        try:
+            self.trainer.run()
+        except TrainingDiverged:
+            pass  # the trainer already said so in a 'failed' StatusEvent
+        except Exception as error:  # noqa: BLE001 - a crash ends this run with a message, never the app
+            log.exception("run %s failed", self.id)
+            with self.lock:
+                self.state, self.message = "failed", f"the run failed: {type(error).__name__}: {error}"
+                self.version += 1
+        finally:
+            self.trainer = None  # the model, optimizer and memory are on disk now; free them
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _on_event(self, event) -> None:
+        """The Trainer's listener (trainer thread): copy what the page shows, quickly."""
+        from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
+
+        trainer = self.trainer
+        if isinstance(event, SnapshotEvent):
+            self._add_snapshot(event)
+            return
+        with self.lock:
+            if trainer is not None and len(trainer.history) > len(self.records):
+                # The trainer logs before it notifies, so its history already holds this event's record.
+                self.records.extend(trainer.history[len(self.records):])
+            if isinstance(event, StepEvent):
+                self.last_step = event
+            elif isinstance(event, StatusEvent):
+                self.state, self.message = event.state, event.message
+            elif isinstance(event, ControlEvent):
+                self.control_message = self._describe_control(event)
+                self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
+            self.version += 1
+
+    def _describe_control(self, event) -> str:
+        """'N 5 -> 10: applied at step 124' in the page's names for the controls."""
+        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
+                 for name, value in event.changes.items()]
+        return f"{', '.join(parts)}: applied at step {event.step + 1}"
+
+    def _add_snapshot(self, event) -> None:
+        previous = self.snapshots[-1].projected if self.snapshots else None
+        try:
+            projected = self._project(event, "pca", reference=previous)
+        except ValueError as error:  # an unprojectable snapshot is skipped; the run goes on
+            log.warning("run %s: snapshot at step %s not projected: %s", self.id, event.step, error)
+            return
+        with self.lock:
+            self.snapshots.append(SnapshotView(event.step, projected))
+            if len(self.snapshots) > self._snapshot_history:
+                # Thin out rather than forget the start: the early picture (virtual classes sitting on the real
+                # ones) is what scrubbing back is for.
+                self.snapshots = self.snapshots[:-1][::2] + [self.snapshots[-1]]
+            self.latest_raw_snapshot = event
+            self.snapshot_version += 1
+            self.version += 1
+
+    def use_umap(self, worker) -> None:
+        """Ask `worker` for a UMAP of the latest snapshot once the run rests, and swap in finished ones."""
+        with self.lock:
+            raw = self.latest_raw_snapshot
+            if raw is None:
+                return
+            key = (self.id, raw.step)
+            done = worker.result(key)
+            if done is not None:
+                self.snapshots = [SnapshotView(view.step, done) if view.step == raw.step else view
+                                  for view in self.snapshots]
+                self.latest_raw_snapshot = None  # projected for good: the raw embeddings can go
+                self.snapshot_version += 1
+                self.version += 1
+                return
+        if not self.training and worker.error(key) is None:
+            worker.submit(key, raw)
+
+    # ---------------------------------------------------------------------------------------------- loaded runs
+    @classmethod
+    def from_folder(cls, folder: Path, owner: str, config, kind: str) -> LiveRun:
+        """A finished run read back from its folder (records only), e.g. a baseline trained earlier."""
+        from memvir.checkpoint import METRICS_LOG
+
+        run = cls(folder.name, owner, folder, config, kind)
+        run.records = _read_records(folder / METRICS_LOG)
+        run.state, run.message = "finished", f"loaded from {folder.name}"
+        return run
+
+
+def _read_records(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut off by a crash: the rest still draws
+    return records
+
+
+def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
+    """A run folder whose configuration equals `config_dict` (up to settings that change nothing) and that
+    finished, newest first."""
+    from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG
+
+    wanted = {k: v for k, v in config_dict.items() if k not in _NEUTRAL_SETTINGS}
+    if not runs_dir.is_dir():
+        return None
+    for folder in sorted(runs_dir.iterdir(), reverse=True):
+        try:
+            saved = json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if {k: v for k, v in saved.items() if k not in _NEUTRAL_SETTINGS} != wanted:
+            continue
+        statuses = [r for r in _read_records(folder / METRICS_LOG) if r.get("type") == "status"]
+        if statuses and statuses[-1].get("state") == "finished":
+            return folder
+    return None
+
+
+def _run_name(config) -> str:
+    dataset = re.sub(r"[^A-Za-z0-9-]+", "-", config.dataset.split(":")[0])
+    memvir = "baseline" if config.memvir_n == 0 else f"memvir-n{config.memvir_n}-m{config.memvir_m}"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}-{config.loss}-{memvir}-{uuid.uuid4().hex[:4]}"
+
+
+class RunManager:
+    """Starts, steers and finds runs; thread-safe. `project(snapshot, method, reference=)` makes the 2-D picture
+    (memvir.projection.project_snapshot by default); `umap_worker` (a memvir.projection.UmapWorker) computes UMAP in
+    the background, one made on first use when settings.umap is on."""
+
+    def __init__(self, settings: AppSettings, project=None, umap_worker=None):
+        self.settings = settings
+        self._project = project
+        self._umap_worker = umap_worker
+        self._lock = threading.RLock()
+        self._runs: dict[str, LiveRun] = {}
+
+    @property
+    def umap_worker(self):
+        """The UMAP worker, or None when UMAP is off (created lazily: memvir.projection loads torch)."""
+        if self._umap_worker is None and self.settings.umap:
+            from memvir.projection import UmapWorker
+
+            with self._lock:
+                if self._umap_worker is None:
+                    self._umap_worker = UmapWorker()
+        return self._umap_worker
+
+    def _projector(self):
+        if self._project is None:
+            from memvir.projection import project_snapshot
+
+            self._project = project_snapshot
+        return self._project
+
+    # ---------------------------------------------------------------------------------------------- finding runs
+    def get(self, run_id: str | None) -> LiveRun | None:
+        with self._lock:
+            return self._runs.get(run_id) if run_id else None
+
+    def runs(self) -> list[LiveRun]:
+        """Main runs, oldest first."""
+        with self._lock:
+            return [run for run in self._runs.values() if run.kind == "main"]
+
+    def busy_runs(self) -> list[LiveRun]:
+        return [run for run in self.runs() if run.busy]
+
+    def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
+        """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the
+        visitor's own latest run (a reloaded page finds it again); else the latest run that trains. A page reset at
+        time `after` shows only runs started since."""
+        viewed = self.get(viewed_id)
+        busy = [run for run in self.busy_runs() if after is None or run.started_at > after]
+        newest_busy = busy[-1] if busy else None
+        if viewed is not None:
+            if not viewed.busy and newest_busy is not None and newest_busy.started_at > viewed.started_at:
+                return newest_busy
+            return viewed
+        if after is not None:
+            return newest_busy
+        own = [run for run in self.runs() if run.owner == visitor]
+        if own and (own[-1].busy or newest_busy is None):
+            return own[-1]
+        return newest_busy
+
+    # ---------------------------------------------------------------------------------------------- control
+    def start(self, config, visitor: str) -> LiveRun:
+        """Validate `config`, build its Trainer (dataset, model) and start it on a thread; RunError if not possible."""
+        from memvir.train import Trainer
+
+        config.validate()
+        with self._lock:
+            self._claim_slot(visitor)
+            run_id = _run_name(config)
+            run = LiveRun(run_id, visitor, self.settings.runs_dir / run_id, config)
+            run.reserved = True
+            self._runs[run_id] = run
+            self._forget_old_runs()
+        self._launch(run, lambda: Trainer(config, run.folder, [run._on_event]), forget_on_failure=True)
+        return run
+
+    def _launch(self, run: LiveRun, make_trainer, forget_on_failure: bool) -> None:
+        """Build the trainer outside the manager's lock (loading a dataset takes a while; pages keep polling),
+        then start it; a failure to build gives the slot back."""
+        try:
+            trainer = make_trainer()
+        except BaseException:
+            run.reserved = False
+            if forget_on_failure:
+                with self._lock:
+                    self._runs.pop(run.id, None)
+            raise
+        run.launch(trainer, self._projector(), self.settings.snapshot_history)
+
+    def _claim_slot(self, visitor: str) -> None:
+        busy = self.busy_runs()
+        if len(busy) < self.settings.max_active_runs:
+            return
+        if any(run.owner == visitor for run in busy):
+            raise RunLimitReached("your run is still training: stop it before starting another")
+        raise RunLimitReached(
+            f"another visitor's run is training, and this machine trains {self.settings.max_active_runs} run(s) at "
+            "a time (MEMVIR_MAX_RUNS raises it). You can watch it here; start yours when it ends."
+        )
+
+    def _forget_old_runs(self) -> None:
+        resting = [run for run in self._runs.values() if run.kind == "main" and not run.busy]
+        for run in resting[: max(0, len(resting) - self.settings.finished_runs_kept)]:
+            self._runs.pop(run.id, None)
+            if run.baseline is not None:
+                self._runs.pop(run.baseline.id, None)
+
+    def _owned(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self.get(run_id)
+        if run is None:
+            raise RunError("there is no run to control: press Start first")
+        if run.owner != visitor:
+            raise NotRunOwner("this run was started by another visitor: you can watch it, but only they can "
+                              "stop, pause or change it")
+        return run
+
+    def stop(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self._owned(run_id, visitor)
+        if not run.busy:
+            raise RunError(f"the run is not training (it is {run.state})")
+        for part in (run, run.baseline):
+            if part is not None and part.trainer is not None:
+                part.trainer.stop()
+        return run
+
+    def pause(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self._owned(run_id, visitor)
+        if not run.training:
+            raise RunError(f"the run is not training (it is {run.state}), so it cannot pause")
+        for part in (run, run.baseline):
+            if part is not None and part.trainer is not None:
+                part.trainer.pause()
+        return run
+
+    def resume(self, run_id: str | None, visitor: str) -> LiveRun:
+        """Continue a paused run, or a stopped one from its checkpoint (same config, model, memory and step)."""
+        from memvir.train import Trainer
+
+        run = self._owned(run_id, visitor)
+        if run.training:
+            for part in (run, run.baseline):
+                if part is not None and part.trainer is not None:
+                    part.trainer.resume_training()
+            return run
+        if not run.can_resume:
+            raise RunError(f"the run {run.state} and has nothing to resume: press Start for a new run")
+        with self._lock:
+            self._claim_slot(visitor)
+            run.reserved = True
+        self._launch(run, lambda: Trainer.resume(run.folder, [run._on_event]), forget_on_failure=False)
+        baseline = run.baseline
+        if baseline is not None and baseline.can_resume:
+            self._launch(baseline, lambda: Trainer.resume(baseline.folder, [baseline._on_event]),
+                         forget_on_failure=False)
+        return run
+
+    def update(self, run_id: str | None, visitor: str, memvir_n=None, memvir_m=None, warmup_epochs=None) -> LiveRun:
+        """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when)."""
+        run = self._owned(run_id, visitor)
+        trainer = run.trainer
+        if trainer is None:
+            raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
+        trainer.update(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
+        return run
+
+    def compare_with_baseline(self, run_id: str | None, visitor: str) -> LiveRun:
+        """Overlay the same configuration without MemVir (N = 0): loaded when such a run finished before, else
+        trained beside the run (it shares the run's training slot)."""
+        from memvir.train import TrainConfig, Trainer
+
+        run = self._owned(run_id, visitor)
+        if run.baseline is not None:
+            return run.baseline
+        if run.config.memvir_n == 0:
+            raise RunError("this run is a baseline already (N = 0): start one with N > 0 to compare")
+        # Its snapshots are not drawn: no probe embedding or projection work for them.
+        config = TrainConfig.from_dict({**run.config.to_dict(), "memvir_n": 0, "snapshot_every": 0})
+        finished = _finished_run_with(self.settings.runs_dir, config.to_dict())
+        with self._lock:
+            if finished is not None:
+                run.baseline = LiveRun.from_folder(finished, visitor, config, "baseline")
+                run.version += 1
+                return run.baseline
+            if not run.busy:
+                self._claim_slot(visitor)
+            baseline_id = _run_name(config)
+            baseline = LiveRun(baseline_id, visitor, self.settings.runs_dir / baseline_id, config, "baseline")
+            baseline.reserved = True
+            self._runs[baseline_id] = baseline
+            run.baseline = baseline
+            run.version += 1
+        try:
+            self._launch(baseline, lambda: Trainer(config, baseline.folder, [baseline._on_event]),
+                         forget_on_failure=True)
+        except BaseException:
+            run.baseline = None
+            raise
+        return baseline
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every run and wait for the threads (app shutdown, tests)."""
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            if run.trainer is not None:
+                run.trainer.stop()
+        for run in runs:
+            run.join(timeout)
+        if self._umap_worker is not None:
+            self._umap_worker.close()

@@ -1,0 +1,90 @@
+"""AppSettings: where the app keeps its files and how much it allows, read from the environment.
+
+Everything the app writes (run folders, unpacked uploads, Gradio's upload cache) lives under one data folder, so a
+visitor's upload can never land anywhere else, and a Space's persistent storage can be pointed at it in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MB = 1024**2
+
+
+def _int_from_env(name: str, default: int, minimum: int) -> int:
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a whole number; set it to an integer >= {minimum}") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} is too small; set it to an integer >= {minimum}")
+    return value
+
+
+def _flag_from_env(name: str, default: bool) -> bool:
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return default
+    if text.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={text!r} is not a yes/no value; set it to 1 or 0")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """The app's folders and limits.
+
+    data_dir: the app's own folder: ``runs/`` (one folder per training run), ``uploads/`` (unpacked zips) and
+        ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled checkpoints, one sub-folder each.
+    max_active_runs: training runs allowed at once on this machine (one by default: runs share the device).
+    umap: compute UMAP projections of snapshots in the background (PCA is always shown at once).
+    """
+
+    data_dir: Path
+    checkpoints_dir: Path
+    max_active_runs: int = 1
+    umap: bool = True
+    max_image_bytes: int = 20 * MB
+    max_image_pixels: int = 40_000_000
+    max_zip_bytes: int = 200 * MB
+    max_unpacked_bytes: int = 1024 * MB
+    max_gallery_uploads: int = 2_000
+    snapshot_history: int = 60
+    finished_runs_kept: int = 8
+
+    def __post_init__(self):
+        if self.max_active_runs < 1:
+            raise ValueError(f"max_active_runs must be at least 1, got {self.max_active_runs}")
+        if self.snapshot_history < 2:
+            raise ValueError(f"snapshot_history must be at least 2, got {self.snapshot_history}")
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.data_dir / "runs"
+
+    @property
+    def uploads_dir(self) -> Path:
+        return self.data_dir / "uploads"
+
+    @property
+    def gradio_dir(self) -> Path:
+        return self.data_dir / "gradio"
+
+    @classmethod
+    def from_env(cls) -> AppSettings:
+        """MEMVIR_APP_DATA (default runs/app), MEMVIR_CHECKPOINTS (default checkpoints/), MEMVIR_MAX_RUNS (1),
+        MEMVIR_UMAP (1)."""
+        return cls(
+            data_dir=Path(os.environ.get("MEMVIR_APP_DATA") or REPO_ROOT / "runs" / "app").expanduser(),
+            checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
+            max_active_runs=_int_from_env("MEMVIR_MAX_RUNS", 1, 1),
+            umap=_flag_from_env("MEMVIR_UMAP", True),
+        )

@@ -1,0 +1,67 @@
+"""A real headless chromium on the page: train and watch the curves and a snapshot appear, stop; search with an
+uploaded image and see k results. Waits are Playwright's, bounded; nothing asserts speed."""
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 90_000
+
+
+def _plot_points(page, plot_id: str, trace_name: str | None = None) -> int:
+    """Points in a trace of the plotly chart inside #plot_id (the first trace when no name), 0 when not drawn."""
+    return page.evaluate(
+        """([plotId, name]) => {
+            const chart = document.querySelector(`#${plotId} .js-plotly-plot`);
+            if (!chart || !chart._fullData) return 0;
+            const trace = name ? chart._fullData.find(t => t.name === name) : chart._fullData[0];
+            return trace && trace.x ? trace.x.length : 0;
+        }""",
+        [plot_id, trace_name],
+    )
+
+
+def test_train_then_stop(page, screenshot):
+    page.get_by_label("Dataset").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.get_by_label("Batch size", exact=True).fill("32")
+    page.get_by_label("Epochs", exact=True).fill("300")
+    page.locator("#start").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Training')",
+                           timeout=WAIT_MS)
+    page.wait_for_function(
+        """() => { const c = document.querySelector('#curves-plot .js-plotly-plot');
+                   const t = c && c._fullData && c._fullData.find(t => t.name === 'loss');
+                   return t && t.x.length >= 3; }""", timeout=WAIT_MS)
+    first = _plot_points(page, "curves-plot", "loss")
+    page.wait_for_function(
+        """(n) => { const c = document.querySelector('#curves-plot .js-plotly-plot');
+                    const t = c && c._fullData && c._fullData.find(t => t.name === 'loss');
+                    return t && t.x.length > n; }""", arg=first, timeout=WAIT_MS)
+    page.wait_for_function(
+        "() => document.querySelector('#snapshot-caption').innerText.includes('Snapshot')", timeout=WAIT_MS)
+    assert _plot_points(page, "embedding-plot") > 0
+    screenshot("train-running")
+
+    page.locator("#stop").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
+                           timeout=WAIT_MS)
+    assert "press Resume to continue" in page.locator("#run-status").inner_text()
+    screenshot("train-stopped")
+
+
+def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
+    from memvir.data import load_dataset
+
+    query = tmp_path / "query.png"
+    load_dataset("glyphs-mini").test.image(40).resize((64, 64)).save(query)
+    page.get_by_role("tab", name="Retrieve").click()
+    page.locator("#query-file input[type=file]").set_input_files(str(query))
+    page.locator("#search-upload").click()
+    results = page.locator("#results .thumbnail-item")
+    page.wait_for_function("() => document.querySelectorAll('#results .thumbnail-item').length >= 8",
+                           timeout=WAIT_MS)
+    assert results.count() == 8  # k defaults to 8
+    assert "similarity" in page.locator("#results").inner_text() or results.first.is_visible()
+    assert "Recall@1" in page.locator("#retrieval-summary").inner_text()
+    screenshot("retrieval-results")

@@ -1,0 +1,228 @@
+"""The app's pieces without a server: settings, upload checks, glyph queries, the status line, a run's bookkeeping."""
+
+import dataclasses
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from demo import live_view
+from demo.retrieval import RetrievalError, glyph_query, thumbnail
+from demo.runs import LiveRun, SnapshotView
+from demo.settings import AppSettings
+from demo.uploads import UploadError, load_image, unpack_class_zip
+from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.train import TrainConfig
+
+
+def _png(path, size=(8, 8), color=200):
+    Image.new("L", size, color).save(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- settings
+def test_choices_written_into_the_page_match_the_library():
+    from demo.ui import BACKBONE_CHOICES, LOSS_CHOICES
+    from memvir import LOSSES
+    from memvir.models import available_backbones
+
+    assert tuple(LOSS_CHOICES) == tuple(LOSSES)
+    assert tuple(BACKBONE_CHOICES) == available_backbones()
+
+
+def test_settings_from_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("MEMVIR_MAX_RUNS", "3")
+    monkeypatch.setenv("MEMVIR_UMAP", "0")
+    settings = AppSettings.from_env()
+    assert settings.runs_dir == tmp_path / "data" / "runs"
+    assert settings.uploads_dir == tmp_path / "data" / "uploads"
+    assert (settings.max_active_runs, settings.umap) == (3, False)
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("MEMVIR_MAX_RUNS", "two", "MEMVIR_MAX_RUNS='two' is not a whole number"),
+    ("MEMVIR_MAX_RUNS", "0", "MEMVIR_MAX_RUNS=0 is too small"),
+    ("MEMVIR_UMAP", "maybe", "MEMVIR_UMAP='maybe' is not a yes/no value"),
+])
+def test_bad_settings_say_which_variable(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        AppSettings.from_env()
+
+
+# ---------------------------------------------------------------------------------------------- uploads
+def test_load_image_decodes_a_png(tmp_path):
+    image = load_image(_png(tmp_path / "a.png", (5, 7)), max_bytes=10_000, max_pixels=100)
+    assert image.size == (5, 7) and np.asarray(image).max() == 200
+
+
+def test_load_image_refuses_text(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not an image")
+    with pytest.raises(UploadError, match=r"notes.txt is not an image this app can read \(PNG, JPEG"):
+        load_image(path, max_bytes=10_000, max_pixels=100)
+
+
+def test_load_image_refuses_a_truncated_png(tmp_path):
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (10, 20, 30)).save(buffer, format="PNG")
+    path = tmp_path / "cut.png"
+    path.write_bytes(buffer.getvalue()[:60])
+    with pytest.raises(UploadError, match="cut.png"):
+        load_image(path, max_bytes=10_000, max_pixels=10_000)
+
+
+def test_load_image_refuses_big_files_and_huge_canvases(tmp_path):
+    path = _png(tmp_path / "big.png", (40, 30))
+    with pytest.raises(UploadError, match="big.png is 0.0 MB; images up to 0 MB are accepted"):
+        load_image(path, max_bytes=10, max_pixels=10_000)
+    with pytest.raises(UploadError, match="big.png is 40x30 pixels; images up to 0 megapixels are accepted"):
+        load_image(path, max_bytes=10_000, max_pixels=40 * 30 - 1)
+
+
+def _zip(path, entries):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_unpack_class_zip_lands_in_the_uploads_folder(tmp_path):
+    png = io.BytesIO()
+    Image.new("L", (4, 4)).save(png, format="PNG")
+    path = _zip(tmp_path / "classes.zip", {"cats/1.png": png.getvalue(), "dogs/1.png": png.getvalue()})
+    root = unpack_class_zip(path, tmp_path / "uploads", max_zip_bytes=10_000, max_unpacked_bytes=10_000)
+    assert root.parent == tmp_path / "uploads"
+    assert sorted(p.name for p in root.iterdir()) == ["cats", "dogs"]
+
+
+def test_unpack_class_zip_refuses_paths_leaving_the_folder(tmp_path):
+    path = _zip(tmp_path / "evil.zip", {"../escaped.png": b"x", "ok/1.png": b"y"})
+    uploads = tmp_path / "uploads"
+    with pytest.raises(UploadError, match=r"evil.zip: entry '../escaped.png' points outside the destination"):
+        unpack_class_zip(path, uploads, max_zip_bytes=10_000, max_unpacked_bytes=10_000)
+    assert not (tmp_path / "escaped.png").exists()
+    assert not uploads.exists() or not any(uploads.iterdir())
+
+
+def test_unpack_class_zip_refuses_big_zips(tmp_path):
+    path = _zip(tmp_path / "big.zip", {"a/1.png": b"x" * 5000})
+    with pytest.raises(UploadError, match="big.zip is 0.0 MB; zips up to 0 MB are accepted"):
+        unpack_class_zip(path, tmp_path / "uploads", max_zip_bytes=100, max_unpacked_bytes=10_000)
+
+
+# ---------------------------------------------------------------------------------------------- glyph queries
+def test_glyph_query_inverts_dark_ink_and_fits_it_like_the_renderer():
+    page = np.full((100, 80), 255, dtype=np.uint8)
+    page[30:50, 20:30] = 0  # 20 rows x 10 columns of black ink on white paper
+    query = np.asarray(glyph_query(Image.fromarray(page), image_size=32, fit_ink=True))
+    # the renderer fits ink into 32 - 2 * max(1, 32 // 16) = 28 pixels: the 20-pixel side gets a canvas of
+    # ceil(20 * 32 / 28) = 23 pixels, the ink centred in it
+    assert query.shape == (23, 23)
+    expected = np.zeros((23, 23), dtype=np.uint8)
+    top, left = (23 - 20) // 2, (23 - 10) // 2
+    expected[top:top + 20, left:left + 10] = 255
+    np.testing.assert_array_equal(query, expected)
+
+
+def test_glyph_query_reads_a_transparent_sketch_as_paper():
+    sketch = np.zeros((50, 50, 4), dtype=np.uint8)  # transparent everywhere
+    sketch[10:20, 10:20] = (0, 0, 0, 255)  # a black stroke
+    query = np.asarray(glyph_query(Image.fromarray(sketch, "RGBA"), image_size=32, fit_ink=False))
+    assert query[15, 15] == 255 and query[0, 0] == 0 and query[40, 40] == 0
+
+
+def test_glyph_query_keeps_light_ink_on_dark_as_it_is():
+    render = np.zeros((32, 32), dtype=np.uint8)
+    render[8:24, 14:18] = 255
+    np.testing.assert_array_equal(np.asarray(glyph_query(Image.fromarray(render), 32, fit_ink=False)), render)
+
+
+def test_an_empty_drawing_is_refused():
+    with pytest.raises(RetrievalError, match="the drawing is empty: draw a character"):
+        glyph_query(Image.new("RGBA", (40, 40)), image_size=32, fit_ink=True)
+
+
+def test_thumbnail_shows_glyphs_as_dark_ink_on_white():
+    render = np.zeros((32, 32), dtype=np.uint8)
+    render[:, :16] = 255
+    shown = np.asarray(thumbnail(Image.fromarray(render), glyphs=True, size=64))
+    assert shown.shape == (64, 64)
+    assert shown[32, 5] == 0 and shown[32, 60] == 255
+
+
+# ---------------------------------------------------------------------------------------------- status line
+@pytest.mark.parametrize(("seconds", "text"), [(0, "0 s"), (45, "45 s"), (200, "3 min 20 s"), (7500, "2 h 05 min")])
+def test_format_duration(seconds, text):
+    assert live_view.format_duration(seconds) == text
+
+
+def _run(tmp_path, **overrides):
+    config = TrainConfig(**{"dataset": "glyphs-mini", "epochs": 5, "batch_size": 128, **overrides})
+    run = LiveRun("r1", "owner", tmp_path / "r1", config)
+    run.total_steps, run.steps_per_epoch = 475, 95
+    return run
+
+
+def _step(step, **overrides):
+    values = dict(step=step, epoch=1, loss=2.0, num_classes=2042, num_virtual_sets=1, mean_target_cosine=0.3,
+                  images_per_s=1600.0, lr=1e-3, warmup=False)
+    return StepEvent(**{**values, **overrides})
+
+
+def test_status_line_says_epoch_step_classes_virtual_sets_speed_and_time_left(tmp_path):
+    run = _run(tmp_path)
+    run._on_event(StatusEvent("running", 0, "training"))
+    run._on_event(_step(123))
+    text = live_view.status_markdown(run, "owner")
+    # time left: (475 - 123) steps x 128 images / 1600 images/s = 28.16 s
+    assert ("**Training** · epoch 2 of 5 · step 123 of 475 · classes in use s(i) 2,042 · virtual sets 1 of 5 · "
+            "1,600 images/s · about 28 s left") in text
+    assert "another visitor" not in text
+    assert "watching a run started by another visitor (read-only)" in live_view.status_markdown(run, "someone")
+
+
+def test_status_line_names_live_changes_in_the_pages_words(tmp_path):
+    run = _run(tmp_path, memvir_n=5)
+    run._on_event(ControlEvent(123, {"memvir_n": 10}, "memvir_n 5 -> 10: applied at step 124"))
+    run._on_event(ControlEvent(130, {"memvir_m": 3, "warmup_epochs": 2.0}, "..."))
+    assert run.control_message == "M 10 -> 3, warm-up (epochs) 1.0 -> 2.0: applied at step 131"
+    run._on_event(ControlEvent(140, {"memvir_n": 7}, "..."))
+    assert "Live change: N 10 -> 7: applied at step 141" in live_view.status_markdown(run, "owner")
+
+
+def test_status_line_when_nothing_runs():
+    assert "press **Start**" in live_view.status_markdown(None, "anyone")
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+def _snapshot(step):
+    rows = torch.nn.functional.normalize(torch.randn(6, 4), dim=1)
+    return SnapshotEvent(step=step, margin=1, embeddings=rows, labels=torch.arange(6) % 3, ages=torch.zeros(6).long(),
+                         class_weights=torch.randn(3, 4), class_weight_labels=torch.arange(3),
+                         class_weight_ages=torch.zeros(3).long(), probe_embeddings=torch.randn(4, 4),
+                         probe_labels=torch.tensor([0, 0, 1, 1]))
+
+
+def test_snapshots_are_kept_projected_and_thinned_from_the_start_on(tmp_path):
+    run = _run(tmp_path)
+    projected_steps = []
+
+    def project(snapshot, method, reference=None):
+        projected_steps.append(snapshot.step)
+        return dataclasses.make_dataclass("P", ["step", "method"])(snapshot.step, method)
+
+    run._project, run._snapshot_history = project, 4
+    for step in (10, 20, 30, 40, 50):
+        run._on_event(_snapshot(step))
+    # the fifth snapshot overflows 4: every other older one goes, the newest stays -> 10, 30, 50
+    assert [view.step for view in run.snapshots] == [10, 30, 50]
+    assert all(isinstance(view, SnapshotView) and view.projected.method == "pca" for view in run.snapshots)
+    assert projected_steps == [10, 20, 30, 40, 50]
+    assert run.latest_raw_snapshot.step == 50  # only the newest raw snapshot is held (for UMAP)
+    assert [run.snapshot_at(s).step for s in (None, 5, 10, 29, 30, 49, 99)] == [50, 10, 10, 10, 30, 30, 50]
+    assert live_view.snapshot_range(run) == (10, 50)
