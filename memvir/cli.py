@@ -2,6 +2,9 @@
 
 Bad input (an unknown dataset, N < 0, a missing checkpoint, no Hub token...) ends with one line that says what
 was wrong and what to do, and exit status 2; a diverged run exits with 1 and keeps its last good checkpoint.
+
+`torchrun --nproc-per-node G -m memvir train ...` trains on G processes (docs/distributed.md); rank 0 alone shows
+progress and prints the result.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="glyphs | glyphs-mini | cub200 | cars196 | sop | folder:PATH (default %(default)s)")
     train.add_argument("--data-root", default=None, help="folder of cub200 / cars196 / sop")
     train.add_argument("--image-size", type=int, default=None, help="input size (default: the dataset's own)")
-    train.add_argument("--backbone", default=defaults.backbone, help="convnet | resnet18 | resnet50 | googlenet")
+    train.add_argument("--backbone", default=defaults.backbone,
+                       help="convnet | convnet-gn | resnet18 | resnet50 | googlenet")
     train.add_argument("--pretrained", action="store_true", help="start from ImageNet weights (cached or online)")
     train.add_argument("--embedding-dim", type=int, default=defaults.embedding_dim)
     train.add_argument("--loss", default=defaults.loss, help="one of memvir.LOSSES (default %(default)s)")
@@ -52,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
     train.add_argument("--num-workers", type=int, default=None, help="data loader processes (default 0)")
+    train.add_argument("--compile", action="store_true", default=None, help="torch.compile the network (GPU runs)")
     train.add_argument("--eval-every", type=int, default=None, help="epochs between evaluations")
     train.add_argument("--out", required=True, help="run folder")
     train.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
@@ -79,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
+    from memvir import distributed
+
+    try:
+        return _train_run(args)
+    finally:
+        distributed.shutdown()  # under torchrun the Trainer joined a process group; leave it on every way out
+
+
+def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
     from memvir.events import EvalEvent, StatusEvent, StepEvent
@@ -86,7 +100,8 @@ def _train(args) -> int:
 
     if args.resume:
         trainer = Trainer.resume(args.out, epochs=args.epochs, device=args.device, num_workers=args.num_workers,
-                                 eval_every=args.eval_every, max_steps=args.max_steps, data_root=args.data_root)
+                                 eval_every=args.eval_every, max_steps=args.max_steps, data_root=args.data_root,
+                                 compile=args.compile)
     else:
         loss_params = {k: v for k, v in (("scale", args.scale), ("margin", args.margin), ("alpha", args.alpha))
                        if v is not None}
@@ -99,15 +114,16 @@ def _train(args) -> int:
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
             class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",
             num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None
-            else args.eval_every, max_steps=args.max_steps,
+            else args.eval_every, max_steps=args.max_steps, compile=bool(args.compile),
         )
         state_file = Path(args.out) / "trainer_state.pt"
         if state_file.exists():
             raise ValueError(f"{args.out} already holds a run; add --resume to continue it or choose another --out")
         trainer = Trainer(config, args.out)
-        trainer.command = command_line(args.argv)
+        trainer.command = command_line(args.argv, launcher=trainer.world.launch_command())
 
-    bar = tqdm(total=trainer.total_steps, initial=trainer.step, unit="step", dynamic_ncols=True,
+    speaks = trainer.world.is_main  # under torchrun one rank reports; the others train silently
+    bar = tqdm(total=trainer.total_steps, initial=trainer.step, unit="step", dynamic_ncols=True, disable=not speaks,
                desc=f"{trainer.config.loss} N={trainer.config.memvir_n} M={trainer.config.memvir_m}")
     recall = {"value": trainer.last_metrics.get("recall@1")}
 
@@ -129,15 +145,18 @@ def _train(args) -> int:
         trainer.run()
     except TrainingDiverged as error:
         bar.close()
-        print(f"error: {error}", file=sys.stderr)
+        if speaks:
+            print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         trainer.save_checkpoint()
         bar.close()
-        print(f"interrupted at step {trainer.step}; checkpoint saved. Continue with --resume.", file=sys.stderr)
+        if speaks:
+            print(f"interrupted at step {trainer.step}; checkpoint saved. Continue with --resume.", file=sys.stderr)
         return 130
     bar.close()
-    print(json.dumps({"step": trainer.step, **trainer.last_metrics}))
+    if speaks:
+        print(json.dumps({"step": trainer.step, **trainer.last_metrics}))
     return 0
 
 
@@ -211,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def command_line(argv: list[str]) -> str:
-    """The shell command that reproduces a CLI call (for model cards)."""
-    return "python -m memvir " + " ".join(shlex.quote(a) for a in argv)
+def command_line(argv: list[str], launcher: str = "python") -> str:
+    """The shell command that reproduces a CLI call (for model cards); `launcher` is e.g. `torchrun
+    --nproc-per-node 2` for a multi-process run."""
+    return f"{launcher} -m memvir " + " ".join(shlex.quote(a) for a in argv)

@@ -132,17 +132,21 @@ def _stem_for(rgb_stem: nn.Conv2d, in_channels: int) -> nn.Conv2d:
 
 
 class ConvNet(nn.Module):
-    """A small CNN for 32x32 or 64x64 glyphs, fast on a CPU: four conv3x3-BatchNorm-ReLU blocks of 32, 64, 128 and
-    256 channels, 2x2 max-pooling after the first three, then global average pooling."""
+    """A small CNN for 32x32 or 64x64 glyphs, fast on a CPU: four conv3x3-norm-ReLU blocks of 32, 64, 128 and
+    256 channels, 2x2 max-pooling after the first three, then global average pooling.
+
+    `norm(width)` builds each block's normalisation: BatchNorm by default; GroupNorm makes every image's features
+    independent of the rest of its batch (see "convnet-gn").
+    """
 
     widths = (32, 64, 128, 256)
 
-    def __init__(self, in_channels: int):
+    def __init__(self, in_channels: int, norm: Callable[[int], nn.Module] = nn.BatchNorm2d):
         super().__init__()
         layers: list[nn.Module] = []
         previous = in_channels
         for block, width in enumerate(self.widths):
-            layers += [nn.Conv2d(previous, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(True)]
+            layers += [nn.Conv2d(previous, width, 3, padding=1, bias=False), norm(width), nn.ReLU(True)]
             if block < len(self.widths) - 1:
                 layers.append(nn.MaxPool2d(2))
             previous = width
@@ -161,6 +165,22 @@ def _build_convnet(in_channels: int, pretrained: bool) -> Backbone:
             "resnet18, resnet50, googlenet"
         )
     return Backbone(ConvNet(in_channels), ConvNet.widths[-1])
+
+
+CONVNET_GROUPS = 8  # GroupNorm groups per block: 4 to 32 channels each over the widths 32..256
+
+
+@register_backbone("convnet-gn")
+def _build_convnet_gn(in_channels: int, pretrained: bool) -> Backbone:
+    """ConvNet with GroupNorm instead of BatchNorm: an image's embedding does not depend on its batch, so training
+    split across processes (each with a part of the batch) computes exactly what one process computes on the CPU,
+    where SyncBatchNorm is not available."""
+    if pretrained:
+        raise ValueError(
+            "backbone 'convnet-gn' has no pretrained weights; set pretrained=False, or pick an ImageNet backbone: "
+            "resnet18, resnet50, googlenet"
+        )
+    return Backbone(ConvNet(in_channels, norm=lambda width: nn.GroupNorm(CONVNET_GROUPS, width)), ConvNet.widths[-1])
 
 
 def _build_resnet(arch: Callable[..., nn.Module], weights: torchvision.models.WeightsEnum, in_channels: int,

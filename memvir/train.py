@@ -7,6 +7,11 @@ listeners, writes a run folder when given one, and accepts live changes between 
 Determinism: every sample's augmentation is drawn from its own seed (run seed, epoch, position), batches come from a
 seeded permutation per epoch, and a checkpoint holds the step, the optimizer and the MemVir memory. So a run stopped
 at any step and resumed reproduces the uninterrupted run on the CPU, whatever the number of loader workers.
+
+Several processes (torchrun, memvir/distributed.py): each rank trains on its contiguous share of every global batch
+under DistributedDataParallel and gathers the embeddings, so all ranks compute the loss and store the memory of the
+whole batch, as one process would. Rank 0 alone writes the run folder and talks to listeners; its word on stopping
+and live changes is broadcast between steps, so every rank takes the same steps and ends in the same state.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from memvir import checkpoint
 from memvir.data.transforms import sample_seed
+from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import LOSSES, build_loss
 from memvir.memory import MemVir
@@ -71,6 +78,7 @@ class TrainConfig:
     probe_classes: int = 8  # test classes in the fixed probe set of snapshots
     max_steps: int | None = None  # stop early (tests, quick looks)
     eval_at_start: bool = True  # the untrained model's recall as the first point of the curve
+    compile: bool = False  # torch.compile the network for training (pays off on a GPU over long runs)
 
     def validate(self) -> None:
         def need(condition, message):
@@ -103,6 +111,7 @@ class TrainConfig:
              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
              "for the balanced sampler")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
+        need(isinstance(self.compile, bool), f"compile must be True or False, got {self.compile!r}")
         build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
 
     def to_dict(self) -> dict:
@@ -170,10 +179,15 @@ class _RawSamples(Dataset):
 
 
 class _AugmentBatch:
-    """collate_fn: stack raw items, then augment the batch with randomness drawn from the batch's own seed."""
+    """collate_fn: stack raw items, then augment the batch with randomness drawn from the batch's own seed.
 
-    def __init__(self, batch_transform):
+    The draws cover the whole batch at once, so a rank given only its share would draw other numbers than a single
+    process: each rank loads the whole global batch, augments it, and keeps its `rows`.
+    """
+
+    def __init__(self, batch_transform, rows: slice):
         self.batch_transform = batch_transform
+        self.rows = rows
 
     def __call__(self, items):
         pixels = torch.stack([item[0] for item in items])
@@ -183,9 +197,25 @@ class _AugmentBatch:
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(items[0][2])
-                return self.batch_transform(pixels), labels
+                return self.batch_transform(pixels)[self.rows], labels[self.rows]
         finally:
             torch.set_num_threads(threads)
+
+
+class _EpochBatches(Sampler):
+    """The batch sampler of the Trainer's one DataLoader: the keyed batches the Trainer set for the current epoch.
+
+    One loader for the whole run lets its worker processes persist from epoch to epoch instead of starting again.
+    """
+
+    def __init__(self):
+        self.batches: list[list] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self):
+        return len(self.batches)
 
 
 class TrainingDiverged(RuntimeError):
@@ -194,7 +224,11 @@ class TrainingDiverged(RuntimeError):
 
 class Trainer:
     """Trains an EmbeddingModel with MemVir. ``run()`` blocks; ``stop``/``pause``/``resume``/``update`` may be called
-    from other threads and take effect between two steps."""
+    from other threads and take effect between two steps.
+
+    Under torchrun every rank builds its own Trainer with the same config and `out_dir`; rank 0 alone writes there
+    (on the others `out_dir` is None) and calls listeners, and its stop, pause and updates hold for all ranks.
+    """
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
         from memvir.data import ClassBalancedSampler, load_dataset
@@ -202,8 +236,10 @@ class Trainer:
 
         config.validate()
         self.config = config
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.device = pick_device(config.device)
+        self.world = World.from_environment()
+        self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
+        self.out_dir = Path(out_dir) if out_dir is not None and self.world.is_main else None
+        self.device = self.world.start(pick_device(config.device))
         self._listeners = list(listeners)
         self._lock = threading.Lock()
         self._pending: dict = {}
@@ -236,6 +272,9 @@ class Trainer:
         ).to(self.device)
         if self.device.type == "cuda":
             self.model = self.model.to(memory_format=torch.channels_last)
+            if self.world.is_distributed:  # BatchNorm statistics over the global batch, as one process has them
+                self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
+        self._network = self._training_network()
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
@@ -254,6 +293,8 @@ class Trainer:
         self._probe = self._choose_probe()
         self._speed = None
         self.command: str | None = None  # the command line that started the run, for the model card
+        self._epoch_batches = _EpochBatches()
+        self._loader = self._train_loader()
 
     # -------------------------------------------------------------------------------------- construction helpers
     @classmethod
@@ -266,7 +307,7 @@ class Trainer:
             raise checkpoint.CheckpointError(f"{out_dir / checkpoint.TRAINER_STATE} was written by another version")
         values = dict(state["config"])
         allowed = {"epochs", "device", "num_workers", "eval_every", "log_every", "snapshot_every",
-                   "checkpoint_every", "max_steps", "data_root", "eval_at_start"}
+                   "checkpoint_every", "max_steps", "data_root", "eval_at_start", "compile"}
         bad = sorted(set(overrides) - allowed)
         if bad:
             raise ValueError(f"cannot change {', '.join(bad)} when resuming; start a new run instead")
@@ -274,6 +315,30 @@ class Trainer:
         trainer = cls(TrainConfig.from_dict(values), out_dir, listeners)
         trainer._load_state(state)
         return trainer
+
+    def _training_network(self) -> nn.Module:
+        """What a training step calls: the model, in DistributedDataParallel across ranks, compiled on request.
+
+        `self.model` stays the bare EmbeddingModel, for evaluation and saving.
+        """
+        network = self.model
+        if self.world.is_distributed:
+            network = DistributedDataParallel(network, device_ids=[self.device.index] if self.device.type == "cuda"
+                                              else None)
+        if self.config.compile:
+            network = torch.compile(network)  # around DDP, as torch documents: it splits graphs at gradient buckets
+        return network
+
+    def _train_loader(self) -> DataLoader:
+        """The run's one training loader; `_batches` sets which keyed batches it yields each epoch."""
+        train = self.data.train
+        if train.batch_transform is not None:  # e.g. glyphs: one augmentation call per batch is far cheaper
+            dataset, collate = _RawSamples(train), _AugmentBatch(train.batch_transform, self._local_rows)
+        else:
+            dataset, collate = _SeededSamples(train), None
+        workers = self.config.num_workers
+        return DataLoader(dataset, batch_sampler=self._epoch_batches, collate_fn=collate, num_workers=workers,
+                          pin_memory=self.device.type == "cuda", persistent_workers=workers > 0)
 
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
@@ -290,6 +355,8 @@ class Trainer:
     def _emit(self, event) -> None:
         if hasattr(event, "record") and not isinstance(event, StepEvent | SnapshotEvent):
             self._log(event.record())
+        if not self.world.is_main:  # one voice per run: the other ranks' events are the same
+            return
         for listener in list(self._listeners):
             listener(event)
 
@@ -319,9 +386,20 @@ class Trainer:
     def resume_training(self) -> None:
         self._running.set()
 
-    def _apply_pending(self) -> None:
+    def _between_steps(self) -> bool:
+        """Wait out a pause, then apply live changes; True when the run is to stop. Rank 0 decides for all ranks."""
+        if not self._running.is_set():
+            self._set_state("paused", "paused: press resume to continue")
+            self._running.wait()
+            if not self._stop.is_set():
+                self._set_state("running", "resumed")
         with self._lock:
             changes, self._pending = self._pending, {}
+        stop, changes = self.world.agree((self._stop.is_set(), changes))
+        self._apply_changes(changes)
+        return stop
+
+    def _apply_changes(self, changes: dict) -> None:
         if not changes:
             return
         old = {k: getattr(self.config, k) for k in changes}
@@ -348,19 +426,14 @@ class Trainer:
             checkpoint.save_text(self.config.to_json(), self.out_dir / checkpoint.TRAIN_CONFIG)
             checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
         self.state = "running"
-        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset} on {self.device.type}"))
+        where = self.device.type if not self.world.is_distributed else f"{self.world.world_size} x {self.device.type}"
+        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset} on {where}"))
         if self.step == 0 and self.config.eval_at_start:
             self.evaluate()
         while self.step < self.total_steps:
             epoch, position = divmod(self.step, self.steps_per_epoch)
             for images, labels in self._batches(epoch, position):
-                self._apply_pending()
-                if not self._running.is_set():
-                    self._set_state("paused", "paused: press resume to continue")
-                    self._running.wait()
-                    if not self._stop.is_set():
-                        self._set_state("running", "resumed")
-                if self._stop.is_set():
+                if self._between_steps():
                     return self._finish("stopped", f"stopped at step {self.step}")
                 self._train_step(images, labels, epoch)
                 if self.step % self.config.checkpoint_every == 0:
@@ -377,7 +450,8 @@ class Trainer:
         return self._finish("finished", f"finished {self.step} steps")
 
     def _batches(self, epoch: int, position: int):
-        """This epoch's batches from `position` on; each sample carries its own augmentation seed."""
+        """This epoch's batches from `position` on, this rank's rows of each; every sample carries its own
+        augmentation seed, so the ranks' rows together are exactly the single-process batch."""
         if self._balanced is not None:
             self._balanced.set_epoch(epoch)
             batches = list(self._balanced)
@@ -387,18 +461,14 @@ class Trainer:
             size = self.config.batch_size
             batches = [order[i * size:(i + 1) * size].tolist() for i in range(self.steps_per_epoch)]
         first = epoch * self.steps_per_epoch
-        train = self.data.train
-        if train.batch_transform is not None:  # e.g. glyphs: one augmentation call per batch is far cheaper
+        if self.data.train.batch_transform is not None:  # one seed per batch; _AugmentBatch keeps this rank's rows
             keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536)) for index in batch]
                      for b, batch in enumerate(batches)]
-            dataset, collate = _RawSamples(train), _AugmentBatch(train.batch_transform)
         else:
             keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536 + slot))
-                      for slot, index in enumerate(batch)] for b, batch in enumerate(batches)]
-            dataset, collate = _SeededSamples(train), None
-        loader = DataLoader(dataset, batch_sampler=keyed[position:], collate_fn=collate,
-                            num_workers=self.config.num_workers, pin_memory=self.device.type == "cuda")
-        return iter(loader)
+                      for slot, index in enumerate(batch)][self._local_rows] for b, batch in enumerate(batches)]
+        self._epoch_batches.batches = keyed[position:]
+        return iter(self._loader)
 
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
         started = time.perf_counter()
@@ -408,8 +478,10 @@ class Trainer:
         if self.device.type == "cuda":
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            embeddings = self.model(images)
-        embeddings = embeddings.float()
+            embeddings = self._network(images)
+        # the global batch on every rank, in rank order (no-ops in one process); gradients reach this rank's rows
+        embeddings = self.world.gather_with_grad(embeddings.float())
+        labels = self.world.gather(labels)
         all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
         loss = self.loss_fn(all_embeddings, all_labels, all_weights)
         with torch.no_grad():
@@ -422,7 +494,8 @@ class Trainer:
             self._emit(StatusEvent("failed", self.step, message))
             raise TrainingDiverged(message)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # DDP averages the network's gradients over the ranks here
+        self.world.broadcast_(self.class_weights.grad)  # equal on every rank already; rank 0's keeps them bit-equal
         self.optimizer.step()
         self.step += 1
         if self.config.lr_decay != "none":
@@ -441,7 +514,7 @@ class Trainer:
         if self.step % self.config.log_every == 0 or self.step == 1:
             self._log(event.record())
         self._emit(event)
-        if self.config.snapshot_every and self.step % self.config.snapshot_every == 0:
+        if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
             self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
 
     # -------------------------------------------------------------------------------------- views of the model
@@ -451,7 +524,8 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         subset = dataset if indices is None else torch.utils.data.Subset(dataset, indices)
-        loader = DataLoader(subset, batch_size=batch_size, num_workers=self.config.num_workers)
+        loader = DataLoader(subset, batch_size=batch_size, num_workers=self.config.num_workers,
+                            pin_memory=self.device.type == "cuda")
         chunks, labels = [], []
         for images, batch_labels in loader:
             images = images.to(self.device)
@@ -462,13 +536,19 @@ class Trainer:
         return torch.cat(chunks), torch.cat(labels)
 
     def evaluate(self) -> dict:
-        """Retrieval metrics on the test classes (emits an EvalEvent)."""
-        from memvir.metrics import retrieval_metrics
+        """Retrieval metrics on the test classes (emits an EvalEvent). Across ranks, every rank embeds its shard of
+        the test split and rank 0 scores them all; call it on every rank."""
+        total = len(self.data.test)
+        embeddings, labels = self.embed(self.data.test, self.world.shard(total))
+        embeddings = self.world.gather_shards(embeddings, total, self.device)
+        labels = self.world.gather_shards(labels, total, self.device)
+        metrics = None
+        if self.world.is_main:
+            from memvir.metrics import retrieval_metrics
 
-        embeddings, labels = self.embed(self.data.test)
-        ks = (1, 10, 100, 1000) if self.config.dataset == "sop" else (1, 2, 4, 8)
-        ks = tuple(k for k in ks if k < len(labels))
-        self.last_metrics = retrieval_metrics(embeddings, labels, ks=ks)
+            ks = (1, 10, 100, 1000) if self.config.dataset == "sop" else (1, 2, 4, 8)
+            metrics = retrieval_metrics(embeddings, labels, ks=tuple(k for k in ks if k < total))
+        self.last_metrics = self.world.agree(metrics)
         self._emit(EvalEvent(self.step, self.step // self.steps_per_epoch, dict(self.last_metrics)))
         return self.last_metrics
 
@@ -531,6 +611,7 @@ class Trainer:
 
     def _finish(self, state: str, message: str) -> str:
         saved = self.save_checkpoint()
+        self._loader = self._train_loader()  # a fresh loader: the persistent workers end with the old one
         self.state = state
         self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
         return state

@@ -27,7 +27,7 @@ from memvir.models import (
     register_backbone,
 )
 
-FEATURE_DIMS = {"convnet": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024}
+FEATURE_DIMS = {"convnet": 256, "convnet-gn": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024}
 RESNET18_FILE = "resnet18-f37072fd.pth"  # the file name in ResNet18_Weights.IMAGENET1K_V1's URL
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -57,8 +57,8 @@ def no_weight_downloads(monkeypatch):
 # ---------------------------------------------------------------- backbones
 
 
-def test_registry_lists_the_four_backbones():
-    assert available_backbones() == ("convnet", "googlenet", "resnet18", "resnet50")
+def test_registry_lists_the_backbones():
+    assert available_backbones() == ("convnet", "convnet-gn", "googlenet", "resnet18", "resnet50")
 
 
 @pytest.mark.parametrize("channels", [1, 3])
@@ -98,7 +98,7 @@ def test_registering_a_taken_name_is_refused():
 
 
 def test_unknown_backbone_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown backbone 'vit'.*convnet, googlenet, resnet18, resnet50"):
+    with pytest.raises(ValueError, match=r"unknown backbone 'vit'.*convnet, convnet-gn, googlenet, resnet18, resnet50"):
         EmbeddingModel(backbone="vit")
 
 
