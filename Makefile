@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv chromium clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,15 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m memvir train --dataset glyphs --epochs 3 --out runs/demo
+	$(PY) app.py
 
-test: venv
+# The browser tests drive Debian's chromium (never `playwright install`: it downloads a browser and fails offline).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "chromium is missing: install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
+
+test: venv chromium
 	$(PY) -m pytest -q
 
 bench: venv

@@ -129,6 +129,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             lr=_positive(lr, "learning rate"), seed=_whole(seed, "seed", 0), memvir_n=_whole(memvir_n, "N", 0),
             memvir_m=_whole(memvir_m, "M", 0), warmup_epochs=float(warmup_epochs or 0),
             snapshot_every=_whole(snapshot_every, "snapshot every", 0), eval_every=_whole(eval_every, "eval every", 0),
+            eval_at_start=False,  # the first loss point within seconds; Recall@1 follows at the first epoch's end
         )
         run = runs.start(config, visitor)
         return {"run_id": run.id, "after": None}, f"Started run `{run.id}`."
