@@ -36,8 +36,8 @@ LOSS_CHOICES = ("softmax", "norm-softmax", "cosface", "arcface", "curricularface
 BACKBONE_CHOICES = ("convnet", "convnet-gn", "googlenet", "resnet18", "resnet50")
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
 GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
-DEFAULTS = dict(dataset="glyphs", backbone="convnet", loss="norm-softmax", batch_size=128, epochs=5, lr=1e-3, seed=0,
-                memvir_n=5, memvir_m=10, warmup_epochs=1.0, snapshot_every=10, eval_every=1)
+DEFAULTS = dict(dataset="glyphs", backbone="convnet", loss="norm-softmax", batch_size=128, epochs=8, lr=1e-3, seed=0,
+                memvir_n=2, memvir_m=50, warmup_epochs=2.0, snapshot_every=10, eval_every=1)
 POLL_SECONDS = 1.0
 CSS = """
 #run-status {min-height: 3.2em}
@@ -372,7 +372,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                         elem_classes="small-note", padding=True)
                             memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1,
                                                  label="N: past steps used as virtual classes (0 = baseline)")
-                            memvir_m = gr.Slider(0, 50, value=DEFAULTS["memvir_m"], step=1,
+                            memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1,
                                                  label="M: steps between the past steps used")
                             warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5,
                                                label="Warm-up (epochs) before virtual classes")

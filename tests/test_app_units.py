@@ -33,6 +33,16 @@ def test_choices_written_into_the_page_match_the_library():
     assert tuple(BACKBONE_CHOICES) == available_backbones()
 
 
+def test_page_defaults_are_the_library_defaults():
+    from demo.ui import DEFAULTS
+    from memvir.train import TrainConfig
+
+    library = TrainConfig().to_dict()
+    for name in ("dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
+                 "warmup_epochs"):
+        assert DEFAULTS[name] == library[name], name
+
+
 def test_settings_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("MEMVIR_MAX_RUNS", "3")
@@ -162,7 +172,9 @@ def test_format_duration(seconds, text):
 
 
 def _run(tmp_path, **overrides):
-    config = TrainConfig(**{"dataset": "glyphs-mini", "epochs": 5, "batch_size": 128, **overrides})
+    values = {"dataset": "glyphs-mini", "epochs": 5, "batch_size": 128, "memvir_n": 5, "memvir_m": 10,
+              "warmup_epochs": 1.0}
+    config = TrainConfig(**{**values, **overrides})
     run = LiveRun("r1", "owner", tmp_path / "r1", config)
     run.total_steps, run.steps_per_epoch = 475, 95
     return run

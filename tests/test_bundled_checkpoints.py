@@ -1,0 +1,43 @@
+"""The checkpoints shipped in checkpoints/ load offline, strictly, and score on glyphs what their model cards say."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memvir.data import load_dataset
+from memvir.metrics import retrieval_metrics
+from memvir.models import EmbeddingModel
+
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+BUNDLED = ("glyphs-norm-softmax-baseline", "glyphs-norm-softmax-memvir")
+
+
+def card_metric(card: str, name: str) -> float:
+    return float(re.search(rf"^\| {re.escape(name)} \| ([0-9.]+) \|$", card, re.MULTILINE).group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_checkpoint_reproduces_its_card(name):
+    folder = CHECKPOINTS / name
+    model = EmbeddingModel.from_pretrained(folder)
+    card = (folder / "README.md").read_text()
+    assert "python -m memvir train --dataset glyphs" in card
+    test = load_dataset(model.config["dataset"], image_size=model.config["image_size"]).test
+    import torch
+
+    images = torch.utils.data.DataLoader(test, batch_size=512)
+    embeddings = torch.cat([model.embed(batch) for batch, _ in images])
+    metrics = retrieval_metrics(embeddings, test.labels)
+    for key in ("recall@1", "map@r", "r_precision"):
+        assert metrics[key] == pytest.approx(card_metric(card, key), abs=1e-4), key
+
+
+def test_the_same_seed_and_budget_with_and_without_memvir():
+    cards = {name: (CHECKPOINTS / name / "README.md").read_text() for name in BUNDLED}
+    commands = {name: re.search(r"python -m memvir train .*", card).group(0) for name, card in cards.items()}
+    assert "--memvir-n 0" in commands["glyphs-norm-softmax-baseline"]
+    assert "--memvir-n 0" not in commands["glyphs-norm-softmax-memvir"]
+    for name, command in commands.items():
+        assert "--seed 0" in command and "--epochs 8" in command and "--batch-size 128" in command, name
