@@ -151,33 +151,26 @@ def _sample_seed(run_seed: int, epoch: int, position: int) -> int:
     return ((run_seed * 1_000_003 + epoch) * 10_000_019 + position) % (2**63 - 1)
 
 
-class _SeededSamples(Dataset):
-    """Draws each sample's random augmentation from its own seed, so data are the same in any process or order."""
+class _KeyedSamples(Dataset):
+    """Items looked up by (index, seed) keys, so that randomness depends on the key, never on what came before.
 
-    def __init__(self, dataset):
+    Per item (raw=False): the item's augmentation is drawn from its own seed. For a split that augments whole batches
+    (raw=True): the un-augmented item, with its batch's seed passed along to `_AugmentBatch`.
+    """
+
+    def __init__(self, dataset, raw: bool):
         self.dataset = dataset
+        self.raw = raw
 
     def __len__(self):
         return len(self.dataset)
 
     def __getitem__(self, key):
         index, seed = key
+        if self.raw:
+            return (*self.dataset.raw(index), seed)
         with sample_seed(seed):
             return self.dataset[index]
-
-
-class _RawSamples(Dataset):
-    """Un-augmented items for a split that augments whole batches; each key carries its batch's seed along."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, key):
-        index, seed = key
-        return (*self.dataset.raw(index), seed)
 
 
 class _AugmentBatch:
@@ -335,9 +328,9 @@ class Trainer:
         """The run's one training loader; `_batches` sets which keyed batches it yields each epoch."""
         train = self.data.train
         if train.batch_transform is not None:  # e.g. glyphs: one augmentation call per batch is far cheaper
-            dataset, collate = _RawSamples(train), _AugmentBatch(train.batch_transform, self._local_rows)
+            dataset, collate = _KeyedSamples(train, raw=True), _AugmentBatch(train.batch_transform, self._local_rows)
         else:
-            dataset, collate = _SeededSamples(train), None
+            dataset, collate = _KeyedSamples(train, raw=False), None
         workers = self.config.num_workers
         return DataLoader(dataset, batch_sampler=self._epoch_batches, collate_fn=collate, num_workers=workers,
                           pin_memory=self.device.type == "cuda", persistent_workers=workers > 0)

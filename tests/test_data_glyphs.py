@@ -323,3 +323,13 @@ def test_full_glyphs_classes_dedup_split_and_statistics():
     pixels = full.train.renders.astype(np.float64) / 255.0
     assert abs(pixels.mean() - full.info.mean[0]) < 0.005
     assert abs(pixels.std() - full.info.std[0]) < 0.005
+
+
+def test_stroke_filters_equal_max_pooling():
+    from memvir.data.transforms import _filter3x3
+
+    images = torch.rand(5, 1, 9, 7)
+    dilated = torch.nn.functional.max_pool2d(images, kernel_size=3, stride=1, padding=1)
+    eroded = -torch.nn.functional.max_pool2d(-images, kernel_size=3, stride=1, padding=1)
+    assert torch.equal(_filter3x3(images, torch.maximum, float("-inf")), dilated)
+    assert torch.equal(_filter3x3(images, torch.minimum, float("inf")), eroded)

@@ -23,6 +23,14 @@ CAFFE_STD = (1.0, 1.0, 1.0)
 PHOTO_NORMALIZATIONS = ("imagenet", "caffe")
 
 
+def _filter3x3(images: torch.Tensor, pick, fill: float) -> torch.Tensor:
+    """3x3 max (or min) filter of [B, 1, H, W] images, separably: 4 element-wise ops instead of max_pool2d, whose
+    CPU kernel is ~25x slower on one-channel images and was the costliest step of the augmentation."""
+    padded = F.pad(images, (1, 1, 1, 1), value=fill)
+    rows = pick(pick(padded[..., :, :-2], padded[..., :, 1:-1]), padded[..., :, 2:])
+    return pick(pick(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])
+
+
 class GlyphAugment:
     """Random glyph augmentation on a whole batch at once: stroke width, a small affine, noise, then normalisation.
 
@@ -56,8 +64,8 @@ class GlyphAugment:
         count = images.shape[0]
 
         amount = torch.empty(count, 1, 1, 1).uniform_(-self.max_thinning, self.max_thickening)
-        thicker = F.max_pool2d(images, kernel_size=3, stride=1, padding=1)
-        thinner = -F.max_pool2d(-images, kernel_size=3, stride=1, padding=1)
+        thicker = _filter3x3(images, torch.maximum, float("-inf"))  # = max_pool2d(3, stride 1, padding 1)
+        thinner = _filter3x3(images, torch.minimum, float("inf"))
         images = images + amount.abs() * (torch.where(amount >= 0, thicker, thinner) - images)
 
         angle = torch.empty(count).uniform_(-self.degrees, self.degrees).deg2rad_()
