@@ -62,7 +62,7 @@ def serve_and_train(data_dir: Path, epochs: int) -> dict:
         client = Client(url, verbose=False)
         clicked = time.perf_counter()
         client.predict(dataset="glyphs", epochs=epochs, batch_size=128, snapshot_every=25, eval_every=1,
-                       api_name="/start")
+                       memvir_n=5, memvir_m=10, warmup_epochs=1, api_name="/start")  # the CLI run's settings
         while "step 0 of" in (status := client.predict(api_name="/poll")[0]) or "Training" not in status:
             time.sleep(0.02)
         first_loss_s = time.perf_counter() - clicked
