@@ -19,7 +19,7 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) app.py
 
-# The browser tests drive Debian's chromium (never `playwright install`: it downloads a browser and fails offline).
+# The browser tests drive Debian's chromium (Playwright's own browser download fails offline: never use it).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \

@@ -1,4 +1,4 @@
-"""Browser tests: Playwright for Python driving Debian's chromium (never `playwright install`, which downloads).
+"""Browser tests: Playwright for Python driving Debian's chromium (never Playwright's own browser download).
 
 With CI=true these tests must run: a missing chromium fails them with the command that installs it. Elsewhere they
 skip when chromium is missing. The app runs in-process on a free port with a tiny checkpoint of its own, and the
