@@ -124,8 +124,17 @@ def step_losses(history: list[dict]) -> list[float]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """The two-rank run (spawned processes) and the single-process run with the whole batch."""
-    folder = tmp_path_factory.mktemp("ddp")
-    torch.multiprocessing.spawn(train_rank, args=(free_port(), folder), nprocs=WORLD_SIZE, join=True)
+    # On this 2-core machine gloo's TCP transport now and then aborts a rank early on ("terminate called
+    # without an active exception", seen in about 1 of 30 runs, a few seconds in): start the pair again, on a new
+    # port and folder, up to twice. What the tests assert is unchanged.
+    for attempt in range(3):
+        folder = tmp_path_factory.mktemp("ddp")
+        try:
+            torch.multiprocessing.spawn(train_rank, args=(free_port(), folder), nprocs=WORLD_SIZE, join=True)
+            break
+        except torch.multiprocessing.ProcessExitedException:
+            if attempt == 2:
+                raise
     ranks = [torch.load(folder / f"result{rank}.pt", weights_only=True) for rank in range(WORLD_SIZE)]
     single = Trainer(equivalence_config(), folder / "single")
     single.run()
@@ -289,6 +298,9 @@ def test_torchrun_cli_trains_resumes_and_reports_once(tmp_path):
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                    "127.0.0.1", "--master-port", str(free_port()), "-m", "memvir", "train", *args, "--out", str(run)]
         result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        if result.returncode != 0 and "terminate called" in result.stderr:  # gloo's rare abort at connect (above)
+            command[command.index("--master-port") + 1] = str(free_port())
+            result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         assert result.returncode == 0, result.stderr
         printed = [line for line in result.stdout.splitlines() if line.startswith("{")]
         assert len(printed) == 1, result.stdout  # rank 0 alone reports
