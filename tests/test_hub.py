@@ -8,6 +8,7 @@ import httpx2
 import huggingface_hub
 import pytest
 import torch
+from hub_cache import COMMIT, hub_cache_snapshot
 from huggingface_hub import HfApi
 from huggingface_hub.errors import (
     HfHubHTTPError,
@@ -22,7 +23,6 @@ from memvir import hub
 from memvir.hub import HubError, load_model, pull, push
 from memvir.models import EmbeddingModel
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 REPO = "someone/glyph-model"
 
 
@@ -54,13 +54,7 @@ def _checkpoint(folder, **model_kwargs):
 
 
 def _cached_snapshot(cache_dir, repo_id=REPO):
-    """huggingface_hub's cache layout: models--owner--name/{refs/main, snapshots/<commit>/...}."""
-    repo_folder = cache_dir / ("models--" + repo_id.replace("/", "--"))
-    (repo_folder / "refs").mkdir(parents=True)
-    (repo_folder / "refs" / "main").write_text(COMMIT)
-    snapshot = repo_folder / "snapshots" / COMMIT
-    snapshot.mkdir(parents=True)
-    return snapshot
+    return hub_cache_snapshot(cache_dir, repo_id)
 
 
 def _http_error(error_class, status, message):

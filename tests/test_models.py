@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision
+from hub_cache import COMMIT, hub_cache_snapshot
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
@@ -29,7 +30,6 @@ from memvir.models import (
 
 FEATURE_DIMS = {"convnet": 256, "convnet-gn": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024}
 RESNET18_FILE = "resnet18-f37072fd.pth"  # the file name in ResNet18_Weights.IMAGENET1K_V1's URL
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _row_norms(embeddings: torch.Tensor) -> list[float]:
@@ -446,20 +446,10 @@ def test_loading_a_folder_without_config_names_it(tmp_path):
         EmbeddingModel.from_pretrained(tmp_path)
 
 
-def _hub_cache_snapshot(cache_dir: Path, repo_id: str) -> Path:
-    """The layout huggingface_hub's cache uses: models--owner--name/{refs/main, snapshots/<commit>/...}."""
-    repo_folder = cache_dir / ("models--" + repo_id.replace("/", "--"))
-    (repo_folder / "refs").mkdir(parents=True)
-    (repo_folder / "refs" / "main").write_text(COMMIT)
-    snapshot = repo_folder / "snapshots" / COMMIT
-    snapshot.mkdir(parents=True)
-    return snapshot
-
-
 def test_from_pretrained_offline_from_the_hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     model = _trained_a_little(EmbeddingModel(embedding_dim=32), 1, 32)
-    model.save_pretrained(_hub_cache_snapshot(tmp_path, "someone/glyph-model"))
+    model.save_pretrained(hub_cache_snapshot(tmp_path, "someone/glyph-model"))
     images = torch.randn(3, 1, 32, 32)
     for revision in (None, COMMIT):
         loaded = EmbeddingModel.from_pretrained("someone/glyph-model", cache_dir=tmp_path, revision=revision)
