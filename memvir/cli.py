@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--memvir-m", type=int, default=defaults.memvir_m, help="M, the gap between used steps")
     train.add_argument("--warmup-epochs", type=float, default=defaults.warmup_epochs, help="U, in epochs")
     train.add_argument("--store-dtype", default=defaults.memvir_store_dtype, help="float32 | float16 | bfloat16")
+    train.add_argument("--memvir-schedule", default=defaults.memvir_schedule,
+                       help="curriculum (the paper's staircase) | all-at-once (all N sets when the warm-up ends)")
+    train.add_argument("--val-classes", type=int, default=defaults.val_classes,
+                       help="training classes held out as validation, scored as val_* metrics (default none)")
     train.add_argument("--epochs", type=int, default=None, help=f"default {defaults.epochs}")
     train.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     train.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -110,7 +114,8 @@ def _train_run(args) -> int:
             dataset=args.dataset, data_root=args.data_root, image_size=args.image_size, backbone=args.backbone,
             pretrained=args.pretrained, embedding_dim=args.embedding_dim, loss=args.loss, loss_params=loss_params,
             memvir_n=args.memvir_n, memvir_m=args.memvir_m, warmup_epochs=args.warmup_epochs,
-            memvir_store_dtype=args.store_dtype, epochs=args.epochs or defaults.epochs,
+            memvir_store_dtype=args.store_dtype, memvir_schedule=args.memvir_schedule, val_classes=args.val_classes,
+            epochs=args.epochs or defaults.epochs,
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
             class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",
             num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None

@@ -9,6 +9,10 @@ The store is a ring buffer with room for N(M+1) steps, allocated once (grown onc
 batch arrives), so a full memory costs no allocation per step: the reference code's Python lists re-allocate
 and can select the wrong steps. Its state travels in ``state_dict()`` so a resumed run continues the curriculum
 where it stopped, unlike the reference, which forgets the memory on resume.
+
+Two schedules: "curriculum" (the paper's) adds the virtual sets one by one after the warm-up, s(i) rising as a
+staircase; "all-at-once" (the paper's Fig. 3 ablation) starts storing N(M+1) steps before the warm-up ends, so all N
+sets are in use from the first step after it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 from torch import nn
 
 _STATE_VERSION = 1
+SCHEDULES = ("curriculum", "all-at-once")
 
 
 def _check_count(name: str, value, minimum: int = 0) -> int:
@@ -34,13 +39,19 @@ class MemVir(nn.Module):
         warmup_steps: U, calls before this return their inputs unchanged and store nothing.
         store_dtype: dtype of the stored copies (torch.float16 or torch.bfloat16 halve the memory);
             None keeps the dtype of the inputs.
+        schedule: "curriculum" (the paper's: one more virtual set every M+1 steps after the warm-up) or
+            "all-at-once" (the steps before the warm-up's end are stored, so all N sets arrive together).
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
     """
 
-    def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None):
+    def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
+                 schedule: str = "curriculum"):
         super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        self.schedule = schedule
         if store_dtype is not None and not (isinstance(store_dtype, torch.dtype) and store_dtype.is_floating_point):
             raise ValueError(f"MemVir: store_dtype must be a floating torch dtype or None, got {store_dtype!r}")
         self.num_steps = _check_count("num_steps (N)", num_steps)
@@ -171,16 +182,19 @@ class MemVir(nn.Module):
         labels = labels.long()
         step = self.step
         self.step += 1
-        if step < self.warmup_steps or self.num_steps == 0:
+        if step < self._store_from() or self.num_steps == 0:
             # Warm-up (or a warm-up raised past the current step): the plain baseline, and an empty memory so the
             # stored steps stay consecutive and the ages j(M+1) stay true.
             if self._count:
                 self._reset_store()
             self.num_virtual_sets = 0
             return embeddings, labels, class_weights
-
         if self._embeddings is not None and self._embeddings.device != embeddings.device:
             self.to(embeddings.device)  # e.g. a memory restored on the CPU, resumed on a GPU
+        if step < self.warmup_steps:  # all-at-once: the last steps of the warm-up fill the memory, unused yet
+            self.num_virtual_sets = 0
+            self._store(embeddings, labels, class_weights)
+            return embeddings, labels, class_weights
         num_sets = min(self.num_steps, self._count // (self.margin + 1))
         self.num_virtual_sets = num_sets
         if num_sets:
@@ -223,11 +237,18 @@ class MemVir(nn.Module):
         self.step = 0
         self.num_virtual_sets = 0
 
+    def _store_from(self) -> int:
+        """The first step that is stored: the warm-up's end, or for "all-at-once" N(M+1) steps before it."""
+        if self.schedule == "all-at-once":
+            return max(0, self.warmup_steps - self.capacity)
+        return self.warmup_steps
+
     def num_classes_at(self, step: int, num_classes: int) -> int:
-        """s(i), the class count at call `step` under the current N, M, U (PAPER.md eq. 4)."""
+        """s(i), the class count at call `step` under the current N, M, U (PAPER.md eq. 4 for the curriculum)."""
         if step < self.warmup_steps or self.num_steps == 0:
             return num_classes
-        return num_classes * (min((step - self.warmup_steps) // (self.margin + 1), self.num_steps) + 1)
+        stored = min(step - self._store_from(), self.capacity)
+        return num_classes * (min(stored // (self.margin + 1), self.num_steps) + 1)
 
     def virtual_sets(self) -> list[dict]:
         """The stored steps the next call would use, j = 1..k: detached copies for plots and projections.
@@ -262,7 +283,8 @@ class MemVir(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"num_steps={self.num_steps}, margin={self.margin}, warmup_steps={self.warmup_steps}, "
-            f"store_dtype={self.store_dtype}, stored={self._count}/{self.capacity}, step={self.step}"
+            f"store_dtype={self.store_dtype}, schedule={self.schedule}, stored={self._count}/{self.capacity}, "
+            f"step={self.step}"
         )
 
     def _apply(self, fn, recurse=True):
@@ -285,6 +307,7 @@ class MemVir(nn.Module):
             "num_steps": self.num_steps,
             "margin": self.margin,
             "warmup_steps": self.warmup_steps,
+            "schedule": self.schedule,
             "batch_sizes": torch.tensor([self._batch_sizes[s] for s in self._ordered_slots()], dtype=torch.long),
         }
         if self._count:
@@ -300,6 +323,9 @@ class MemVir(nn.Module):
         self.num_steps = _check_count("num_steps (N)", int(state["num_steps"]))
         self.margin = _check_count("margin (M)", int(state["margin"]))
         self.warmup_steps = _check_count("warmup_steps (U)", int(state["warmup_steps"]))
+        self.schedule = state.get("schedule", "curriculum")  # states saved before schedules existed
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"MemVir: the state's schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
         self.step = int(state["step"])
         self.num_virtual_sets = int(state["num_virtual_sets"])
         self._reset_store()

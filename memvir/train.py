@@ -35,7 +35,7 @@ from memvir.data.transforms import sample_seed
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import LOSSES, build_loss
-from memvir.memory import MemVir
+from memvir.memory import SCHEDULES, MemVir
 
 _STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -61,6 +61,7 @@ class TrainConfig:
     memvir_m: int = 50  # M: gap between used steps
     warmup_epochs: float = 2.0  # U in epochs, converted to steps
     memvir_store_dtype: str = "float32"
+    memvir_schedule: str = "curriculum"  # the paper's staircase; "all-at-once" is its Fig. 3 ablation
     epochs: int = 8
     batch_size: int = 128
     sampler: str = "random"  # the reference's choice; "balanced" = P classes x K images
@@ -78,6 +79,7 @@ class TrainConfig:
     snapshot_every: int = 25  # steps between embedding snapshots (0: none)
     checkpoint_every: int = 200  # steps between checkpoints, besides epoch ends and stops
     probe_classes: int = 8  # test classes in the fixed probe set of snapshots
+    val_classes: int = 0  # training classes held out and scored as "val_*" metrics, for choices made without test
     max_steps: int | None = None  # stop early (tests, quick looks)
     eval_at_start: bool = True  # the untrained model's recall as the first point of the curve
     compile: bool = False  # torch.compile the network for training (pays off on a GPU over long runs)
@@ -87,7 +89,8 @@ class TrainConfig:
             if not condition:
                 raise ValueError(f"TrainConfig: {message}")
 
-        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed"):
+        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed",
+                     "val_classes"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                  f"{name} must be an integer >= 0, got {value!r}")
@@ -107,6 +110,8 @@ class TrainConfig:
         need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
         need(self.memvir_store_dtype in _STORE_DTYPES,
              f"memvir_store_dtype must be one of {', '.join(_STORE_DTYPES)}, got {self.memvir_store_dtype!r}")
+        need(self.memvir_schedule in SCHEDULES,
+             f"memvir_schedule must be one of {', '.join(SCHEDULES)}, got {self.memvir_schedule!r}")
         need(self.sampler in _SAMPLERS, f"sampler must be one of {', '.join(_SAMPLERS)}, got {self.sampler!r}")
         need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
         need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
@@ -227,6 +232,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
         from memvir.data import ClassBalancedSampler, load_dataset
+        from memvir.data.validation import hold_out_validation
         from memvir.models import EmbeddingModel
 
         config.validate()
@@ -246,6 +252,9 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size,
                                  seed=config.seed)
+        self.validation = None
+        if config.val_classes:
+            self.data, self.validation = hold_out_validation(self.data, config.val_classes)
         info = self.data.info
         train_size = len(self.data.train)
         if config.batch_size > train_size:
@@ -276,7 +285,7 @@ class Trainer:
         self.class_weights = nn.Parameter(weights.to(self.device))
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
-                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype])
+                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule)
         self.optimizer = torch.optim.Adam(
             [{"params": self.model.parameters(), "lr": config.lr},
              {"params": [self.class_weights], "lr": config.class_lr}],
@@ -531,10 +540,18 @@ class Trainer:
         return torch.cat(chunks), torch.cat(labels)
 
     def evaluate(self) -> dict:
-        """Retrieval metrics on the test classes (emits an EvalEvent). Across ranks, every rank embeds its shard of
-        the test split and rank 0 scores them all; call it on every rank."""
-        total = len(self.data.test)
-        embeddings, labels = self.embed(self.data.test, self.world.shard(total))
+        """Retrieval metrics on the test classes, and on the validation classes as "val_*" when some are held out
+        (emits an EvalEvent). Call it on every rank: each embeds its shard and rank 0 scores them all."""
+        metrics = self._score(self.data.test)
+        if self.validation is not None:
+            metrics |= {f"val_{name}": value for name, value in self._score(self.validation).items()}
+        self.last_metrics = metrics
+        self._emit(EvalEvent(self.step, self.step // self.steps_per_epoch, dict(self.last_metrics)))
+        return self.last_metrics
+
+    def _score(self, split) -> dict:
+        total = len(split)
+        embeddings, labels = self.embed(split, self.world.shard(total))
         embeddings = self.world.gather_shards(embeddings, total, self.device)
         labels = self.world.gather_shards(labels, total, self.device)
         metrics = None
@@ -543,9 +560,7 @@ class Trainer:
 
             ks = (1, 10, 100, 1000) if self.config.dataset == "sop" else (1, 2, 4, 8)
             metrics = retrieval_metrics(embeddings, labels, ks=tuple(k for k in ks if k < total))
-        self.last_metrics = self.world.agree(metrics)
-        self._emit(EvalEvent(self.step, self.step // self.steps_per_epoch, dict(self.last_metrics)))
-        return self.last_metrics
+        return self.world.agree(metrics)
 
     def _snapshot(self, embeddings, labels, weights) -> SnapshotEvent:
         num_classes = self.class_weights.shape[0]
@@ -604,8 +619,9 @@ class Trainer:
     def _memvir_summary(self) -> str:
         if self.config.memvir_n == 0:
             return "off (baseline: N=0)"
+        schedule = "" if self.config.memvir_schedule == "curriculum" else f", {self.config.memvir_schedule}"
         return (f"N={self.config.memvir_n}, M={self.config.memvir_m}, warm-up {self.config.warmup_epochs:g} epochs "
-                f"({self.memvir.warmup_steps} steps)")
+                f"({self.memvir.warmup_steps} steps){schedule}")
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state

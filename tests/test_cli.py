@@ -51,9 +51,24 @@ def test_train_resume_eval_and_index(tmp_path):
     assert indexed["items"] == 24 * 12 and (index_dir / "gallery.json").is_file()
 
 
+def test_schedule_and_validation_flags_reach_the_run(tmp_path):
+    run = tmp_path / "run"
+    result = last_json(memvir_cli("train", "--dataset", "glyphs-mini", "--memvir-n", "2", "--memvir-m", "1",
+                                  "--warmup-epochs", "0.5", "--memvir-schedule", "all-at-once", "--val-classes", "4",
+                                  "--batch-size", "32", "--epochs", "1", "--out", run).stdout)
+    assert 0 <= result["val_recall@1"] <= 1 and 0 <= result["recall@1"] <= 1
+    config = json.loads((run / "train_config.json").read_text())
+    assert config["memvir_schedule"] == "all-at-once" and config["val_classes"] == 4
+    assert "all-at-once" in (run / "README.md").read_text()
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
+        (["train", "--dataset", "glyphs-mini", "--memvir-schedule", "sudden", "--out", "{tmp}/x"],
+         "memvir_schedule must be one of curriculum, all-at-once"),
+        (["train", "--dataset", "glyphs-mini", "--val-classes", "30", "--out", "{tmp}/x"],
+         "use --val-classes between 2 and 22"),
         (["train", "--dataset", "glyphs-mini", "--memvir-n", "-1", "--out", "{tmp}/x"], "memvir_n must be"),
         (["train", "--dataset", "nope", "--out", "{tmp}/x"], "unknown dataset"),
         (["train", "--dataset", "glyphs-mini", "--loss", "hinge", "--out", "{tmp}/x"], "unknown loss"),

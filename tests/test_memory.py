@@ -326,3 +326,57 @@ def test_state_from_another_version_is_rejected():
     state["_extra_state"] = {"version": 99}
     with pytest.raises(ValueError, match="version"):
         mv.load_state_dict(state)
+
+
+class ReferenceAllAtOnce(ReferenceMemVir):
+    """The Fig. 3 ablation read plainly: the last N(M+1) warm-up steps are stored (not used), so every set is ready
+    when the warm-up ends."""
+
+    def __call__(self, x, y, w):
+        t = self.calls
+        if self.u - self.n * (self.m + 1) <= t < self.u and self.n:
+            self.calls += 1
+            self.memory.append((x.clone(), y.clone(), w.clone()))
+            self._trim()
+            return x, y, w, 0
+        return super().__call__(x, y, w)
+
+
+@pytest.mark.parametrize("n,m,u", [(2, 3, 20), (3, 2, 9), (3, 2, 4), (2, 1, 0), (1, 0, 5)])
+def test_all_at_once_schedule_matches_reference(n, m, u):
+    gen = torch.Generator().manual_seed(7 * n + m + u)
+    mv, ref = MemVir(n, m, warmup_steps=u, schedule="all-at-once"), ReferenceAllAtOnce(n, m, u)
+    c = 4
+    for i in range(u + n * (m + 1) + 6):
+        x, y, w = random_step(gen, int(torch.randint(1, 6, (1,), generator=gen)), c)
+        ex, ey, ew, k = ref(x, y, w)
+        ox, oy, ow = mv(x, y, w)
+        assert torch.equal(ox, ex) and torch.equal(oy, ey) and torch.equal(ow, ew), f"step {i}"
+        assert mv.num_virtual_sets == k
+        assert ow.shape[0] == mv.num_classes_at(i, c), f"step {i}"
+
+
+def test_all_at_once_uses_every_set_from_the_warmup_end():
+    """With a warm-up longer than N(M+1) steps, s(i) jumps from C straight to C(N+1) at i = U (hand-written)."""
+    mv = MemVir(3, 2, warmup_steps=12, schedule="all-at-once")
+    gen = torch.Generator().manual_seed(0)
+    counts = [mv(*random_step(gen, 2, 5))[2].shape[0] for _ in range(15)]
+    assert counts == [5] * 12 + [20] * 3
+    assert [mv.num_classes_at(i, 5) for i in range(15)] == counts
+
+
+def test_schedule_survives_state_dict_and_rejects_unknown():
+    mv = MemVir(2, 1, warmup_steps=6, schedule="all-at-once")
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        mv(*random_step(gen, 3))
+    restored = MemVir(2, 1, warmup_steps=6)
+    restored.load_state_dict(mv.state_dict())
+    assert restored.schedule == "all-at-once" and restored.num_stored == 3
+    for _ in range(2):  # steps 5 (stored, unused) and 6 (the warm-up's end: both sets in use)
+        x, y, w = random_step(gen, 3)
+        out, expected = restored(x, y, w), mv(x, y, w)
+        assert all(torch.equal(a, b) for a, b in zip(out, expected, strict=True))
+    assert out[2].shape[0] == 3 * 5
+    with pytest.raises(ValueError, match="schedule must be one of curriculum, all-at-once"):
+        MemVir(1, 1, schedule="sudden")

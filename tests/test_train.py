@@ -45,6 +45,9 @@ def test_config_json_round_trip_and_unknown_keys():
         ({"sampler": "weird"}, "sampler"),
         ({"sampler": "balanced", "batch_size": 30, "samples_per_class": 4}, "multiple of samples_per_class"),
         ({"memvir_store_dtype": "int8"}, "memvir_store_dtype"),
+        ({"memvir_schedule": "sudden"}, "memvir_schedule must be one of curriculum, all-at-once"),
+        ({"val_classes": -2}, "val_classes must be an integer >= 0"),
+        ({"val_classes": 23}, "cannot hold out 23 validation classes from the 24 training classes"),
     ],
 )
 def test_bad_config_values_are_rejected(overrides, message):
@@ -244,3 +247,16 @@ def test_balanced_sampler_batches_hold_p_classes_of_k():
     batch_labels = next(iter(trainer._batches(0, 0)))[1]
     counts = torch.bincount(batch_labels)
     assert sorted(counts[counts > 0].tolist()) == [4] * 8
+
+
+def test_all_at_once_schedule_brings_every_virtual_set_at_the_warmup_end():
+    """glyphs-mini: 24 classes x 12 faces / batch 32 = 9 steps an epoch; warm-up 1 epoch = 9 steps; N=2, M=1.
+    The curriculum adds a set every 2 steps after step 9; all-at-once stores steps 5-8 and uses both sets at once."""
+    counts = {}
+    for schedule in ("curriculum", "all-at-once"):
+        trainer = Trainer(small_config(memvir_schedule=schedule, warmup_epochs=1, max_steps=14))
+        events = collect(trainer)
+        trainer.run()
+        counts[schedule] = [e.num_classes for e in events if isinstance(e, StepEvent)]
+    assert counts["curriculum"] == [24] * 9 + [24, 24, 48, 48, 72]
+    assert counts["all-at-once"] == [24] * 9 + [72] * 5

@@ -19,6 +19,9 @@ class SplitDataset(Dataset, ABC):
     A split whose random augmentation is cheaper per batch than per image sets `batch_transform` (a callable on a
     stacked batch of `raw(i)` tensors) and implements `raw(i)`; the Trainer then loads raw items and augments whole
     batches. `dataset[i]` stays the same augmentation applied to one item.
+
+    Every split applies its `transform` attribute in `__getitem__`, so a shallow copy with the test split's
+    `transform` reads the same images as the test split reads its own (validation.py relies on this).
     """
 
     batch_transform = None

@@ -1,0 +1,177 @@
+"""PNG plots of the reproduction study (docs/reproduction/*.png), drawn from the records of results.json.
+
+Each plot shows the mean over seeds with the sample standard deviation as error bars or a band, as the tables do.
+`draw_all(records, folder)` draws every plot whose study has records and returns the paths it wrote.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on these machines or on a Space
+import matplotlib.pyplot as plt  # noqa: E402
+import reproduce  # noqa: E402  (bench/ is on sys.path: this module is run from reproduce.py and the tests)
+
+BASELINE, MEMVIR = "#7f7f7f", "#d62728"
+COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+METRIC_NAMES = {"recall@1": "Recall@1", "r_precision": "R-Precision", "map@r": "MAP@R"}
+
+
+def mean_std(group: list[dict], key: str) -> tuple[float, float]:
+    values = [100 * r[key] for r in group]
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _save(figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _baseline_band(axis, group: list[dict], key: str, label: str = "baseline") -> None:
+    mean, std = mean_std(group, key)
+    axis.axhspan(mean - std, mean + std, color=BASELINE, alpha=0.2)
+    axis.axhline(mean, color=BASELINE, linestyle="--", label=f"{label} (mean ± sd)")
+
+
+def plot_losses(records: list[dict], path: Path) -> Path:
+    """Grouped bars: each metric for each loss, with and without MemVir (paper Table 4)."""
+    rows = reproduce.study_rows("losses", records)
+    figure, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    for axis, key in zip(axes, reproduce.METRICS, strict=True):
+        for i, row in enumerate(rows):
+            group = reproduce.rows_of(records, "losses", row.label)
+            if not group:
+                continue
+            mean, std = mean_std(group, key)
+            axis.bar(i, mean, yerr=std, capsize=4, color=MEMVIR if row.n else BASELINE)
+        axis.set_xticks(range(len(rows)), [r.label.replace(" + ", "\n+ ") for r in rows], fontsize=7)
+        values = [mean_std(g, key)[0] for g in (reproduce.rows_of(records, "losses", r.label) for r in rows) if g]
+        axis.set_ylim(min(values) - 4, max(values) + 2)
+        axis.set_title(f"test {METRIC_NAMES[key]} (%)")
+    figure.suptitle("Losses with and without MemVir on glyphs (3 seeds, 8 epochs)", fontsize=10)
+    return _save(figure, path)
+
+
+def plot_grid(records: list[dict], path: Path) -> Path:
+    """Recall@1 against N, one line per M, over the baseline's band (paper Fig. 8): test and validation."""
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    baseline = reproduce.rows_of(records, "grid", "baseline")
+    for axis, key, title in zip(axes, ("recall@1", "val_recall@1"),
+                                ("test classes (reported)", "validation classes (used for the choice)"), strict=True):
+        if baseline:
+            _baseline_band(axis, baseline, key)
+        for colour, m in zip(COLOURS, reproduce.GRID_M, strict=False):
+            points = [(n, mean_std(g, key)) for n in reproduce.GRID_N
+                      if (g := reproduce.rows_of(records, "grid", reproduce.memvir_label(n, m)))]
+            if points:
+                axis.errorbar([n for n, _ in points], [s[0] for _, s in points], yerr=[s[1] for _, s in points],
+                              marker="o", capsize=4, color=colour, label=f"MemVir, M = {m}")
+        axis.set_xticks(reproduce.GRID_N)
+        axis.set_xlabel("N (past steps used)")
+        axis.set_ylabel("Recall@1 (%)")
+        axis.set_title(title, fontsize=9)
+        axis.legend(fontsize=7)
+    figure.suptitle("Effect of N and M (warm-up 2 of 8 epochs, 3 seeds)", fontsize=10)
+    return _save(figure, path)
+
+
+def plot_batch(records: list[dict], path: Path) -> Path:
+    """Test Recall@1 against batch size, baseline and MemVir (paper Table 1a)."""
+    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    batches = reproduce.BATCHES
+    for name, colour, label in (("baseline", BASELINE, "baseline"), ("MemVir(2, 50)", MEMVIR, "MemVir(2, 50)")):
+        points = [(b, mean_std(g, "recall@1")) for b in batches
+                  if (g := reproduce.rows_of(records, "batch", f"{name}, batch {b}"))]
+        if points:
+            axis.errorbar([b for b, _ in points], [s[0] for _, s in points], yerr=[s[1] for _, s in points],
+                          marker="o", capsize=4, color=colour, label=label)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(batches, [str(b) for b in batches])
+    axis.set_xlabel("batch size (8 epochs each)")
+    axis.set_ylabel("test Recall@1 (%)")
+    axis.set_title("Batch size (3 seeds)", fontsize=10)
+    axis.legend(fontsize=8)
+    return _save(figure, path)
+
+
+def plot_schedule(records: list[dict], path: Path) -> Path:
+    """Left: the class count s(i) of each schedule (paper Fig. 3, seed 0); right: test Recall@1 of each."""
+    rows = reproduce.study_rows("schedule", records)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    for i, (colour, row) in enumerate(zip(COLOURS, rows, strict=False)):
+        group = reproduce.rows_of(records, "schedule", row.label)
+        if not group:
+            continue
+        seed0 = min(group, key=lambda r: r["seed"])
+        steps, classes = zip(*seed0["classes"], strict=True)
+        left.step(steps, classes, where="post", color=colour, label=row.label)
+        mean, std = mean_std(group, "recall@1")
+        right.bar(i, mean, yerr=std, capsize=4, color=colour)
+    baseline = reproduce.rows_of(records, "grid", "baseline")
+    values = [mean_std(g, "recall@1")[0] for g in (reproduce.rows_of(records, "schedule", r.label) for r in rows) if g]
+    if baseline:
+        _baseline_band(right, baseline, "recall@1")
+        right.legend(fontsize=7, loc="lower right")
+        values.append(mean_std(baseline, "recall@1")[0])
+    left.set_xlabel("step")
+    left.set_ylabel("classes in the loss, s(i)")
+    left.legend(fontsize=7)
+    left.set_title("class count over training", fontsize=9)
+    right.set_xticks(range(len(rows)), [r.label.replace(" (", "\n(") for r in rows], fontsize=7)
+    if values:
+        right.set_ylim(min(values) - 4, max(values) + 2)
+    right.set_ylabel("test Recall@1 (%)")
+    right.set_title("MemVir(2, 50), 3 seeds", fontsize=9)
+    figure.suptitle("Schedule ablation (paper Fig. 3)", fontsize=10)
+    return _save(figure, path)
+
+
+def _curve_band(axis, group: list[dict], column: int, colour: str, label: str, style: str = "-") -> None:
+    """Mean and sd over seeds of an evaluation curve (all seeds evaluate at the same steps)."""
+    steps = [point[0] for point in group[0]["curve"]]
+    values = [[100 * r["curve"][i][column] for r in group] for i in range(len(steps))]
+    means = [statistics.mean(v) for v in values]
+    stds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+    axis.plot(steps, means, style, color=colour, label=label)
+    axis.fill_between(steps, [m - s for m, s in zip(means, stds, strict=True)],
+                      [m + s for m, s in zip(means, stds, strict=True)], color=colour, alpha=0.2)
+
+
+def plot_budget(records: list[dict], path: Path) -> Path:
+    """Test and validation Recall@1 over a 24-epoch run, baseline against the MemVir setting chosen on validation."""
+    rows = reproduce.study_rows("budget", records)
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for axis, column, title in zip(axes, (1, 2), ("test classes", "validation classes"), strict=True):
+        for row, colour in zip(rows, (BASELINE, MEMVIR), strict=True):
+            group = reproduce.rows_of(records, "budget", row.label)
+            if group:
+                _curve_band(axis, group, column, colour, row.label)
+        warmup_end = rows[1].warmup * _steps_per_epoch(records)
+        axis.axvline(warmup_end, color=MEMVIR, linestyle=":", label="end of warm-up")
+        axis.set_xlabel("step")
+        axis.set_ylabel("Recall@1 (%)")
+        axis.set_title(title, fontsize=9)
+        axis.legend(fontsize=7)
+    figure.suptitle("A longer budget: 24 epochs, MemVir warm-up 8 (3 seeds)", fontsize=10)
+    return _save(figure, path)
+
+
+def _steps_per_epoch(records: list[dict]) -> int:
+    """From any budget run: the last evaluation's step over its epochs."""
+    run = next(r for r in records if r["study"] == "budget")
+    return run["curve"][-1][0] // run["epochs"]
+
+
+PLOTTERS = {"losses": plot_losses, "grid": plot_grid, "batch": plot_batch, "schedule": plot_schedule,
+            "budget": plot_budget}
+
+
+def draw_all(records: list[dict], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [plotter(records, folder / f"{study}.png") for study, plotter in PLOTTERS.items()
+            if any(r["study"] == study for r in records)]

@@ -1,0 +1,84 @@
+"""bench/reproduce.py's report: the choice made on validation classes, the tables' mean ± sd, and the PNG plots,
+checked on hand-made records whose answers are worked out here."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+import reproduce  # noqa: E402
+from reproduction_plots import draw_all  # noqa: E402
+
+
+def record(study, label, seed, test, val=None, epochs=8, batch=128, steps=688):
+    """One run's record; its curve climbs to the final test/validation recall, its class count steps once."""
+    out = {"study": study, "label": label, "seed": seed, "epochs": epochs, "batch": batch, "command": "python ...",
+           "recall@1": test, "r_precision": test - 0.2, "map@r": test - 0.25, "step": steps,
+           "curve": [[0, test - 0.3, None if val is None else val - 0.3], [steps, test, val]],
+           "classes": [[1, 921], [steps // 2, 1842], [steps, 2763]]}
+    if val is not None:
+        out |= {"val_recall@1": val, "val_r_precision": val - 0.2, "val_map@r": val - 0.25}
+    return out
+
+
+def grid_records(best=(4, 10)):
+    records = [record("grid", "baseline", s, 0.90 + 0.02 * s, 0.95) for s in range(3)]
+    for n in reproduce.GRID_N:
+        for m in reproduce.GRID_M:
+            val = 0.97 if (n, m) == best else 0.93
+            records += [record("grid", reproduce.memvir_label(n, m), s, 0.88, val + 0.001 * s) for s in range(3)]
+    return records
+
+
+@pytest.mark.parametrize("best", [(4, 10), (1, 50), (2, 10)])
+def test_budget_study_takes_the_grids_best_validation_setting(best):
+    records = grid_records(best)
+    assert reproduce.chosen_on_validation(records) == best
+    budget = reproduce.study_rows("budget", records)
+    assert [(r.n, r.m, r.epochs) for r in budget] == [(0, 0, 24), (best[0], best[1], 24)]
+    assert all(r.val_classes == 100 for r in budget)  # the budget runs hold the same validation classes out
+    assert reproduce.chosen_on_validation(records[:-1]) is None  # a seed missing: no choice yet
+
+
+def test_rows_hold_out_validation_classes_except_the_first_slice():
+    row = reproduce.study_rows("grid", [])[1]
+    assert row.args(3)[-2:] == ["--val-classes", "100"] and "--seed" in row.args(3)
+    assert all(r.val_classes == 0 for r in reproduce.study_rows("losses", []))
+    all_at_once = reproduce.study_rows("schedule", [])[2]
+    assert all_at_once.args(0)[-4:-2] == ["--memvir-schedule", "all-at-once"]
+
+
+def test_table_means_and_sample_deviations_by_hand():
+    records = grid_records()
+    table = reproduce.table(records, "grid").splitlines()
+    # baseline test recall 90, 92, 94 %: mean 92.00, sample sd 2.00; R-Precision 20 points lower; validation 95
+    assert table[2] == "| baseline | 128 | 8 | 3 | 92.00 ± 2.00 | 72.00 ± 2.00 | 67.00 ± 2.00 | 95.00 ± 0.00 |"
+    # the batch study's batch-128 rows are the grid's runs, shown again rather than trained twice
+    batch_table = reproduce.table(records, "batch").splitlines()
+    assert batch_table[2:] == [
+        "| baseline, batch 128 | 128 | 8 | 3 | 92.00 ± 2.00 | 72.00 ± 2.00 | 67.00 ± 2.00 | 95.00 ± 0.00 |",
+        "| MemVir(2, 50), batch 128 | 128 | 8 | 3 | 88.00 ± 0.00 | 68.00 ± 0.00 | 63.00 ± 0.00 | 93.10 ± 0.10 |",
+    ]
+
+
+def test_every_study_gets_a_png_with_something_drawn(tmp_path):
+    records = grid_records()
+    records += [record("losses", row.label, s, 0.9 - 0.01 * bool(row.n)) for row in reproduce.study_rows("losses", [])
+                for s in range(3)]
+    records += [record("schedule", row.label, s, 0.89, 0.94) for row in reproduce.study_rows("schedule", [])[1:]
+                for s in range(3)]
+    records += [record("batch", row.label, s, 0.88, 0.94, batch=row.batch) for row in reproduce.study_rows("batch", [])
+                for s in range(3)]
+    records += [record("budget", row.label, s, 0.93, 0.97, epochs=24, steps=2064)
+                for row in reproduce.study_rows("budget", records) for s in range(3)]
+    paths = draw_all(records, tmp_path)
+    assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "grid.png", "losses.png", "schedule.png"]
+    for path in paths:
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.width >= 500 and image.height >= 350
+            pixels = np.asarray(image.convert("L"), dtype=float)
+        assert (pixels < 128).mean() > 0.005, path.name  # axes, bars and text, not a blank page

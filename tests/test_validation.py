@@ -1,0 +1,72 @@
+"""Validation classes held out from the training half: which images they hold, how they are read, and the Trainer's
+val_* metrics, checked against hand-made expectations from the clean renders."""
+
+import numpy as np
+import pytest
+import torch
+
+from memvir.data import DatasetError, load_dataset
+from memvir.data.glyphs import GLYPH_MEAN, GLYPH_STD
+from memvir.data.validation import hold_out_validation, validation_classes
+from memvir.metrics import retrieval_metrics
+from memvir.train import TrainConfig, Trainer
+
+
+def clean_pixels(render: np.ndarray) -> torch.Tensor:
+    """A clean render as the test split reads it, written out by hand: [0, 255] -> [0, 1] -> (x - mean) / std."""
+    return ((torch.from_numpy(render).float() / 255 - GLYPH_MEAN[0]) / GLYPH_STD[0]).unsqueeze(0)
+
+
+def test_held_out_classes_are_fixed_disjoint_and_read_clean():
+    full = load_dataset("glyphs-mini")
+    splits, validation = hold_out_validation(full, 6)
+    held = validation_classes(24, 6)
+    assert len(held) == 6 and len(set(held.tolist())) == 6 and np.all(np.diff(held) > 0)
+    assert np.array_equal(validation_classes(24, 6), held)  # the same classes in every run, whatever its seed
+    kept = [c for c in range(24) if c not in set(held.tolist())]
+
+    assert splits.info.num_train_classes == 18 and splits.test is full.test
+    assert validation.class_names == [full.train.class_names[c] for c in held]
+    assert splits.train.class_names == [full.train.class_names[c] for c in kept]
+    assert len(validation) == 6 * 12 and len(splits.train) == 18 * 12
+    # every validation item is its original class's clean render, as the test split would read it
+    renders = full.train.renders
+    for index in range(0, len(validation), 5):
+        pixels, label = validation[index]
+        original, face = held[index // 12], index % 12
+        assert label == index // 12
+        torch.testing.assert_close(pixels, clean_pixels(renders[original, face]))
+    # training items keep their batch augmentation and raw renders, under new consecutive labels
+    assert splits.train.batch_transform is full.train.batch_transform
+    for index in range(0, len(splits.train), 7):
+        raw, label = splits.train.raw(index)
+        assert label == index // 12
+        assert torch.equal(raw[0], torch.from_numpy(renders[kept[index // 12], index % 12]))
+    assert validation.batch_transform is None and full.train.batch_transform is not None  # the original is untouched
+
+
+@pytest.mark.parametrize("count", [1, 23, 30])
+def test_too_few_or_too_many_validation_classes_say_what_to_use(count):
+    with pytest.raises(DatasetError, match="use --val-classes between 2 and 22, or 0 for none"):
+        hold_out_validation(load_dataset("glyphs-mini"), count)
+
+
+def test_trainer_trains_without_the_validation_classes_and_scores_them():
+    config = TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=1, memvir_n=1, memvir_m=0, warmup_epochs=0,
+                         snapshot_every=0, eval_every=0, eval_at_start=False, val_classes=4)
+    trainer = Trainer(config)
+    assert trainer.class_weights.shape[0] == 20
+    trainer.run()
+    metrics = trainer.last_metrics
+    assert {"recall@1", "val_recall@1", "val_map@r", "val_r_precision"} <= set(metrics)
+
+    full = load_dataset("glyphs-mini")
+    held = validation_classes(24, 4)
+    images = torch.stack([clean_pixels(full.train.renders[c, f]) for c in held for f in range(12)])
+    labels = torch.arange(4).repeat_interleave(12)
+    trainer.model.eval()
+    with torch.no_grad():
+        embeddings = trainer.model(images)
+    expected = retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8))
+    for name in ("recall@1", "r_precision", "map@r"):
+        assert metrics[f"val_{name}"] == pytest.approx(expected[name], abs=1e-6)
