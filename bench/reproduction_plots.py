@@ -39,21 +39,25 @@ def _baseline_band(axis, group: list[dict], key: str, label: str = "baseline") -
 
 
 def plot_losses(records: list[dict], path: Path) -> Path:
-    """Grouped bars: each metric for each loss, with and without MemVir (paper Table 4)."""
-    rows = reproduce.study_rows("losses", records)
-    figure, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    """Paired bars per loss, baseline and MemVir, for each metric (paper Table 4)."""
+    names = [name for name, _ in reproduce.LOSS_NAMES]
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4))
     for axis, key in zip(axes, reproduce.METRICS, strict=True):
-        for i, row in enumerate(rows):
-            group = reproduce.rows_of(records, "losses", row.label)
-            if not group:
-                continue
-            mean, std = mean_std(group, key)
-            axis.bar(i, mean, yerr=std, capsize=4, color=MEMVIR if row.n else BASELINE)
-        axis.set_xticks(range(len(rows)), [r.label.replace(" + ", "\n+ ") for r in rows], fontsize=7)
-        values = [mean_std(g, key)[0] for g in (reproduce.rows_of(records, "losses", r.label) for r in rows) if g]
-        axis.set_ylim(min(values) - 4, max(values) + 2)
-        axis.set_title(f"test {METRIC_NAMES[key]} (%)")
-    figure.suptitle("Losses with and without MemVir on glyphs (3 seeds, 8 epochs)", fontsize=10)
+        values = []
+        for i, name in enumerate(names):
+            for offset, (label, colour) in ((-0.2, (name, BASELINE)), (0.2, (f"{name} + MemVir(2, 50)", MEMVIR))):
+                group = reproduce.rows_of(records, "losses", label)
+                if group:
+                    mean, std = mean_std(group, key)
+                    axis.bar(i + offset, mean, width=0.4, yerr=std, capsize=3, color=colour)
+                    values.append(mean)
+        axis.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        if values:
+            axis.set_ylim(min(values) - 4, max(values) + 2)
+        axis.set_title(f"test {METRIC_NAMES[key]} (%)", fontsize=10)
+    axes[0].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=BASELINE), plt.Rectangle((0, 0), 1, 1, color=MEMVIR)],
+                   labels=["baseline", "+ MemVir(2, 50)"], fontsize=8)
+    figure.suptitle("Losses with and without MemVir on glyphs (3 seeds, 8 epochs, warm-up 2)", fontsize=10)
     return _save(figure, path)
 
 
@@ -61,8 +65,9 @@ def plot_grid(records: list[dict], path: Path) -> Path:
     """Recall@1 against N, one line per M, over the baseline's band (paper Fig. 8): test and validation."""
     figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     baseline = reproduce.rows_of(records, "grid", "baseline")
-    for axis, key, title in zip(axes, ("recall@1", "val_recall@1"),
-                                ("test classes (reported)", "validation classes (used for the choice)"), strict=True):
+    for axis, key, title in zip(axes, ("recall@1", reproduce.CHOICE_METRIC),
+                                ("test Recall@1 (reported)", "validation MAP@R (the choice is made on it)"),
+                                strict=True):
         if baseline:
             _baseline_band(axis, baseline, key)
         for colour, m in zip(COLOURS, reproduce.GRID_M, strict=False):
@@ -73,7 +78,7 @@ def plot_grid(records: list[dict], path: Path) -> Path:
                               marker="o", capsize=4, color=colour, label=f"MemVir, M = {m}")
         axis.set_xticks(reproduce.GRID_N)
         axis.set_xlabel("N (past steps used)")
-        axis.set_ylabel("Recall@1 (%)")
+        axis.set_ylabel("%")
         axis.set_title(title, fontsize=9)
         axis.legend(fontsize=7)
     figure.suptitle("Effect of N and M (warm-up 2 of 8 epochs, 3 seeds)", fontsize=10)
@@ -131,10 +136,10 @@ def plot_schedule(records: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
-def _curve_band(axis, group: list[dict], column: int, colour: str, label: str, style: str = "-") -> None:
+def _curve_band(axis, group: list[dict], column: str, colour: str, label: str, style: str = "-") -> None:
     """Mean and sd over seeds of an evaluation curve (all seeds evaluate at the same steps)."""
-    steps = [point[0] for point in group[0]["curve"]]
-    values = [[100 * r["curve"][i][column] for r in group] for i in range(len(steps))]
+    steps = group[0]["curve"]["step"]
+    values = [[100 * r["curve"][column][i] for r in group] for i in range(len(steps))]
     means = [statistics.mean(v) for v in values]
     stds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
     axis.plot(steps, means, style, color=colour, label=label)
@@ -143,10 +148,12 @@ def _curve_band(axis, group: list[dict], column: int, colour: str, label: str, s
 
 
 def plot_budget(records: list[dict], path: Path) -> Path:
-    """Test and validation Recall@1 over a 24-epoch run, baseline against the MemVir setting chosen on validation."""
+    """Test Recall@1, test MAP@R and validation MAP@R over a 24-epoch run, baseline against the MemVir setting
+    chosen on validation."""
     rows = reproduce.study_rows("budget", records)
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    for axis, column, title in zip(axes, (1, 2), ("test classes", "validation classes"), strict=True):
+    figure, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    for axis, column, title in zip(axes, ("recall@1", "map@r", "val_map@r"),
+                                   ("test Recall@1", "test MAP@R", "validation MAP@R"), strict=True):
         for row, colour in zip(rows, (BASELINE, MEMVIR), strict=True):
             group = reproduce.rows_of(records, "budget", row.label)
             if group:
@@ -154,7 +161,7 @@ def plot_budget(records: list[dict], path: Path) -> Path:
         warmup_end = rows[1].warmup * _steps_per_epoch(records)
         axis.axvline(warmup_end, color=MEMVIR, linestyle=":", label="end of warm-up")
         axis.set_xlabel("step")
-        axis.set_ylabel("Recall@1 (%)")
+        axis.set_ylabel("%")
         axis.set_title(title, fontsize=9)
         axis.legend(fontsize=7)
     figure.suptitle("A longer budget: 24 epochs, MemVir warm-up 8 (3 seeds)", fontsize=10)
@@ -164,7 +171,7 @@ def plot_budget(records: list[dict], path: Path) -> Path:
 def _steps_per_epoch(records: list[dict]) -> int:
     """From any budget run: the last evaluation's step over its epochs."""
     run = next(r for r in records if r["study"] == "budget")
-    return run["curve"][-1][0] // run["epochs"]
+    return run["curve"]["step"][-1] // run["epochs"]
 
 
 PLOTTERS = {"losses": plot_losses, "grid": plot_grid, "batch": plot_batch, "schedule": plot_schedule,
