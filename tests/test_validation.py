@@ -70,3 +70,23 @@ def test_trainer_trains_without_the_validation_classes_and_scores_them():
     expected = retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8))
     for name in ("recall@1", "r_precision", "map@r"):
         assert metrics[f"val_{name}"] == pytest.approx(expected[name], abs=1e-6)
+
+
+def test_photo_validation_items_are_read_with_the_test_transform(tmp_path):
+    """A class folder: validation photos get the deterministic resize + centre crop, not the random train crop."""
+    from test_data_loaders import SIZE, reference_test_tensor, write_image
+
+    for c in range(8):
+        for i in range(2):
+            write_image(tmp_path / f"class{c}" / f"{i}.png", seed=10 * c + i, size=(48 + 4 * c, 40))
+    full = load_dataset(f"folder:{tmp_path}", image_size=SIZE)
+    splits, validation = hold_out_validation(full, 2)
+    held = validation_classes(4, 2)
+    assert validation.class_names == [f"class{c}" for c in held]
+    for index in range(len(validation)):
+        pixels, label = validation[index]
+        path = tmp_path / f"class{held[index // 2]}" / f"{index % 2}.png"
+        assert label == index // 2
+        np.testing.assert_allclose(pixels.numpy(), reference_test_tensor(path), atol=1e-5)
+        assert torch.equal(validation[index][0], pixels)  # deterministic: the same pixels at every read
+    assert len(splits.train) == 4 and splits.info.num_train_classes == 2

@@ -27,7 +27,6 @@ class ClassSubset(SplitDataset):
         new_label = np.full(base.num_classes, -1, dtype=np.int64)
         new_label[classes] = np.arange(len(classes))
         self.indices = np.flatnonzero(new_label[base.labels] >= 0)
-        self._new_label = new_label
         super().__init__(labels=new_label[base.labels[self.indices]],
                          class_names=[base.class_names[c] for c in classes])
         self.base = base
