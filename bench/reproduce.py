@@ -52,6 +52,7 @@ class Row:
     epochs: int = 8
     schedule: str = "curriculum"
     val_classes: int = VAL_CLASSES
+    eval_every: int = 1
 
     def args(self, seed: int) -> list[str]:
         args = ["-m", "memvir", "train", "--dataset", "glyphs", "--loss", self.loss, "--memvir-n", str(self.n),
@@ -61,6 +62,8 @@ class Row:
             args += ["--memvir-schedule", self.schedule]
         if self.val_classes:
             args += ["--val-classes", str(self.val_classes)]
+        if self.eval_every != 1:
+            args += ["--eval-every", str(self.eval_every)]
         return args
 
     def folder(self, study: str, seed: int) -> Path:
@@ -126,10 +129,17 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
             raise SystemExit("the budget study takes its MemVir setting from the grid: run the grid study first")
         n, m = chosen
         return [Row("baseline", epochs=24), Row(memvir_label(n, m), n=n, m=m, warmup=8, epochs=24)]
+    if study == "few-classes":
+        # Train on 100 classes only (the other 921 training classes become validation), about CUB200's count, for
+        # 100 epochs with the paper's 40-epoch warm-up: a regime where the baseline can over-fit its seen classes.
+        few = dict(epochs=100, val_classes=921, eval_every=10)
+        return [Row("baseline, 100 classes", **few),
+                Row("MemVir(1, 50), 100 classes", n=1, m=50, warmup=40, **few),
+                Row("MemVir(2, 50), 100 classes", n=2, m=50, warmup=40, **few)]
     raise ValueError(study)
 
 
-STUDIES = ("losses", "grid", "schedule", "batch", "budget")
+STUDIES = ("losses", "grid", "schedule", "batch", "budget", "few-classes")
 # Rows another study already ran with the same command: the grid's baseline and MemVir(2, 50) at batch 128 are the
 # schedule study's step pacing and the batch study's batch 128.
 SHARED = {("schedule", "step pacing (the paper's)"): ("grid", memvir_label(2, 50)),

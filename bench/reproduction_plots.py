@@ -147,35 +147,49 @@ def _curve_band(axis, group: list[dict], column: str, colour: str, label: str, s
                       [m + s for m, s in zip(means, stds, strict=True)], color=colour, alpha=0.2)
 
 
-def plot_budget(records: list[dict], path: Path) -> Path:
-    """Test Recall@1, test MAP@R and validation MAP@R over a 24-epoch run, baseline against the MemVir setting
-    chosen on validation."""
-    rows = reproduce.study_rows("budget", records)
+def plot_curves(records: list[dict], study: str, path: Path, title: str) -> Path:
+    """Test Recall@1, test MAP@R and validation MAP@R over training, each configuration a band over seeds, with
+    the end of the MemVir warm-up marked."""
+    rows = reproduce.study_rows(study, records)
     figure, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    for axis, column, title in zip(axes, ("recall@1", "map@r", "val_map@r"),
-                                   ("test Recall@1", "test MAP@R", "validation MAP@R"), strict=True):
-        for row, colour in zip(rows, (BASELINE, MEMVIR), strict=True):
-            group = reproduce.rows_of(records, "budget", row.label)
+    colours = (BASELINE, MEMVIR, *COLOURS)
+    for axis, column, name in zip(axes, ("recall@1", "map@r", "val_map@r"),
+                                  ("test Recall@1", "test MAP@R", "validation MAP@R"), strict=True):
+        for row, colour in zip(rows, colours, strict=False):
+            group = reproduce.rows_of(records, study, row.label)
             if group:
                 _curve_band(axis, group, column, colour, row.label)
-        warmup_end = rows[1].warmup * _steps_per_epoch(records)
-        axis.axvline(warmup_end, color=MEMVIR, linestyle=":", label="end of warm-up")
+        warmups = {row.warmup for row in rows if row.n}
+        for warmup in warmups:
+            axis.axvline(warmup * _steps_per_epoch(records, study), color=MEMVIR, linestyle=":",
+                         label="end of warm-up")
         axis.set_xlabel("step")
         axis.set_ylabel("%")
-        axis.set_title(title, fontsize=9)
+        axis.set_title(name, fontsize=9)
         axis.legend(fontsize=7)
-    figure.suptitle("A longer budget: 24 epochs, MemVir warm-up 8 (3 seeds)", fontsize=10)
+    figure.suptitle(title, fontsize=10)
     return _save(figure, path)
 
 
-def _steps_per_epoch(records: list[dict]) -> int:
-    """From any budget run: the last evaluation's step over its epochs."""
-    run = next(r for r in records if r["study"] == "budget")
-    return run["curve"]["step"][-1] // run["epochs"]
+def plot_budget(records: list[dict], path: Path) -> Path:
+    """A 24-epoch run, baseline against the MemVir setting chosen on validation."""
+    return plot_curves(records, "budget", path, "A longer budget: 24 epochs, MemVir warm-up 8 (3 seeds)")
+
+
+def plot_few_classes(records: list[dict], path: Path) -> Path:
+    """100 training classes for 100 epochs, where the baseline may over-fit."""
+    return plot_curves(records, "few-classes", path,
+                       "100 training classes, 100 epochs, MemVir warm-up 40 (3 seeds; validation: the other 921)")
+
+
+def _steps_per_epoch(records: list[dict], study: str) -> float:
+    """From any run of the study: the last evaluation's step over its epochs."""
+    run = next(r for r in records if r["study"] == study)
+    return run["curve"]["step"][-1] / run["epochs"]
 
 
 PLOTTERS = {"losses": plot_losses, "grid": plot_grid, "batch": plot_batch, "schedule": plot_schedule,
-            "budget": plot_budget}
+            "budget": plot_budget, "few-classes": plot_few_classes}
 
 
 def draw_all(records: list[dict], folder: Path) -> list[Path]:

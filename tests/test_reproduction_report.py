@@ -46,6 +46,13 @@ def test_budget_study_takes_the_grids_best_validation_setting(best):
     assert reproduce.chosen_on_validation(records[:-1]) is None  # a seed missing: no choice yet
 
 
+def test_few_classes_rows_train_on_100_classes_and_evaluate_every_10_epochs():
+    for row in reproduce.study_rows("few-classes", []):
+        args = row.args(0)
+        assert args[args.index("--val-classes") + 1] == "921"  # 1,021 - 921 = 100 training classes
+        assert args[args.index("--eval-every") + 1] == "10" and args[args.index("--epochs") + 1] == "100"
+
+
 def test_rows_hold_out_validation_classes_except_the_first_slice():
     row = reproduce.study_rows("grid", [])[1]
     assert row.args(3)[-2:] == ["--val-classes", "100"] and "--seed" in row.args(3)
@@ -78,8 +85,11 @@ def test_every_study_gets_a_png_with_something_drawn(tmp_path):
                 for s in range(3)]
     records += [record("budget", row.label, s, 0.93, 0.97, epochs=24, steps=2064)
                 for row in reproduce.study_rows("budget", records) for s in range(3)]
+    records += [record("few-classes", row.label, s, 0.80, 0.70, epochs=100, steps=900)
+                for row in reproduce.study_rows("few-classes", records) for s in range(3)]
     paths = draw_all(records, tmp_path)
-    assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "grid.png", "losses.png", "schedule.png"]
+    assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "few-classes.png", "grid.png", "losses.png",
+                                             "schedule.png"]
     for path in paths:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 500 and image.height >= 350
