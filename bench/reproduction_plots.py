@@ -136,8 +136,9 @@ def plot_schedule(records: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
-def _curve_band(axis, group: list[dict], column: str, colour: str, label: str, style: str = "-") -> None:
-    """Mean and sd over seeds of an evaluation curve (all seeds evaluate at the same steps)."""
+def _curve_band(axis, group: list[dict], column: str, colour: str, label: str, style: str = "-") -> list[float]:
+    """Mean and sd over seeds of an evaluation curve (all seeds evaluate at the same steps); returns the band's
+    edges over the last three quarters of training, where the differences are, for zooming in on them."""
     steps = group[0]["curve"]["step"]
     values = [[100 * r["curve"][column][i] for r in group] for i in range(len(steps))]
     means = [statistics.mean(v) for v in values]
@@ -145,6 +146,8 @@ def _curve_band(axis, group: list[dict], column: str, colour: str, label: str, s
     axis.plot(steps, means, style, color=colour, label=label)
     axis.fill_between(steps, [m - s for m, s in zip(means, stds, strict=True)],
                       [m + s for m, s in zip(means, stds, strict=True)], color=colour, alpha=0.2)
+    late = [i for i, step in enumerate(steps) if step >= steps[-1] / 4]
+    return [means[i] - stds[i] for i in late] + [means[i] + stds[i] for i in late]
 
 
 def plot_curves(records: list[dict], study: str, path: Path, title: str) -> Path:
@@ -155,10 +158,13 @@ def plot_curves(records: list[dict], study: str, path: Path, title: str) -> Path
     colours = (BASELINE, MEMVIR, *COLOURS)
     for axis, column, name in zip(axes, ("recall@1", "map@r", "val_map@r"),
                                   ("test Recall@1", "test MAP@R", "validation MAP@R"), strict=True):
+        edges = []
         for row, colour in zip(rows, colours, strict=False):
             group = reproduce.rows_of(records, study, row.label)
             if group:
-                _curve_band(axis, group, column, colour, row.label)
+                edges += _curve_band(axis, group, column, colour, row.label)
+        if edges:  # the early climb is the same for all; zoom on where they part
+            axis.set_ylim(min(edges) - 1, max(edges) + 1)
         warmups = {row.warmup for row in rows if row.n}
         for warmup in warmups:
             axis.axvline(warmup * _steps_per_epoch(records, study), color=MEMVIR, linestyle=":",
@@ -167,7 +173,7 @@ def plot_curves(records: list[dict], study: str, path: Path, title: str) -> Path
         axis.set_ylabel("%")
         axis.set_title(name, fontsize=9)
         axis.legend(fontsize=7)
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(title + "; y zoomed on the last three quarters", fontsize=10)
     return _save(figure, path)
 
 
