@@ -20,9 +20,7 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 METRIC_NAMES = {"recall@1": "Recall@1", "r_precision": "R-Precision", "map@r": "MAP@R"}
 
 
-def mean_std(group: list[dict], key: str) -> tuple[float, float]:
-    values = [100 * r[key] for r in group]
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+mean_std = reproduce.summary  # the tables' mean ± sd, in percent
 
 
 def _save(figure, path: Path) -> Path:
