@@ -124,7 +124,8 @@ def _baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **kwargs) -
 
 # ------------------------------------------------------------------------------------------------ curves
 def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
-    """Training loss (left axis) and test-class Recall@1 (right axis) against steps (paper Fig. 4 and 5b).
+    """Training loss (left axis) and test-class Recall@1 (right axis) against steps (paper Fig. 4 and 5b), with
+    the validation classes' Recall@1 dashed when the run holds some out.
 
     Marks where warm-up ends (dashed line), where each virtual set arrives (a triangle on the loss where
     ``num_virtual_sets`` grows, labelled "k=..."), and live control changes (small notes at the bottom).
@@ -143,6 +144,10 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
         fig.add_trace(_baseline_line(base["step"][shown], base["loss"][shown], "baseline loss"))
         fig.add_trace(_baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2").update(
             mode="lines+markers", marker=dict(size=5, color=BASELINE_COLOR)))
+        base_val_steps, base_val_recall = _eval_columns(baseline, "val_recall@1")
+        if len(base_val_steps):
+            fig.add_trace(_baseline_line(base_val_steps, base_val_recall, "baseline validation R@1", yaxis="y2")
+                          .update(line_dash="dash"))
 
     steps, loss = columns["step"], columns["loss"]
     shown = _thinned(steps, eval_steps)
@@ -152,6 +157,12 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
     fig.add_trace(go.Scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
                              line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
                              hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))
+    val_steps, val_recall = _eval_columns(records, "val_recall@1")
+    if len(val_steps):  # classes held out of training (--val-classes): the ones to choose settings on
+        fig.add_trace(go.Scatter(x=val_steps, y=val_recall, name="validation R@1", mode="lines+markers", yaxis="y2",
+                                 line=dict(color=RECALL_COLOR, width=2, dash="dash"),
+                                 marker=dict(size=6, symbol="diamond", color=RECALL_COLOR),
+                                 hovertemplate="step %{x}<br>validation Recall@1 %{y:.2%}<extra></extra>"))
 
     # Arrivals are found on the full history: thinning could hide the exact record where k grew.
     virtual_sets = columns["num_virtual_sets"]

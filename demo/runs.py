@@ -256,6 +256,8 @@ def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
 def _run_name(config) -> str:
     dataset = re.sub(r"[^A-Za-z0-9-]+", "-", config.dataset.split(":")[0])
     memvir = "baseline" if config.memvir_n == 0 else f"memvir-n{config.memvir_n}-m{config.memvir_m}"
+    if config.memvir_n and config.memvir_schedule != "curriculum":
+        memvir += f"-{config.memvir_schedule}"
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}-{config.loss}-{memvir}-{uuid.uuid4().hex[:4]}"
 
 

@@ -51,7 +51,7 @@ def _client(server) -> Client:
 
 def _poll(client) -> dict:
     status, curves, classes, cosine, embedding, caption, slider = client.predict(api_name="/poll")
-    return {"status": status, "curves": curves, "embedding": embedding, "caption": caption}
+    return {"status": status, "curves": curves, "classes": classes, "embedding": embedding, "caption": caption}
 
 
 def _plot_traces(plot) -> list[dict] | None:
@@ -138,6 +138,35 @@ def test_train_watch_change_n_stop_resume(server):
     _poll_until(alice, lambda view: view["status"].startswith("**Stopped**"), "the run stopped again")
 
 
+def test_schedule_and_validation_classes_reach_the_run(server):
+    carol = _client(server)
+    notice = carol.predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=2, memvir_m=2,
+                           warmup_epochs=1, memvir_schedule="all-at-once", val_classes=4, snapshot_every=0,
+                           api_name="/start")
+    assert "glyphs-mini-norm-softmax-memvir-n2-m2-all-at-once" in notice
+
+    def validation_points(view):
+        traces = _plot_traces(view["curves"]) or []
+        return [t for t in traces if t.get("name") == "validation R@1" and len(_values(t["x"])) >= 2]
+
+    _poll_until(carol, validation_points, "two validation Recall@1 points")
+    # 4 of the 24 training classes held out leave 20; all at once, s(i) jumps from 20 to 20 * (N + 1) = 60 at the
+    # warm-up's end, never passing 40 as the paper's pacing would
+    seen = {}
+
+    def class_counts_reach_60(view):
+        traces = _plot_traces(view["classes"]) or []
+        counts = [t for t in traces if t.get("name") == "classes s(i)"]
+        if counts:
+            seen["counts"] = set(_values(counts[0]["y"]).tolist())
+        return 60 in seen.get("counts", ())
+
+    _poll_until(carol, class_counts_reach_60, "both virtual sets in use")
+    assert seen["counts"] == {20, 60}
+    carol.predict(api_name="/stop")
+    _poll_until(carol, lambda view: view["status"].startswith(("**Stopped**", "**Finished**")), "the run ended")
+
+
 def _glyph_png(tmp_path, index):
     from memvir.data import load_dataset
 
@@ -191,4 +220,6 @@ def test_bad_inputs_give_messages(server, tmp_path):
     assert "batch size must be a whole number of at least 1" in client.predict(batch_size=0, api_name="/start")
     assert "upload a zip of class folders first" in client.predict(dataset="zip", api_name="/start")
     assert "epochs must be a whole number of at least 1" in client.predict(epochs=0, api_name="/start")
+    assert ("cannot hold out 23 validation classes from the 24 training classes of glyphs-mini"
+            in client.predict(dataset="glyphs-mini", val_classes=23, api_name="/start"))
     assert "there is no run to push: train one first" in client.predict(repo_id="me/x", api_name="/push_to_hub")

@@ -25,12 +25,14 @@ def _png(path, size=(8, 8), color=200):
 
 # ---------------------------------------------------------------------------------------------- settings
 def test_choices_written_into_the_page_match_the_library():
-    from demo.ui import BACKBONE_CHOICES, LOSS_CHOICES
+    from demo.ui import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
     from memvir import LOSSES
+    from memvir.memory import SCHEDULES
     from memvir.models import available_backbones
 
     assert tuple(LOSS_CHOICES) == tuple(LOSSES)
     assert tuple(BACKBONE_CHOICES) == available_backbones()
+    assert tuple(value for _, value in SCHEDULE_CHOICES) == tuple(SCHEDULES)
 
 
 def test_page_defaults_are_the_library_defaults():
@@ -39,7 +41,7 @@ def test_page_defaults_are_the_library_defaults():
 
     library = TrainConfig().to_dict()
     for name in ("dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
-                 "warmup_epochs"):
+                 "warmup_epochs", "memvir_schedule", "val_classes"):
         assert DEFAULTS[name] == library[name], name
 
 

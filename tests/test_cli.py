@@ -68,7 +68,7 @@ def test_schedule_and_validation_flags_reach_the_run(tmp_path):
         (["train", "--dataset", "glyphs-mini", "--memvir-schedule", "sudden", "--out", "{tmp}/x"],
          "memvir_schedule must be one of curriculum, all-at-once"),
         (["train", "--dataset", "glyphs-mini", "--val-classes", "30", "--out", "{tmp}/x"],
-         "use --val-classes between 2 and 22"),
+         "hold out between 2 and 22 (--val-classes)"),
         (["train", "--dataset", "glyphs-mini", "--memvir-n", "-1", "--out", "{tmp}/x"], "memvir_n must be"),
         (["train", "--dataset", "nope", "--out", "{tmp}/x"], "unknown dataset"),
         (["train", "--dataset", "glyphs-mini", "--loss", "hinge", "--out", "{tmp}/x"], "unknown loss"),

@@ -69,6 +69,22 @@ def test_curves_draw_loss_and_recall_from_the_records():
     assert fig.layout.legend.orientation == "h"
 
 
+def test_validation_recall_is_a_dashed_line_only_when_classes_are_held_out():
+    assert "validation R@1" not in [data.name for data in curves_figure(RUN).data]
+    held_out = [record | {"val_recall@1": value} for record, value in zip(
+        [eval_record(40, 0.31), eval_record(80, 0.42), eval_record(120, 0.47)], (0.6, 0.7, 0.75), strict=True)]
+    base = BASELINE[:-1] + [BASELINE[-1] | {"val_recall@1": 0.8}]
+    fig = curves_figure(RUN[:12] + held_out, baseline=base)
+    validation = trace(fig, "validation R@1")
+    np.testing.assert_array_equal(validation.x, [40, 80, 120])
+    np.testing.assert_allclose(validation.y, [0.6, 0.7, 0.75])
+    assert validation.yaxis == "y2" and validation.line.dash == "dash"
+    np.testing.assert_allclose(trace(fig, "test R@1").y, [0.31, 0.42, 0.47])  # the test line is unchanged
+    base_validation = trace(fig, "baseline validation R@1")
+    assert list(base_validation.x) == [120] and list(base_validation.y) == [0.8]
+    assert base_validation.line.dash == "dash" and base_validation.yaxis == "y2"
+
+
 def test_warmup_end_is_a_dashed_line_at_the_first_step_after_warmup():
     fig = curves_figure(RUN)
     lines = [shape for shape in fig.layout.shapes if shape.name == "warm-up end"]

@@ -47,7 +47,7 @@ def test_held_out_classes_are_fixed_disjoint_and_read_clean():
 
 @pytest.mark.parametrize("count", [1, 23, 30])
 def test_too_few_or_too_many_validation_classes_say_what_to_use(count):
-    with pytest.raises(DatasetError, match="use --val-classes between 2 and 22, or 0 for none"):
+    with pytest.raises(DatasetError, match=r"hold out between 2 and 22 \(--val-classes\), or 0 for none"):
         hold_out_validation(load_dataset("glyphs-mini"), count)
 
 

@@ -59,8 +59,8 @@ def hold_out_validation(splits: DatasetSplits, count: int) -> tuple[DatasetSplit
     if not MIN_CLASSES_PER_SPLIT <= count <= num_train - MIN_CLASSES_PER_SPLIT:
         raise DatasetError(
             f"cannot hold out {count} validation classes from the {num_train} training classes of {splits.info.name}: "
-            f"both parts need at least {MIN_CLASSES_PER_SPLIT}; use --val-classes between {MIN_CLASSES_PER_SPLIT} "
-            f"and {num_train - MIN_CLASSES_PER_SPLIT}, or 0 for none"
+            f"both parts need at least {MIN_CLASSES_PER_SPLIT}; hold out between {MIN_CLASSES_PER_SPLIT} and "
+            f"{num_train - MIN_CLASSES_PER_SPLIT} (--val-classes), or 0 for none"
         )
     held = validation_classes(num_train, count)
     kept = np.setdiff1d(np.arange(num_train), held)
