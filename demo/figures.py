@@ -185,9 +185,9 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
                                showarrow=True, arrowhead=2, arrowsize=0.8, ax=0, ay=-22,
                                font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8")
 
-    fig.update_layout(yaxis2=dict(title_text="test Recall@1", overlaying="y", side="right", range=[0, 1],
+    fig.update_layout(yaxis2=dict(title_text="Recall@1", overlaying="y", side="right", range=[0, 1],
                                   tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%", showgrid=False))
-    return _finish_layout(fig, "Training loss and test Recall@1", "step", "loss", "curves")
+    return _finish_layout(fig, "Training loss and Recall@1", "step", "loss", "curves")
 
 
 # ------------------------------------------------------------------------------------------------ class count

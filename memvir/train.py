@@ -515,7 +515,8 @@ class Trainer:
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
             warmup=self.step <= self.memvir.warmup_steps,
         )
-        if self.step % self.config.log_every == 0 or self.step == 1:
+        # the first and last steps too, so that every curve spans the whole run, however short
+        if self.step % self.config.log_every == 0 or self.step in (1, self.total_steps):
             self._log(event.record())
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:

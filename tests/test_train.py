@@ -98,7 +98,9 @@ def test_run_folder_holds_hub_files_metrics_and_state(tmp_path):
         assert (tmp_path / name).is_file(), name
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     step_records = [r for r in records if r["type"] == "step"]
-    assert [r["step"] for r in step_records] == [1] + list(range(2, trainer.total_steps + 1, 2))
+    # step 1, every second step, and the last one (glyphs-mini's epoch at batch 32 is 9 steps)
+    assert trainer.total_steps == 9
+    assert [r["step"] for r in step_records] == [1, 2, 4, 6, 8, 9]
     assert any(r["type"] == "eval" and "map@r" in r for r in records)
     assert "recall@1" in (tmp_path / "README.md").read_text().lower()
     loaded = EmbeddingModel.from_pretrained(tmp_path)
