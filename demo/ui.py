@@ -253,10 +253,12 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         run = runs.get(tab.get("run_id"))
         return live_view.embedding_view(run, None if follow else tab.get("step"), color_by)
 
-    def on_load(visitor=None):
+    def on_load(visitor=None, request: gr.Request = None):
         from huggingface_hub import get_token
 
-        visitor = visitor or uuid.uuid4().hex
+        # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
+        # (see _visitor), so that run stays the visitor's own rather than "another visitor's".
+        visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
         run = runs.attach(visitor, None)
         tab = {"run_id": run.id if run else None, "after": None}
         has_token = bool(get_token())
