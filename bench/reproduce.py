@@ -85,6 +85,22 @@ LOSS_NAMES = (("Norm-softmax", "norm-softmax"), ("Proxy-NCA", "proxy-nca"), ("So
               ("Proxy-Anchor", "proxy-anchor"))
 GRID_N, GRID_M = (1, 2, 4), (10, 50)
 BATCHES = (32, 128, 256)  # 128 is the grid's runs (SHARED), not trained again
+REFERENCE_BATCH, REFERENCE_M = 128, 50
+
+
+REFERENCE_EPOCHS, REFERENCE_WARMUP = 8, 2
+
+
+def m_scaled(batch: int) -> int:
+    """M that keeps the virtual sets as old in epochs as M=50 at batch 128: M counts steps, and a batch b takes
+    128/b times as many steps an epoch."""
+    return REFERENCE_M * REFERENCE_BATCH // batch
+
+
+def equal_steps(batch: int) -> tuple[int, float]:
+    """(epochs, warm-up epochs) that give batch b as many steps, and as long a warm-up in steps, as 8 epochs with a
+    2-epoch warm-up at batch 128: the batch's effect apart from the number of optimiser steps."""
+    return REFERENCE_EPOCHS * batch // REFERENCE_BATCH, REFERENCE_WARMUP * batch / REFERENCE_BATCH
 
 
 def grid_rows() -> list[Row]:
@@ -122,6 +138,15 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
         for batch in BATCHES:
             rows += [Row(f"baseline, batch {batch}", batch=batch),
                      Row(f"MemVir(2, 50), batch {batch}", n=2, m=50, warmup=2, batch=batch)]
+            if m_scaled(batch) != REFERENCE_M:  # the same age in epochs, removing the confound of a fixed M
+                m = m_scaled(batch)
+                rows.append(Row(f"MemVir(2, {m}), batch {batch}", n=2, m=m, warmup=2, batch=batch))
+        for batch in BATCHES:
+            epochs, warmup = equal_steps(batch)
+            if epochs != REFERENCE_EPOCHS:  # batch 128's are the rows above
+                rows += [Row(f"baseline, batch {batch}, {epochs} epochs", batch=batch, epochs=epochs),
+                         Row(f"MemVir(2, 50), batch {batch}, {epochs} epochs", n=2, m=50, warmup=warmup, batch=batch,
+                             epochs=epochs)]
         return rows
     if study == "budget":
         chosen = chosen_on_validation(results)

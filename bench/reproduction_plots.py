@@ -84,21 +84,37 @@ def plot_grid(records: list[dict], path: Path) -> Path:
 
 
 def plot_batch(records: list[dict], path: Path) -> Path:
-    """Test Recall@1 against batch size, baseline and MemVir (paper Table 1a)."""
-    figure, axis = plt.subplots(figsize=(5.5, 3.8))
+    """Test Recall@1 against batch size, baseline and MemVir (paper Table 1a): left at 8 epochs each (M fixed, and
+    M scaled with the steps an epoch takes), right at the same number of steps each."""
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     batches = reproduce.BATCHES
-    for name, colour, label in (("baseline", BASELINE, "baseline"), ("MemVir(2, 50)", MEMVIR, "MemVir(2, 50)")):
-        points = [(b, mean_std(g, "recall@1")) for b in batches
-                  if (g := reproduce.rows_of(records, "batch", f"{name}, batch {b}"))]
-        if points:
+
+    def suffix(b: int) -> str:  # the equal-steps rows' label ending; batch 128's are the 8-epoch rows
+        epochs = reproduce.equal_steps(b)[0]
+        return "" if epochs == reproduce.REFERENCE_EPOCHS else f", {epochs} epochs"
+
+    # (axis, colour, legend, the row label at batch b)
+    lines = ((left, BASELINE, "baseline", lambda b: f"baseline, batch {b}"),
+             (left, MEMVIR, "MemVir(2, 50)", lambda b: f"MemVir(2, 50), batch {b}"),
+             (left, COLOURS[0], "MemVir(2, 50·128/batch)", lambda b: f"MemVir(2, {reproduce.m_scaled(b)}), batch {b}"),
+             (right, BASELINE, "baseline", lambda b: f"baseline, batch {b}{suffix(b)}"),
+             (right, MEMVIR, "MemVir(2, 50)", lambda b: f"MemVir(2, 50), batch {b}{suffix(b)}"))
+    for axis, colour, legend, label in lines:
+        points = [(b, mean_std(g, "recall@1")) for b in batches if (g := reproduce.rows_of(records, "batch", label(b)))]
+        if len(points) > 1:
             axis.errorbar([b for b, _ in points], [s[0] for _, s in points], yerr=[s[1] for _, s in points],
-                          marker="o", capsize=4, color=colour, label=label)
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(batches, [str(b) for b in batches])
-    axis.set_xlabel("batch size (8 epochs each)")
-    axis.set_ylabel("test Recall@1 (%)")
-    axis.set_title("Batch size (3 seeds)", fontsize=10)
-    axis.legend(fontsize=8)
+                          marker="o", capsize=4, color=colour, label=legend)
+    equal_epochs = ", ".join(str(reproduce.equal_steps(b)[0]) for b in batches)
+    for axis, title in ((left, "8 epochs each"),
+                        (right, f"as many steps each as 8 epochs at batch 128 ({equal_epochs} epochs)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(batches, [str(b) for b in batches])
+        axis.set_xlabel("batch size")
+        axis.set_title(title, fontsize=9)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
+    left.set_ylabel("test Recall@1 (%)")
+    figure.suptitle("Batch size (3 seeds)", fontsize=10)
     return _save(figure, path)
 
 

@@ -61,6 +61,21 @@ def test_rows_hold_out_validation_classes_except_the_first_slice():
     assert all_at_once.args(0)[-4:-2] == ["--memvir-schedule", "all-at-once"]
 
 
+def test_batch_study_separates_memory_age_and_step_count_from_the_batch():
+    rows = {(r.batch, r.epochs, r.n, r.m, r.warmup) for r in reproduce.study_rows("batch", [])}
+    # The glyph runs take 345 steps an epoch at batch 32, 86 at 128 and 43 at 256 (docs/reproduction.md), so M=50
+    # at batch 128 is 0.58 epochs old; the same age is M=200 at batch 32 (200/345) and M=25 at batch 256 (25/43).
+    at_8_epochs = {(32, 8, 0, 0, 0), (32, 8, 2, 50, 2), (32, 8, 2, 200, 2), (128, 8, 0, 0, 0), (128, 8, 2, 50, 2),
+                   (256, 8, 0, 0, 0), (256, 8, 2, 50, 2), (256, 8, 2, 25, 2)}
+    # 8 epochs at batch 128 are 688 steps with a 172-step warm-up: 2 epochs (690) with 0.5 at batch 32, 16 (688)
+    # with 4 at batch 256
+    equal_steps = {(32, 2, 0, 0, 0), (32, 2, 2, 50, 0.5), (256, 16, 0, 0, 0), (256, 16, 2, 50, 4)}
+    assert rows == at_8_epochs | equal_steps
+    # batch 128's scaled and equal-steps rows are the grid's runs, so they are not listed (nor trained) twice
+    assert [r.label for r in reproduce.study_rows("batch", []) if r.batch == 128] == [
+        "baseline, batch 128", "MemVir(2, 50), batch 128"]
+
+
 def test_table_means_and_sample_deviations_by_hand():
     records = grid_records()
     table = reproduce.table(records, "grid").splitlines()
