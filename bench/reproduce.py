@@ -85,10 +85,8 @@ LOSS_NAMES = (("Norm-softmax", "norm-softmax"), ("Proxy-NCA", "proxy-nca"), ("So
               ("Proxy-Anchor", "proxy-anchor"))
 GRID_N, GRID_M = (1, 2, 4), (10, 50)
 BATCHES = (32, 128, 256)  # 128 is the grid's runs (SHARED), not trained again
-REFERENCE_BATCH, REFERENCE_M = 128, 50
-
-
-REFERENCE_EPOCHS, REFERENCE_WARMUP = 8, 2
+# The batch study's reference: MemVir(2, 50) at batch 128 for 8 epochs with a 2-epoch warm-up (the grid's run)
+REFERENCE_BATCH, REFERENCE_M, REFERENCE_EPOCHS, REFERENCE_WARMUP = 128, 50, 8, 2
 
 
 def m_scaled(batch: int) -> int:
@@ -138,8 +136,7 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
         for batch in BATCHES:
             rows += [Row(f"baseline, batch {batch}", batch=batch),
                      Row(f"MemVir(2, 50), batch {batch}", n=2, m=50, warmup=2, batch=batch)]
-            if m_scaled(batch) != REFERENCE_M:  # the same age in epochs, removing the confound of a fixed M
-                m = m_scaled(batch)
+            if (m := m_scaled(batch)) != REFERENCE_M:  # as old in epochs: M counts steps
                 rows.append(Row(f"MemVir(2, {m}), batch {batch}", n=2, m=m, warmup=2, batch=batch))
         for batch in BATCHES:
             epochs, warmup = equal_steps(batch)
