@@ -8,7 +8,6 @@ that look-up itself with one, and falls back to the local Hub cache when the Hub
 
 from pathlib import Path
 
-import httpx2
 import huggingface_hub
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import (
@@ -23,6 +22,11 @@ from huggingface_hub.utils import validate_repo_id
 
 from memvir.models import EmbeddingModel
 
+try:  # the HTTP client huggingface_hub raises from: httpx2 since its 2.0, httpx in 1.x (the lent GPU image's 1.33)
+    import httpx2 as _http
+except ImportError:
+    import httpx as _http
+
 CHECKPOINT_FILES = ("config.json", "model.safetensors")
 """What a folder needs to load as an EmbeddingModel."""
 
@@ -35,7 +39,7 @@ OPTIONAL_PUSH_FILES = ("metrics.jsonl",)
 DEFAULT_TIMEOUT_S = 2.0
 """Seconds the Hub gets to answer a look-up before `pull` settles for the local cache."""
 
-_HUB_UNREACHABLE = (OfflineModeIsEnabled, httpx2.TransportError)
+_HUB_UNREACHABLE = (OfflineModeIsEnabled, _http.TransportError)
 """Errors meaning "no answer from the Hub" (offline mode, no network, timeout), as opposed to an answer of "no"."""
 
 
@@ -178,7 +182,7 @@ def push(
         )
     except OfflineModeIsEnabled as error:
         raise HubError("HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and push again.") from error
-    except httpx2.TransportError as error:
+    except _http.TransportError as error:
         raise HubError(f"Could not reach the Hub to push {folder} ({error}); check the connection.") from error
     except HfHubHTTPError as error:
         raise HubError(

@@ -94,11 +94,15 @@ def _with_target_logits(logits: torch.Tensor, labels: torch.Tensor, target_logit
 def _cosine_of_angle_plus_margin(target_cosines: torch.Tensor, margin: float) -> torch.Tensor:
     """cos(theta_y + m) for cos(theta_y) = ``target_cosines``, as cos*cos(m) - sin*sin(m).
 
-    Not through acos, whose gradient is infinite at +-1. The clamp removes rounding below zero and also keeps
-    gradients finite: when cos_y is exactly +-1 the sqrt has an infinite slope, and torch's clamp passes a zero
-    gradient *at* its bound, so the product is 0 instead of inf/NaN.
+    Not through acos, whose gradient is infinite at +-1. Where 1 - cos^2 is not positive (cos_y is exactly +-1, or
+    rounding went past it) the sine is 0 with a zero gradient, by masking rather than by clamping: the sqrt's slope
+    is infinite at 0, and whether a clamp passes a gradient *at* its bound differs between torch releases (2.11
+    passes it, giving NaN; 2.14 does not).
     """
-    sines = (1.0 - target_cosines * target_cosines).clamp_min(0.0).sqrt()
+    squared_sines = 1.0 - target_cosines * target_cosines
+    positive = squared_sines > 0
+    # sqrt of 1 where masked, so its backward never sees the infinite slope that where() would multiply by 0
+    sines = torch.where(positive, squared_sines.where(positive, 1.0).sqrt(), 0.0)
     return target_cosines * math.cos(margin) - sines * math.sin(margin)
 
 
