@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,6 +152,10 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
             raise SystemExit("the budget study takes its MemVir setting from the grid: run the grid study first")
         n, m = chosen
         return [Row("baseline", epochs=24), Row(memvir_label(n, m), n=n, m=m, warmup=8, epochs=24)]
+    if study == "long":
+        # The budget study's runs carried on to 48 epochs (same warm-up): does the Recall@1 gap close, and does the
+        # MAP@R lead hold? `continue_from` starts each from its 24-epoch checkpoint.
+        return [replace(row, epochs=48) for row in study_rows("budget", results)]
     if study == "few-classes":
         # Train on 100 classes only (the other 921 training classes become validation), about CUB200's count, for
         # 100 epochs with the paper's 40-epoch warm-up: a regime where the baseline can over-fit its seen classes.
@@ -161,7 +166,10 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
     raise ValueError(study)
 
 
-STUDIES = ("losses", "grid", "schedule", "batch", "budget", "few-classes")
+STUDIES = ("losses", "grid", "schedule", "batch", "budget", "long", "few-classes")
+# A study whose runs extend another's: each starts from the other's checkpoint with --resume, which continues a run
+# exactly as if it had never stopped (tests/test_train.py), so the result is that of the stored plain command.
+CONTINUES = {"long": "budget"}
 # Rows another study already ran with the same command: the grid's baseline and MemVir(2, 50) at batch 128 are the
 # schedule study's step pacing and the batch study's batch 128.
 SHARED = {("schedule", "step pacing (the paper's)"): ("grid", memvir_label(2, 50)),
@@ -215,8 +223,19 @@ class Results:
             RESULTS.write_text(json.dumps(self.records, indent=1))
 
 
+def continue_from(study: str, row: Row, seed: int, out: Path, results: list[dict]) -> None:
+    """Seed `out` with the checkpoint of the run it extends (CONTINUES), when that run is kept and `out` is new."""
+    if study not in CONTINUES or out.exists():
+        return
+    shorter = next(r for r in study_rows(CONTINUES[study], results) if r.label == row.label)
+    source = shorter.folder(CONTINUES[study], seed)
+    if (source / "trainer_state.pt").is_file():
+        shutil.copytree(source, out)
+
+
 def run_one(study: str, row: Row, seed: int, results: Results, threads: int) -> None:
     out = row.folder(study, seed)
+    continue_from(study, row, seed, out, results.records)
     args = row.args(seed) + ["--out", str(out)]
     resume = ["--resume"] if (out / "trainer_state.pt").exists() else []
     print(f"[{study}] {row.label}, seed {seed}: python {' '.join(args)}", flush=True)

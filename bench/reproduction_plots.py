@@ -196,6 +196,11 @@ def plot_budget(records: list[dict], path: Path) -> Path:
     return plot_curves(records, "budget", path, "A longer budget: 24 epochs, MemVir warm-up 8 (3 seeds)")
 
 
+def plot_long(records: list[dict], path: Path) -> Path:
+    """The budget study's runs carried on to 48 epochs."""
+    return plot_curves(records, "long", path, "The 24-epoch runs carried on to 48 epochs, MemVir warm-up 8 (3 seeds)")
+
+
 def plot_few_classes(records: list[dict], path: Path) -> Path:
     """100 training classes for 100 epochs, where the baseline may over-fit."""
     return plot_curves(records, "few-classes", path,
@@ -209,7 +214,7 @@ def _steps_per_epoch(records: list[dict], study: str) -> float:
 
 
 PLOTTERS = {"losses": plot_losses, "grid": plot_grid, "batch": plot_batch, "schedule": plot_schedule,
-            "budget": plot_budget, "few-classes": plot_few_classes}
+            "budget": plot_budget, "long": plot_long, "few-classes": plot_few_classes}
 
 
 def draw_all(records: list[dict], folder: Path) -> list[Path]:

@@ -46,6 +46,26 @@ def test_budget_study_takes_the_grids_best_validation_setting(best):
     assert reproduce.chosen_on_validation(records[:-1]) is None  # a seed missing: no choice yet
 
 
+def test_long_study_carries_the_budget_runs_on_from_their_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce, "RUNS", tmp_path)
+    records = grid_records(best=(1, 50))
+    long_rows = reproduce.study_rows("long", records)
+    # the budget rows, 48 epochs instead of 24, the same warm-up of 8 (so 24 more epochs continue them exactly)
+    assert [(r.n, r.m, r.warmup, r.epochs) for r in long_rows] == [(0, 0, 0, 48), (1, 50, 8, 48)]
+    budget = reproduce.study_rows("budget", records)[1].folder("budget", 2)
+    budget.mkdir()
+    (budget / "trainer_state.pt").write_bytes(b"24 epochs")
+    out = long_rows[1].folder("long", 2)
+    reproduce.continue_from("long", long_rows[1], 2, out, records)
+    assert (out / "trainer_state.pt").read_bytes() == b"24 epochs"
+    (out / "trainer_state.pt").write_bytes(b"30 epochs")  # a started continuation is never overwritten
+    reproduce.continue_from("long", long_rows[1], 2, out, records)
+    assert (out / "trainer_state.pt").read_bytes() == b"30 epochs"
+    baseline_out = long_rows[0].folder("long", 2)  # no kept 24-epoch run: trains from scratch
+    reproduce.continue_from("long", long_rows[0], 2, baseline_out, records)
+    assert not baseline_out.exists()
+
+
 def test_few_classes_rows_train_on_100_classes_and_evaluate_every_10_epochs():
     for row in reproduce.study_rows("few-classes", []):
         args = row.args(0)
@@ -100,11 +120,13 @@ def test_every_study_gets_a_png_with_something_drawn(tmp_path):
                 for s in range(3)]
     records += [record("budget", row.label, s, 0.93, 0.97, epochs=24, steps=2064)
                 for row in reproduce.study_rows("budget", records) for s in range(3)]
+    records += [record("long", row.label, s, 0.94, 0.98, epochs=48, steps=4128)
+                for row in reproduce.study_rows("long", records) for s in range(3)]
     records += [record("few-classes", row.label, s, 0.80, 0.70, epochs=100, steps=900)
                 for row in reproduce.study_rows("few-classes", records) for s in range(3)]
     paths = draw_all(records, tmp_path)
-    assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "few-classes.png", "grid.png", "losses.png",
-                                             "schedule.png"]
+    assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "few-classes.png", "grid.png", "long.png",
+                                             "losses.png", "schedule.png"]
     for path in paths:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 500 and image.height >= 350
