@@ -24,6 +24,16 @@ _STATE_VERSION = 1
 SCHEDULES = ("curriculum", "all-at-once")
 
 
+def ring_bytes(num_steps: int, margin: int, batch_size: int, num_classes: int, dim: int,
+               dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of a full memory: N(M+1) stored steps, each a [B, D] batch, its [B] int64 labels and a [C, D] weight
+    matrix in `dtype`. The same figure `MemVir.memory_bytes()` reports once the ring is allocated; computed without
+    allocating, so a setting can be checked before it is tried."""
+    element = torch.empty((), dtype=dtype).element_size()
+    per_step = batch_size * dim * element + batch_size * 8 + num_classes * dim * element
+    return num_steps * (margin + 1) * per_step
+
+
 def _check_count(name: str, value, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"MemVir: {name} must be an integer >= {minimum}, got {value!r}")

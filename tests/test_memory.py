@@ -380,3 +380,16 @@ def test_schedule_survives_state_dict_and_rejects_unknown():
     assert out[2].shape[0] == 3 * 5
     with pytest.raises(ValueError, match="schedule must be one of curriculum, all-at-once"):
         MemVir(1, 1, schedule="sudden")
+
+
+def test_ring_bytes_counts_a_full_memory_before_allocating():
+    from memvir.memory import ring_bytes
+
+    # by hand: N(M+1) = 2 * 4 = 8 steps of (6 x 3 float32 embeddings + 6 int64 labels + 5 x 3 float32 weights)
+    assert ring_bytes(2, 3, batch_size=6, num_classes=5, dim=3) == 8 * (6 * 3 * 4 + 6 * 8 + 5 * 3 * 4)
+    assert ring_bytes(2, 3, 6, 5, 3, dtype=torch.float16) == 8 * (6 * 3 * 2 + 6 * 8 + 5 * 3 * 2)
+    mv = MemVir(2, 3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(9):
+        mv(*random_step(gen, 6))
+    assert mv.memory_bytes() == ring_bytes(2, 3, 6, 5, 3)
