@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--store-dtype", default=defaults.memvir_store_dtype, help="float32 | float16 | bfloat16")
     train.add_argument("--memvir-schedule", default=defaults.memvir_schedule,
                        help="curriculum (the paper's staircase) | all-at-once (all N sets when the warm-up ends)")
+    train.add_argument("--memvir-reduction", default=defaults.memvir_reduction, choices=("official", "balanced"),
+                       help="official: the loss is the mean over all (k+1)B rows, as the reference code (the live "
+                       "batch weighs 1/(k+1)); balanced: each set averaged on its own and the means summed "
+                       "(default %(default)s)")
+    train.add_argument("--loss-scale-after-warmup", type=float, default=defaults.loss_scale_after_warmup,
+                       help="ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
+                       "MemVir(1, M)'s official dilution without virtual classes; default %(default)g)")
     train.add_argument("--val-classes", type=int, default=defaults.val_classes,
                        help="training classes held out as validation, scored as val_* metrics (default none)")
     train.add_argument("--epochs", type=int, default=None, help=f"default {defaults.epochs}")
@@ -57,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=defaults.lr, help="network learning rate")
     train.add_argument("--class-lr", type=float, default=defaults.class_lr, help="class-weight learning rate")
     train.add_argument("--lr-decay", default=defaults.lr_decay, help="none | cosine")
+    train.add_argument("--adam-eps", type=float, default=defaults.adam_eps,
+                       help="Adam's epsilon (default %(default)g, the reference's; with it many parameters take steps "
+                       "that scale with their gradient)")
+    train.add_argument("--freeze-bn", action="store_true",
+                       help="keep BatchNorm layers in eval mode with fixed affine parameters while training, as the "
+                       "reference's --freeze_BN (for pretrained backbones; off for the from-scratch CPU ones)")
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
     train.add_argument("--num-workers", type=int, default=None, help="data loader processes (default 0)")
@@ -115,6 +128,8 @@ def _train_run(args) -> int:
             pretrained=args.pretrained, embedding_dim=args.embedding_dim, loss=args.loss, loss_params=loss_params,
             memvir_n=args.memvir_n, memvir_m=args.memvir_m, warmup_epochs=args.warmup_epochs,
             memvir_store_dtype=args.store_dtype, memvir_schedule=args.memvir_schedule, val_classes=args.val_classes,
+            memvir_reduction=args.memvir_reduction, loss_scale_after_warmup=args.loss_scale_after_warmup,
+            adam_eps=args.adam_eps, freeze_bn=args.freeze_bn,
             epochs=args.epochs or defaults.epochs,
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
             class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",

@@ -6,6 +6,11 @@ virtual classes: a loss sees (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weigh
 as an ordinary class. Margins therefore apply to each row's own target, virtual targets included, and
 cross-entropy-style losses average over all rows, as the MemVir reference code does.
 
+How the rows are averaged (docs/method.md, "Reduction"): by default ("official") the mean over all (k+1)B rows, so
+the live batch's share of the gradient is 1/(k+1). Passing ``classes_per_set=C`` groups the rows and the weight
+rows into MemVir's sets (set j holds labels and weight rows in [jC, (j+1)C)), averages each set on its own and sums
+the set means ("balanced"): the live batch keeps the weight it has without MemVir, and each virtual set adds a term.
+
 ``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
 ``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
 """
@@ -128,17 +133,57 @@ class MetricLoss(nn.Module, ABC):
 
     name: str = ""
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
-        """Loss of ``embeddings`` [B, D] with integer ``labels`` [B] in [0, C) against ``class_weights`` [C, D]."""
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
+                classes_per_set: int | None = None) -> torch.Tensor:
+        """Loss of ``embeddings`` [B, D] with integer ``labels`` [B] in [0, C) against ``class_weights`` [C, D].
+
+        ``classes_per_set``: None for the mean over all rows; C (a divisor of the number of weight rows) for the
+        balanced reduction over MemVir's sets (module docstring).
+        """
         _check_inputs(embeddings, labels, class_weights)
+        if classes_per_set is not None:
+            _check_classes_per_set(classes_per_set, class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
-        return self.compute(embeddings.to(dtype), labels.long(), class_weights.to(dtype))
+        return self.compute(embeddings.to(dtype), labels.long(), class_weights.to(dtype), classes_per_set)
 
     @abstractmethod
-    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
+                classes_per_set: int | None) -> torch.Tensor:
         """The loss on validated inputs: float32/float64 tensors of one dtype, int64 labels in range."""
+
+
+class _CrossEntropyLoss(MetricLoss):
+    """A loss that is a softmax cross-entropy over per-class logits; subclasses say how the logits are made."""
+
+    @abstractmethod
+    def logits(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
+        """[B, C] logits, each row's target entry already carrying its margin."""
+
+    def compute(self, embeddings, labels, class_weights, classes_per_set):
+        logits = self.logits(embeddings, labels, class_weights)
+        if classes_per_set is None:
+            return F.cross_entropy(logits, labels)
+        per_row = F.cross_entropy(logits, labels, reduction="none")
+        return _sum_of_set_means(per_row, labels // classes_per_set, class_weights.shape[0] // classes_per_set)
+
+
+def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -> torch.Tensor:
+    """The sum over sets of the mean of ``values`` within each set (``sets``: each entry's set index); a set with no
+    entry adds nothing. Shapes only, no host sync, so it costs a training step no wait on a GPU."""
+    totals = values.new_zeros(num_sets).index_add(0, sets, values)
+    counts = torch.bincount(sets, minlength=num_sets).to(values.dtype)
+    return (totals / counts.clamp_min(1)).sum()
+
+
+def _check_classes_per_set(classes_per_set, num_classes: int) -> None:
+    valid = isinstance(classes_per_set, int) and not isinstance(classes_per_set, bool) and classes_per_set >= 1
+    if not valid or num_classes % classes_per_set:
+        raise ValueError(
+            f"classes_per_set must be a positive integer that divides the {num_classes} class-weight rows "
+            f"(MemVir's sets of C classes each), got {classes_per_set!r}"
+        )
 
 
 def _check_inputs(embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> None:
@@ -183,15 +228,15 @@ def _check_inputs(embeddings: torch.Tensor, labels: torch.Tensor, class_weights:
 
 
 @_register("softmax")
-class SoftmaxLoss(MetricLoss):
+class SoftmaxLoss(_CrossEntropyLoss):
     """Plain softmax cross-entropy: logits = x @ W^T, no normalisation, no bias."""
 
-    def compute(self, embeddings, labels, class_weights):
-        return F.cross_entropy(embeddings @ class_weights.T, labels)
+    def logits(self, embeddings, labels, class_weights):
+        return embeddings @ class_weights.T
 
 
 @_register("norm-softmax")
-class NormSoftmaxLoss(MetricLoss):
+class NormSoftmaxLoss(_CrossEntropyLoss):
     """Normalised softmax: logits = scale * cos(x, w) (the MemVir reference setting, scale 23)."""
 
     def __init__(self, scale: float = 23.0):
@@ -201,12 +246,12 @@ class NormSoftmaxLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
 
-    def compute(self, embeddings, labels, class_weights):
-        return F.cross_entropy(self.scale * _cosine_matrix(embeddings, class_weights), labels)
+    def logits(self, embeddings, labels, class_weights):
+        return self.scale * _cosine_matrix(embeddings, class_weights)
 
 
 @_register("cosface")
-class CosFaceLoss(MetricLoss):
+class CosFaceLoss(_CrossEntropyLoss):
     """CosFace / large-margin cosine loss (Wang et al. 2018): target logit scale*(cos_y - margin)."""
 
     def __init__(self, scale: float = 64.0, margin: float = 0.35):
@@ -217,14 +262,14 @@ class CosFaceLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def compute(self, embeddings, labels, class_weights):
+    def logits(self, embeddings, labels, class_weights):
         cosines = _cosine_matrix(embeddings, class_weights)
         targets = _target_cosines(cosines, labels) - self.margin
-        return F.cross_entropy(self.scale * _with_target_logits(cosines, labels, targets), labels)
+        return self.scale * _with_target_logits(cosines, labels, targets)
 
 
 @_register("arcface")
-class ArcFaceLoss(MetricLoss):
+class ArcFaceLoss(_CrossEntropyLoss):
     """ArcFace / additive angular margin (Deng et al. 2019): target logit scale*cos(theta_y + margin)."""
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
@@ -235,14 +280,14 @@ class ArcFaceLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def compute(self, embeddings, labels, class_weights):
+    def logits(self, embeddings, labels, class_weights):
         cosines = _cosine_matrix(embeddings, class_weights)
         targets = _additive_angular_margin(_target_cosines(cosines, labels), self.margin)
-        return F.cross_entropy(self.scale * _with_target_logits(cosines, labels, targets), labels)
+        return self.scale * _with_target_logits(cosines, labels, targets)
 
 
 @_register("curricularface")
-class CurricularFaceLoss(MetricLoss):
+class CurricularFaceLoss(_CrossEntropyLoss):
     """CurricularFace (Huang et al. CVPR 2020), following the authors' official code.
 
     Target logit as ArcFace (same fallback). A non-target class j is "hard" for a row when
@@ -250,7 +295,7 @@ class CurricularFaceLoss(MetricLoss):
     so hard negatives weigh more as training advances. ``t`` is a running mean of the target cosines, a buffer
     (so it is saved in ``state_dict`` and a resumed run keeps its curriculum) that starts at 0 and, in training mode
     only, is updated before use in the same call: t <- 0.01 * mean_i(cos_yi) + 0.99 * t. With MemVir the mean runs
-    over all rows, virtual ones included. In eval mode t is used but not changed.
+    over all rows, virtual ones included (under either reduction). In eval mode t is used but not changed.
 
     Gradients (the official choice): t is a statistic and is detached; the hard-negative term passes gradient
     through both factors of cos_j * (t + cos_j), i.e. d/dcos_j = t + 2 cos_j. The hard/easy mask itself carries none.
@@ -265,7 +310,7 @@ class CurricularFaceLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def compute(self, embeddings, labels, class_weights):
+    def logits(self, embeddings, labels, class_weights):
         cosines = _cosine_matrix(embeddings, class_weights)
         target_cosines = _target_cosines(cosines, labels)
         if self.training:
@@ -275,11 +320,11 @@ class CurricularFaceLoss(MetricLoss):
         hard = cosines > _cosine_of_angle_plus_margin(target_cosines, self.margin)[:, None]
         logits = torch.where(hard, cosines * (t + cosines), cosines)
         targets = _additive_angular_margin(target_cosines, self.margin)
-        return F.cross_entropy(self.scale * _with_target_logits(logits, labels, targets), labels)
+        return self.scale * _with_target_logits(logits, labels, targets)
 
 
 @_register("proxy-nca")
-class ProxyNCALoss(MetricLoss):
+class ProxyNCALoss(_CrossEntropyLoss):
     """Proxy-NCA as in the MemVir reference: logits = -scale * ||x^ - w^||^2 over normalised vectors, CE.
 
     For unit vectors ||x^ - w^||^2 = 2 - 2 cos, and softmax ignores the constant, so this equals Norm-softmax at
@@ -294,9 +339,9 @@ class ProxyNCALoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
 
-    def compute(self, embeddings, labels, class_weights):
+    def logits(self, embeddings, labels, class_weights):
         squared_distances = (2.0 - 2.0 * _cosine_matrix(embeddings, class_weights)).clamp_min(0.0)
-        return F.cross_entropy(-self.scale * squared_distances, labels)
+        return -self.scale * squared_distances
 
 
 @_register("proxy-anchor")
@@ -308,6 +353,11 @@ class ProxyAnchorLoss(MetricLoss):
       + 1/|P|  sum_{p in P}  log(1 + sum_{x: y!=p} exp( alpha (s(x,p) + margin))).
     Each log(1 + sum exp) is a logsumexp with an extra zero term, which is stable at alpha = 32 and makes a proxy
     without positives (or negatives) contribute exactly log(1 + 0) = 0 with a zero, not NaN, gradient.
+
+    Balanced reduction (``classes_per_set=C``): this loss averages over proxies, not rows, so the sets are sets of
+    proxies. Both averages are taken within each set, live proxies among the live ones and each virtual set's among
+    its own, and the sets' terms summed: L = sum_j [pull_j / |P+_j| + push_j / C]. Every row still counts as a
+    negative of every proxy of another class, virtual ones included, exactly as in the official reduction.
     """
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
@@ -318,7 +368,7 @@ class ProxyAnchorLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"margin={self.margin}, alpha={self.alpha}"
 
-    def compute(self, embeddings, labels, class_weights):
+    def compute(self, embeddings, labels, class_weights, classes_per_set):
         cosines = _cosine_matrix(embeddings, class_weights)
         positive = F.one_hot(labels, cosines.shape[1]).bool()
         pull = torch.where(positive, -self.alpha * (cosines - self.margin), -math.inf)
@@ -326,8 +376,16 @@ class ProxyAnchorLoss(MetricLoss):
         zero_row = cosines.new_zeros(1, cosines.shape[1])
         pull_per_proxy = torch.logsumexp(torch.cat([zero_row, pull]), dim=0)
         push_per_proxy = torch.logsumexp(torch.cat([zero_row, push]), dim=0)
-        num_proxies_with_positives = positive.any(dim=0).sum()
-        return pull_per_proxy.sum() / num_proxies_with_positives + push_per_proxy.sum() / cosines.shape[1]
+        has_positives = positive.any(dim=0)
+        if classes_per_set is None:
+            return pull_per_proxy.sum() / has_positives.sum() + push_per_proxy.sum() / cosines.shape[1]
+        num_sets = cosines.shape[1] // classes_per_set
+        pull_per_set = pull_per_proxy.view(num_sets, classes_per_set).sum(1)
+        with_positives_per_set = has_positives.view(num_sets, classes_per_set).sum(1)
+        push_per_set = push_per_proxy.view(num_sets, classes_per_set).sum(1) / classes_per_set
+        # a set whose proxies have no positive row (MemVir's sets always have some) adds no pull term
+        pull = torch.where(with_positives_per_set > 0, pull_per_set / with_positives_per_set.clamp_min(1), 0.0)
+        return (pull + push_per_set).sum()
 
 
 LOSSES: tuple[str, ...] = tuple(_REGISTRY)

@@ -41,6 +41,10 @@ _STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _SAMPLERS = ("random", "balanced")
 _LR_DECAYS = ("none", "cosine")
+# How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over
+# all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
+# weight it has without MemVir.
+REDUCTIONS = ("official", "balanced")
 
 
 @dataclass
@@ -62,6 +66,10 @@ class TrainConfig:
     warmup_epochs: float = 2.0  # U in epochs, converted to steps
     memvir_store_dtype: str = "float32"
     memvir_schedule: str = "curriculum"  # the paper's staircase; "all-at-once" is its Fig. 3 ablation
+    memvir_reduction: str = "official"  # "official" (mean over all rows) | "balanced" (sum of the sets' means)
+    # An ablation: multiply the loss by this from the warm-up's end on. 0.5 in a baseline imitates MemVir(1, M)'s
+    # official 1/(k+1) dilution of the live batch's gradient, without any virtual class.
+    loss_scale_after_warmup: float = 1.0
     epochs: int = 8
     batch_size: int = 128
     sampler: str = "random"  # the reference's choice; "balanced" = P classes x K images
@@ -70,6 +78,7 @@ class TrainConfig:
     class_lr: float = 1e-2  # class weights (proxies)
     weight_decay: float = 1e-4
     adam_eps: float = 0.01
+    freeze_bn: bool = False  # BatchNorm in eval mode with its affine parameters fixed, as the reference's --freeze_BN
     lr_decay: str = "none"  # no decay with MemVir (PAPER.md); "cosine" for baselines
     seed: int = 0
     device: str = "auto"
@@ -102,9 +111,10 @@ class TrainConfig:
              f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
         need(isinstance(self.warmup_epochs, int | float) and self.warmup_epochs >= 0,
              f"warmup_epochs must be a number >= 0, got {self.warmup_epochs!r}")
-        for name in ("lr", "class_lr", "adam_eps"):
+        for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
             value = getattr(self, name)
-            need(isinstance(value, int | float) and value > 0, f"{name} must be > 0, got {value!r}")
+            need(isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+                 and value > 0, f"{name} must be > 0 and finite, got {value!r}")
         need(isinstance(self.weight_decay, int | float) and self.weight_decay >= 0,
              f"weight_decay must be >= 0, got {self.weight_decay!r}")
         need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
@@ -113,12 +123,15 @@ class TrainConfig:
         need(self.memvir_schedule in SCHEDULES,
              f"memvir_schedule must be one of {', '.join(SCHEDULES)}, got {self.memvir_schedule!r}")
         need(self.sampler in _SAMPLERS, f"sampler must be one of {', '.join(_SAMPLERS)}, got {self.sampler!r}")
+        need(self.memvir_reduction in REDUCTIONS,
+             f"memvir_reduction must be one of {', '.join(REDUCTIONS)}, got {self.memvir_reduction!r}")
         need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
         need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
              "for the balanced sampler")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
-        need(isinstance(self.compile, bool), f"compile must be True or False, got {self.compile!r}")
+        for name in ("compile", "freeze_bn", "pretrained"):
+            need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
         build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
 
     def to_dict(self) -> dict:
@@ -218,6 +231,10 @@ class _EpochBatches(Sampler):
         return len(self.batches)
 
 
+def _batch_norms(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
@@ -278,6 +295,9 @@ class Trainer:
             self.model = self.model.to(memory_format=torch.channels_last)
             if self.world.is_distributed:  # BatchNorm statistics over the global batch, as one process has them
                 self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
+        if config.freeze_bn:
+            for module in _batch_norms(self.model):
+                module.requires_grad_(False)  # affine parameters fixed; running statistics fixed by eval mode
         self._network = self._training_network()
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
@@ -477,6 +497,9 @@ class Trainer:
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
         started = time.perf_counter()
         self.model.train()
+        if self.config.freeze_bn:
+            for module in _batch_norms(self.model):
+                module.eval()
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
@@ -486,8 +509,12 @@ class Trainer:
         # the global batch on every rank, in rank order (no-ops in one process); gradients reach this rank's rows
         embeddings = self.world.gather_with_grad(embeddings.float())
         labels = self.world.gather(labels)
+        after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
         all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
-        loss = self.loss_fn(all_embeddings, all_labels, all_weights)
+        if self.config.memvir_reduction == "balanced":
+            loss = self.loss_fn(all_embeddings, all_labels, all_weights, classes_per_set=self.class_weights.shape[0])
+        else:  # the plain three-argument call of the loss contract
+            loss = self.loss_fn(all_embeddings, all_labels, all_weights)
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
             loss_value, cosine_value = torch.stack([loss.detach(), target_cosine.mean()]).tolist()
@@ -497,6 +524,8 @@ class Trainer:
             self.state = "failed"
             self._emit(StatusEvent("failed", self.step, message))
             raise TrainingDiverged(message)
+        if after_warmup and self.config.loss_scale_after_warmup != 1.0:
+            loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP averages the network's gradients over the ranks here
         self.world.broadcast_(self.class_weights.grad)  # equal on every rank already; rank 0's keeps them bit-equal
@@ -618,11 +647,14 @@ class Trainer:
         return path
 
     def _memvir_summary(self) -> str:
-        if self.config.memvir_n == 0:
-            return "off (baseline: N=0)"
-        schedule = "" if self.config.memvir_schedule == "curriculum" else f", {self.config.memvir_schedule}"
-        return (f"N={self.config.memvir_n}, M={self.config.memvir_m}, warm-up {self.config.warmup_epochs:g} epochs "
-                f"({self.memvir.warmup_steps} steps){schedule}")
+        config = self.config
+        scaled = (f"; loss x{config.loss_scale_after_warmup:g} after {self.memvir.warmup_steps} warm-up steps"
+                  if config.loss_scale_after_warmup != 1.0 else "")
+        if config.memvir_n == 0:
+            return "off (baseline: N=0)" + scaled
+        schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
+        return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
+                f"({self.memvir.warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{scaled}")
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state

@@ -84,3 +84,18 @@ def test_bad_input_gets_one_clear_line(tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_ablation_flags_reach_the_run_config_and_the_model_card(tmp_path):
+    run = tmp_path / "run"
+    memvir_cli("train", "--dataset", "glyphs-mini", "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0.5",
+               "--memvir-reduction", "balanced", "--loss-scale-after-warmup", "0.5", "--adam-eps", "1e-8",
+               "--freeze-bn", "--batch-size", "32", "--max-steps", "8", "--out", run)
+    config = json.loads((run / "train_config.json").read_text())
+    assert (config["memvir_reduction"], config["loss_scale_after_warmup"], config["adam_eps"], config["freeze_bn"]) \
+        == ("balanced", 0.5, 1e-8, True)
+    card = (run / "README.md").read_text()
+    assert "balanced reduction" in card and "loss x0.5 after 4 warm-up steps" in card
+    refused = memvir_cli("train", "--dataset", "glyphs-mini", "--memvir-reduction", "mean", "--out", tmp_path / "x",
+                         check=False)
+    assert refused.returncode == 2 and "invalid choice: 'mean'" in refused.stderr

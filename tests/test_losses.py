@@ -260,6 +260,140 @@ def test_curricularface_matches_reference(training, virtual_sets):
     torch.testing.assert_close(grad_weights, ref_grad_weights, rtol=1e-6, atol=1e-6)
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# The balanced reduction (classes_per_set=C): each MemVir set averaged on its own, the set means summed
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def balanced_reference(reference_fn, embeddings, labels, class_weights, num_classes):
+    """Each set's rows (labels in [jC, (j+1)C)) through the per-row reference on their own, against every class; the
+    reference averages over the rows it is given, so this is the sum of the set means."""
+    sets = labels // num_classes
+    total = 0.0
+    for j in sorted(set(sets.tolist())):
+        rows = sets == j
+        total = total + reference_fn(embeddings[rows], labels[rows], class_weights)
+    return total
+
+
+def ref_proxy_anchor_balanced(embeddings, labels, class_weights, num_classes, margin=0.1, alpha=32.0):
+    """Proxy-Anchor with both per-proxy averages taken within each set of C proxies, the sets' terms summed."""
+    cosine_rows = reference_cosines(embeddings, class_weights)
+    label_list = labels.tolist()
+    total = 0.0
+    for first in range(0, len(class_weights), num_classes):
+        positive_total, negative_total, proxies_with_positives = 0.0, 0.0, 0
+        for p in range(first, first + num_classes):
+            positive_sum, negative_sum, has_positive = 0.0, 0.0, False
+            for row, y in zip(cosine_rows, label_list, strict=True):
+                if y == p:
+                    positive_sum = positive_sum + torch.exp(-alpha * (row[p] - margin))
+                    has_positive = True
+                else:
+                    negative_sum = negative_sum + torch.exp(alpha * (row[p] + margin))
+            if has_positive:
+                positive_total = positive_total + torch.log(1 + positive_sum)
+                proxies_with_positives += 1
+            negative_total = negative_total + torch.log1p(torch.as_tensor(negative_sum, dtype=torch.float64))
+        if proxies_with_positives:
+            total = total + positive_total / proxies_with_positives
+        total = total + negative_total / num_classes
+    return total
+
+
+def uneven_inputs(seed, set_sizes, num_classes=NUM_CLASSES, dim=DIM):
+    """MemVir-shaped inputs whose sets hold different numbers of rows (batches of different sizes)."""
+    generator = torch.Generator().manual_seed(seed)
+    embeddings = torch.randn(sum(set_sizes), dim, generator=generator, dtype=torch.float64)
+    class_weights = torch.randn(len(set_sizes) * num_classes, dim, generator=generator, dtype=torch.float64)
+    labels = torch.cat([torch.randint(0, num_classes, (size,), generator=generator) + j * num_classes
+                        for j, size in enumerate(set_sizes)])
+    return embeddings.requires_grad_(), labels, class_weights.requires_grad_()
+
+
+@pytest.mark.parametrize("virtual_sets", [0, 1, 3])
+@pytest.mark.parametrize("name", list(REFERENCES))
+def test_balanced_reduction_matches_reference_value_and_gradient(name, virtual_sets):
+    embeddings, labels, class_weights = make_inputs(seed=11, virtual_sets=virtual_sets)
+    if name == "proxy-anchor":
+        def reference(x, y, w):
+            return ref_proxy_anchor_balanced(x, y, w, NUM_CLASSES)
+    else:
+        def reference(x, y, w):
+            return balanced_reference(REFERENCES[name], x, y, w, NUM_CLASSES)
+    loss = build_loss(name)
+    assert_matches_reference(lambda x, y, w: loss(x, y, w, classes_per_set=NUM_CLASSES), reference,
+                             embeddings, labels, class_weights)
+
+
+@pytest.mark.parametrize("name", ["norm-softmax", "cosface", "proxy-anchor"])
+def test_balanced_reduction_with_sets_of_different_sizes(name):
+    embeddings, labels, class_weights = uneven_inputs(seed=12, set_sizes=(5, 2, 7, 1))
+    if name == "proxy-anchor":
+        def reference(x, y, w):
+            return ref_proxy_anchor_balanced(x, y, w, NUM_CLASSES)
+    else:
+        def reference(x, y, w):
+            return balanced_reference(REFERENCES[name], x, y, w, NUM_CLASSES)
+    loss = build_loss(name)
+    assert_matches_reference(lambda x, y, w: loss(x, y, w, classes_per_set=NUM_CLASSES), reference,
+                             embeddings, labels, class_weights)
+
+
+@pytest.mark.parametrize("virtual_sets", [0, 1, 3])
+def test_balanced_softmax_gradient_by_hand(virtual_sets):
+    """d/dx_i of the balanced softmax loss is (p_i - e_{y_i}) W / B_set(i): each row weighs 1/(its set's size), so
+    the live rows weigh 1/B whatever k is (official: 1/((k+1)B)). p_i = softmax(W x_i), written out in numpy."""
+    import numpy as np
+
+    set_sizes = (3, 5, 2, 4)[: virtual_sets + 1]
+    embeddings, labels, class_weights = uneven_inputs(seed=13, set_sizes=set_sizes)
+    loss = build_loss("softmax")(embeddings, labels, class_weights, classes_per_set=NUM_CLASSES)
+    grad_x, grad_w = torch.autograd.grad(loss, (embeddings, class_weights))
+    x, w, y = embeddings.detach().numpy(), class_weights.detach().numpy(), labels.numpy()
+    logits = x @ w.T
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    residual = p - np.eye(w.shape[0])[y]
+    row_weight = np.array([1.0 / set_sizes[label // NUM_CLASSES] for label in y])
+    expected_x = (row_weight[:, None] * residual) @ w
+    expected_w = (row_weight[:, None] * residual).T @ x
+    expected_loss = sum(
+        -np.log(p[np.arange(len(y)), y])[y // NUM_CLASSES == j].mean() for j in range(len(set_sizes)))
+    assert loss.item() == pytest.approx(expected_loss, rel=1e-12)
+    np.testing.assert_allclose(grad_x.numpy(), expected_x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grad_w.numpy(), expected_w, rtol=1e-10, atol=1e-12)
+
+
+def test_balanced_curricularface_updates_t_from_all_rows():
+    """t moves by the mean over all rows, virtual ones included, as under the official reduction; the loss is then
+    the sum of the set means at that t."""
+    embeddings, labels, class_weights = make_inputs(seed=14, virtual_sets=2)
+    loss = build_loss("curricularface", scale=10.0, margin=1.0).train()
+    loss.t.fill_(0.4)
+    value, grad_embeddings, grad_weights = value_and_grads(
+        lambda x, y, w: loss(x, y, w, classes_per_set=NUM_CLASSES), embeddings, labels, class_weights)
+    _, t_after = ref_curricularface(embeddings, labels, class_weights, 0.4, True, scale=10.0, margin=1.0)
+    assert loss.t.item() == pytest.approx(t_after, abs=1e-7)
+
+    def reference(x, y, w):
+        def per_set(xs, ys, ws):
+            return ref_curricularface(xs, ys, ws, t_before=loss.t.item(), training=False, scale=10.0, margin=1.0)[0]
+        return balanced_reference(per_set, x, y, w, NUM_CLASSES)
+
+    ref_value, ref_grad_embeddings, ref_grad_weights = value_and_grads(reference, embeddings, labels, class_weights)
+    torch.testing.assert_close(value, ref_value, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grad_embeddings, ref_grad_embeddings, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(grad_weights, ref_grad_weights, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("classes_per_set", [3, 0, -4, 2.0, True])
+def test_balanced_reduction_refuses_a_set_size_that_does_not_divide_the_classes(classes_per_set):
+    embeddings, labels, class_weights = make_inputs(seed=15, virtual_sets=1)  # 8 weight rows
+    with pytest.raises(ValueError, match="classes_per_set must be a positive integer that divides the 8"):
+        build_loss("norm-softmax")(embeddings, labels, class_weights, classes_per_set=classes_per_set)
+
+
 def test_curricularface_has_hard_negatives_in_the_reference_inputs():
     """Guards the test above: with these inputs some non-target classes are hard, so the t branch is exercised."""
     embeddings, labels, class_weights = make_inputs(seed=3, virtual_sets=NUM_VIRTUAL_SETS)

@@ -262,3 +262,79 @@ def test_all_at_once_schedule_brings_every_virtual_set_at_the_warmup_end():
         counts[schedule] = [e.num_classes for e in events if isinstance(e, StepEvent)]
     assert counts["curriculum"] == [24] * 9 + [24, 24, 48, 48, 72]
     assert counts["all-at-once"] == [24] * 9 + [72] * 5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Ablation options: the balanced reduction, a loss scaled after the warm-up, frozen BatchNorm
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"memvir_reduction": "median"}, "memvir_reduction must be one of official, balanced"),
+        ({"loss_scale_after_warmup": 0}, "loss_scale_after_warmup must be > 0"),
+        ({"loss_scale_after_warmup": float("inf")}, "loss_scale_after_warmup must be > 0 and finite"),
+        ({"freeze_bn": "yes"}, "freeze_bn must be True or False"),
+    ],
+)
+def test_bad_ablation_settings_are_rejected(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        small_config(**overrides).validate()
+
+
+def step_losses(config):
+    trainer = Trainer(config)
+    events = collect(trainer)
+    trainer.run()
+    return trainer, [e for e in events if isinstance(e, StepEvent)]
+
+
+def test_balanced_reduction_sums_the_set_means_in_training():
+    """N=1, M=0, no warm-up: step 1 has no virtual set (both reductions agree), step 2 has one set of the previous
+    batch, of the same size as the live one, so the sum of the two set means is twice the mean over all rows."""
+    config = dict(memvir_n=1, memvir_m=0, warmup_epochs=0, max_steps=2)
+    _, official = step_losses(small_config(**config))
+    _, balanced = step_losses(small_config(memvir_reduction="balanced", **config))
+    assert [e.num_virtual_sets for e in balanced] == [0, 1]
+    assert balanced[0].loss == pytest.approx(official[0].loss, rel=1e-6)  # the same mean, summed another way
+    assert balanced[1].loss == pytest.approx(2 * official[1].loss, rel=1e-5)
+
+
+def test_loss_scale_after_warmup_scales_the_gradient_from_the_warmup_end():
+    """A baseline whose loss is halved once its warm-up (here 2 steps) is over: the same steps until then, and at
+    the first step after it the same loss with exactly half the gradient."""
+    config = dict(memvir_n=0, warmup_epochs=2 / 12)  # glyphs-mini at batch 32: 12 steps an epoch, so U = 2 steps
+    for steps, factor in ((2, 1.0), (3, 0.5)):
+        plain, plain_steps = step_losses(small_config(max_steps=steps, **config))
+        halved, halved_steps = step_losses(small_config(max_steps=steps, loss_scale_after_warmup=0.5, **config))
+        assert halved.memvir.warmup_steps == 2
+        assert [e.loss for e in halved_steps] == [e.loss for e in plain_steps]  # the logged loss is the unscaled one
+        torch.testing.assert_close(halved.class_weights.grad, factor * plain.class_weights.grad)
+        first_conv = next(p for p in halved.model.parameters() if p.dim() == 4)
+        plain_conv = next(p for p in plain.model.parameters() if p.dim() == 4)
+        torch.testing.assert_close(first_conv.grad, factor * plain_conv.grad)
+
+
+def test_freeze_bn_keeps_batchnorm_statistics_and_affine_parameters():
+    def batch_norm_state(trainer):
+        return {k: v.clone() for k, v in trainer.model.state_dict().items()
+                if any(part in k for part in ("running_mean", "running_var"))}
+
+    frozen = Trainer(small_config(freeze_bn=True, max_steps=3))
+    norms = [m for m in frozen.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms, "the convnet has BatchNorm layers to freeze"
+    before = batch_norm_state(frozen)
+    affine_before = [p.clone() for m in norms for p in m.parameters()]
+    conv_before = next(p for p in frozen.model.parameters() if p.dim() == 4).clone()
+    frozen.run()
+    for key, value in batch_norm_state(frozen).items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+    for after, original in zip([p for m in norms for p in m.parameters()], affine_before, strict=True):
+        torch.testing.assert_close(after, original, rtol=0, atol=0)
+    assert not torch.equal(next(p for p in frozen.model.parameters() if p.dim() == 4), conv_before)
+
+    free = Trainer(small_config(max_steps=3))
+    free_before = batch_norm_state(free)
+    free.run()
+    assert any(not torch.equal(v, free_before[k]) for k, v in batch_norm_state(free).items())
