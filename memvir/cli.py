@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--loss-scale-after-warmup", type=float, default=defaults.loss_scale_after_warmup,
                        help="ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
                        "MemVir(1, M)'s official dilution without virtual classes; default %(default)g)")
+    train.add_argument("--no-augment", dest="augment", action="store_false",
+                       help="train on the clean images, without random augmentation")
     train.add_argument("--val-classes", type=int, default=defaults.val_classes,
                        help="training classes held out as validation, scored as val_* metrics (default none)")
     train.add_argument("--epochs", type=int, default=None, help=f"default {defaults.epochs}")
@@ -129,7 +131,7 @@ def _train_run(args) -> int:
             memvir_n=args.memvir_n, memvir_m=args.memvir_m, warmup_epochs=args.warmup_epochs,
             memvir_store_dtype=args.store_dtype, memvir_schedule=args.memvir_schedule, val_classes=args.val_classes,
             memvir_reduction=args.memvir_reduction, loss_scale_after_warmup=args.loss_scale_after_warmup,
-            adam_eps=args.adam_eps, freeze_bn=args.freeze_bn,
+            adam_eps=args.adam_eps, freeze_bn=args.freeze_bn, augment=args.augment,
             epochs=args.epochs or defaults.epochs,
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
             class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",

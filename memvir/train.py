@@ -89,6 +89,7 @@ class TrainConfig:
     checkpoint_every: int = 200  # steps between checkpoints, besides epoch ends and stops
     probe_classes: int = 8  # test classes in the fixed probe set of snapshots
     val_classes: int = 0  # training classes held out and scored as "val_*" metrics, for choices made without test
+    augment: bool = True  # random augmentation of training images; off, a network can over-fit few classes
     max_steps: int | None = None  # stop early (tests, quick looks)
     eval_at_start: bool = True  # the untrained model's recall as the first point of the curve
     compile: bool = False  # torch.compile the network for training (pays off on a GPU over long runs)
@@ -130,7 +131,7 @@ class TrainConfig:
              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
              "for the balanced sampler")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
-        for name in ("compile", "freeze_bn", "pretrained"):
+        for name in ("compile", "freeze_bn", "pretrained", "augment"):
             need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
         build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
 
@@ -249,6 +250,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
         from memvir.data import ClassBalancedSampler, load_dataset
+        from memvir.data.splits import without_augmentation
         from memvir.data.validation import hold_out_validation
         from memvir.models import EmbeddingModel
 
@@ -269,6 +271,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size,
                                  seed=config.seed)
+        if not config.augment:
+            self.data = without_augmentation(self.data)
         self.validation = None
         if config.val_classes:
             self.data, self.validation = hold_out_validation(self.data, config.val_classes)

@@ -90,3 +90,27 @@ def test_photo_validation_items_are_read_with_the_test_transform(tmp_path):
         np.testing.assert_allclose(pixels.numpy(), reference_test_tensor(path), atol=1e-5)
         assert torch.equal(validation[index][0], pixels)  # deterministic: the same pixels at every read
     assert len(splits.train) == 4 and splits.info.num_train_classes == 2
+
+
+def test_training_without_augmentation_reads_clean_renders():
+    """augment=False: the Trainer's batches are the clean renders, as the test split reads its own, every epoch."""
+    trainer = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, augment=False, val_classes=6, max_steps=1,
+                                  eval_at_start=False, eval_every=0, snapshot_every=0))
+    assert trainer.data.train.batch_transform is None
+    renders = load_dataset("glyphs-mini").train.renders
+    kept = [c for c in range(24) if c not in set(validation_classes(24, 6).tolist())]
+    def first_batch_items(epoch):  # the Trainer's seeded permutation of the epoch, written out
+        seed = ((trainer.config.seed * 1_000_003 + epoch) * 10_000_019) % (2**63 - 1)
+        order = torch.randperm(len(trainer.data.train), generator=torch.Generator().manual_seed(seed))[:32]
+        return [divmod(index, 12) for index in order.tolist()]
+
+    for epoch in (0, 1):
+        images, labels = next(trainer._batches(epoch, 0))
+        assert images.shape == (32, 1, 32, 32)
+        for row, (label, face) in enumerate(first_batch_items(epoch)):
+            assert labels[row] == label
+            torch.testing.assert_close(images[row], clean_pixels(renders[kept[label], face]))
+    augmented = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, val_classes=6, max_steps=1))
+    images, _ = next(augmented._batches(0, 0))
+    label, face = first_batch_items(0)[0]
+    assert not torch.allclose(images[0], clean_pixels(renders[kept[label], face]))

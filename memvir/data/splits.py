@@ -1,5 +1,7 @@
 """What `load_dataset` returns: the train and test splits, their common interface, and the facts about them."""
 
+import copy
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -77,3 +79,15 @@ class DatasetSplits:
     train: SplitDataset
     test: SplitDataset
     info: DatasetInfo
+
+
+def without_augmentation(splits: DatasetSplits) -> DatasetSplits:
+    """The same splits, with training images read the way the test split reads its own: clean, deterministic.
+
+    For held-out validation classes, and for training without augmentation (a setting in which a network can
+    over-fit its few training classes). The train split is a shallow copy, so the original keeps its augmentation.
+    """
+    clean = copy.copy(splits.train)
+    clean.transform = splits.test.transform
+    clean.batch_transform = None
+    return dataclasses.replace(splits, train=clean)

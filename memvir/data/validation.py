@@ -6,14 +6,13 @@ classes in every run, whatever its seed), into a validation split that is scored
 deterministic test-time transform, labels from 0. The remaining training classes are relabelled from 0.
 """
 
-import copy
 import dataclasses
 
 import numpy as np
 
 from memvir.data.errors import DatasetError
 from memvir.data.image_files import MIN_CLASSES_PER_SPLIT
-from memvir.data.splits import DatasetSplits, SplitDataset
+from memvir.data.splits import DatasetSplits, SplitDataset, without_augmentation
 
 VALIDATION_SPLIT_SEED = 2022  # a project constant, like the glyph split's, not a training seed
 
@@ -64,10 +63,7 @@ def hold_out_validation(splits: DatasetSplits, count: int) -> tuple[DatasetSplit
         )
     held = validation_classes(num_train, count)
     kept = np.setdiff1d(np.arange(num_train), held)
-    clean = copy.copy(splits.train)  # the same images, read the way the test split reads its own
-    clean.transform = splits.test.transform
-    clean.batch_transform = None
-    validation = ClassSubset(clean, held)
+    validation = ClassSubset(without_augmentation(splits).train, held)
     train = ClassSubset(splits.train, kept)
     info = dataclasses.replace(splits.info, num_train_classes=len(kept))
     return DatasetSplits(train=train, test=splits.test, info=info), validation
