@@ -79,7 +79,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     adam_eps: float = 0.01
     freeze_bn: bool = False  # BatchNorm in eval mode with its affine parameters fixed, as the reference's --freeze_BN
-    lr_decay: str = "none"  # no decay with MemVir (PAPER.md); "cosine" for baselines
+    lr_decay: str = "none"  # no decay with MemVir (docs/method.md, "Reference settings"); "cosine" for baselines
     seed: int = 0
     device: str = "auto"
     num_workers: int = 0

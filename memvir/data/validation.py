@@ -1,5 +1,5 @@
 """Validation classes held out from the training half, so that choices (N, M, a schedule...) are never made on the
-test classes (the reference code picks its best epoch on the test set; PAPER.md "Known weaknesses").
+test classes (the reference code picks its best epoch on the test set; docs/method.md, "Validation").
 
 `hold_out_validation(splits, count)` moves `count` training classes, picked by a fixed project seed (the same
 classes in every run, whatever its seed), into a validation split that is scored like the test split: the clean,
