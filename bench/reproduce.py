@@ -129,7 +129,7 @@ def run_studies(studies: list[str], jobs: int) -> None:
 
 def table(results: list[dict], study: str) -> str:
     with_val = study != "losses"
-    keys = [*METRICS] + ([CHOICE_METRIC] if with_val else [])
+    keys = [*METRICS] + (["val_recall@1", CHOICE_METRIC] if with_val else [])
     rows = ["| configuration | batch | epochs | seeds | " + " | ".join(k.replace("val_", "validation ") for k in keys)
             + " |", "|---|---:|---:|---:|" + "---:|" * len(keys)]
     for row in study_rows(study, results):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -247,5 +248,7 @@ def welch(first: list[dict], second: list[dict], key: str) -> tuple[float, float
     difference = statistics.mean(b) - statistics.mean(a)
     if len(a) < 2 or len(b) < 2 or statistics.stdev(a) + statistics.stdev(b) == 0:
         return difference, math.nan, math.nan  # no spread to weigh the difference against
-    result = stats.ttest_ind(b, a, equal_var=False)
+    with warnings.catch_warnings():  # near-equal groups make scipy warn of precision loss; t is still right
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(b, a, equal_var=False)
     return difference, float(result.statistic), float(result.pvalue)

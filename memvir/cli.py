@@ -65,12 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--samples-per-class", type=int, default=defaults.samples_per_class)
     train.add_argument("--lr", type=float, default=defaults.lr, help="network learning rate")
     train.add_argument("--class-lr", type=float, default=defaults.class_lr, help="class-weight learning rate")
-    train.add_argument("--lr-decay", default=defaults.lr_decay, help="none | cosine")
+    train.add_argument("--lr-decay", default=defaults.lr_decay, help="none | cosine | step (default %(default)s)")
+    train.add_argument("--lr-decay-epochs", type=int, nargs="+", default=defaults.lr_decay_epochs,
+                       help="with --lr-decay step: the (1-based) epochs at whose start the learning rates drop")
+    train.add_argument("--lr-decay-rate", type=float, default=defaults.lr_decay_rate,
+                       help="with --lr-decay step: the factor of each drop (default %(default)g)")
     train.add_argument("--adam-eps", type=float, default=defaults.adam_eps,
                        help="Adam's epsilon (default %(default)g, the reference's; with it many parameters take steps "
                        "that scale with their gradient)")
     train.add_argument("--freeze-bn", action="store_true",
-                       help="keep BatchNorm layers in eval mode with fixed affine parameters while training, as the "
+                       help="keep BatchNorm layers in eval mode (fixed running statistics) while training, as the "
                        "reference's --freeze_BN (for pretrained backbones; off for the from-scratch CPU ones)")
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
@@ -134,7 +138,8 @@ def _train_run(args) -> int:
             adam_eps=args.adam_eps, freeze_bn=args.freeze_bn, augment=args.augment,
             epochs=args.epochs or defaults.epochs,
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
-            class_lr=args.class_lr, lr_decay=args.lr_decay, seed=args.seed, device=args.device or "auto",
+            class_lr=args.class_lr, lr_decay=args.lr_decay, lr_decay_epochs=list(args.lr_decay_epochs),
+            lr_decay_rate=args.lr_decay_rate, seed=args.seed, device=args.device or "auto",
             num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None
             else args.eval_every, max_steps=args.max_steps, compile=bool(args.compile),
         )

@@ -40,7 +40,7 @@ from memvir.memory import SCHEDULES, MemVir
 _STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _SAMPLERS = ("random", "balanced")
-_LR_DECAYS = ("none", "cosine")
+_LR_DECAYS = ("none", "cosine", "step")
 # How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over
 # all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
 # weight it has without MemVir.
@@ -78,8 +78,12 @@ class TrainConfig:
     class_lr: float = 1e-2  # class weights (proxies)
     weight_decay: float = 1e-4
     adam_eps: float = 0.01
-    freeze_bn: bool = False  # BatchNorm in eval mode with its affine parameters fixed, as the reference's --freeze_BN
-    lr_decay: str = "none"  # no decay with MemVir (docs/method.md, "Reference settings"); "cosine" for baselines
+    freeze_bn: bool = False  # BatchNorm in eval mode while training (fixed statistics), as the reference's --freeze_BN
+    lr_decay: str = "none"  # no decay with MemVir (docs/method.md, "Reference settings"); "cosine" or "step"
+    # "step": the learning rates are multiplied by lr_decay_rate at the start of each of these (1-based) epochs, as
+    # the reference code's baselines do at epoch 50
+    lr_decay_epochs: list = field(default_factory=list)
+    lr_decay_rate: float = 0.1
     seed: int = 0
     device: str = "auto"
     num_workers: int = 0
@@ -127,6 +131,13 @@ class TrainConfig:
         need(self.memvir_reduction in REDUCTIONS,
              f"memvir_reduction must be one of {', '.join(REDUCTIONS)}, got {self.memvir_reduction!r}")
         need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
+        need(isinstance(self.lr_decay_epochs, list | tuple) and all(
+            isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in self.lr_decay_epochs),
+            f"lr_decay_epochs must be a list of epochs >= 1, got {self.lr_decay_epochs!r}")
+        need(self.lr_decay != "step" or self.lr_decay_epochs,
+             "lr_decay 'step' needs lr_decay_epochs, the epochs at whose start the learning rates drop")
+        need(isinstance(self.lr_decay_rate, int | float) and not isinstance(self.lr_decay_rate, bool)
+             and 0 < self.lr_decay_rate <= 1, f"lr_decay_rate must be in (0, 1], got {self.lr_decay_rate!r}")
         need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
              "for the balanced sampler")
@@ -299,9 +310,6 @@ class Trainer:
             self.model = self.model.to(memory_format=torch.channels_last)
             if self.world.is_distributed:  # BatchNorm statistics over the global batch, as one process has them
                 self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
-        if config.freeze_bn:
-            for module in _batch_norms(self.model):
-                module.requires_grad_(False)  # affine parameters fixed; running statistics fixed by eval mode
         self._network = self._training_network()
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
@@ -316,6 +324,7 @@ class Trainer:
             eps=config.adam_eps, weight_decay=config.weight_decay,
         )
         self.step = 0
+        self._set_learning_rates()
         self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
         self.last_metrics: dict = {}
         self._probe = self._choose_probe()
@@ -435,14 +444,21 @@ class Trainer:
             setattr(self.config, key, value)
         self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
                                 warmup_steps=self._warmup_steps(self.config.warmup_epochs))
-        self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
-        self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
+        self._set_learning_rates()
         described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
         self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
+
+    def _set_learning_rates(self) -> None:
+        """The optimizer's learning rates for the next step, from the configured ones and the decay."""
+        self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
+        self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
 
     def _lr(self, base: float) -> float:
         if self.config.lr_decay == "cosine":
             return base * 0.5 * (1 + math.cos(math.pi * self.step / max(1, self.total_steps)))
+        if self.config.lr_decay == "step":  # the step being taken is in 1-based epoch step // steps_per_epoch + 1
+            epoch = self.step // self.steps_per_epoch + 1
+            return base * self.config.lr_decay_rate ** sum(epoch >= e for e in self.config.lr_decay_epochs)
         return base
 
     # -------------------------------------------------------------------------------------- the loop
@@ -536,8 +552,7 @@ class Trainer:
         self.optimizer.step()
         self.step += 1
         if self.config.lr_decay != "none":
-            self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
-            self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
+            self._set_learning_rates()
 
         elapsed = time.perf_counter() - started
         rate = labels.shape[0] / max(elapsed, 1e-9)

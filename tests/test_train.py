@@ -304,7 +304,7 @@ def test_balanced_reduction_sums_the_set_means_in_training():
 def test_loss_scale_after_warmup_scales_the_gradient_from_the_warmup_end():
     """A baseline whose loss is halved once its warm-up (here 2 steps) is over: the same steps until then, and at
     the first step after it the same loss with exactly half the gradient."""
-    config = dict(memvir_n=0, warmup_epochs=2 / 12)  # glyphs-mini at batch 32: 12 steps an epoch, so U = 2 steps
+    config = dict(memvir_n=0, warmup_epochs=2 / 9)  # glyphs-mini at batch 32: 9 steps an epoch, so U = 2 steps
     for steps, factor in ((2, 1.0), (3, 0.5)):
         plain, plain_steps = step_losses(small_config(max_steps=steps, **config))
         halved, halved_steps = step_losses(small_config(max_steps=steps, loss_scale_after_warmup=0.5, **config))
@@ -316,25 +316,46 @@ def test_loss_scale_after_warmup_scales_the_gradient_from_the_warmup_end():
         torch.testing.assert_close(first_conv.grad, factor * plain_conv.grad)
 
 
-def test_freeze_bn_keeps_batchnorm_statistics_and_affine_parameters():
-    def batch_norm_state(trainer):
+def test_freeze_bn_keeps_batchnorm_statistics_while_the_rest_trains():
+    """As the reference's --freeze_BN: BatchNorm layers run in eval mode (their running statistics stay as they
+    were), while every parameter, the BatchNorm scales and shifts included, still trains."""
+    def running_statistics(trainer):
         return {k: v.clone() for k, v in trainer.model.state_dict().items()
-                if any(part in k for part in ("running_mean", "running_var"))}
+                if any(part in k for part in ("running_mean", "running_var", "num_batches_tracked"))}
 
     frozen = Trainer(small_config(freeze_bn=True, max_steps=3))
     norms = [m for m in frozen.model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert norms, "the convnet has BatchNorm layers to freeze"
-    before = batch_norm_state(frozen)
+    before = running_statistics(frozen)
     affine_before = [p.clone() for m in norms for p in m.parameters()]
-    conv_before = next(p for p in frozen.model.parameters() if p.dim() == 4).clone()
     frozen.run()
-    for key, value in batch_norm_state(frozen).items():
+    for key, value in running_statistics(frozen).items():
         torch.testing.assert_close(value, before[key], rtol=0, atol=0)
-    for after, original in zip([p for m in norms for p in m.parameters()], affine_before, strict=True):
-        torch.testing.assert_close(after, original, rtol=0, atol=0)
-    assert not torch.equal(next(p for p in frozen.model.parameters() if p.dim() == 4), conv_before)
+    assert all(not torch.equal(after, original) for after, original
+               in zip([p for m in norms for p in m.parameters()], affine_before, strict=True))
+    assert all(m.training for m in frozen.model.modules() if not isinstance(m, torch.nn.BatchNorm2d))
 
     free = Trainer(small_config(max_steps=3))
-    free_before = batch_norm_state(free)
+    free_before = running_statistics(free)
     free.run()
-    assert any(not torch.equal(v, free_before[k]) for k, v in batch_norm_state(free).items())
+    assert any(not torch.equal(v, free_before[k]) for k, v in running_statistics(free).items())
+
+
+def test_step_decay_drops_the_learning_rates_at_the_start_of_the_given_epochs():
+    """glyphs-mini at batch 32 takes 9 steps an epoch; x0.1 at the start of epochs 2 and 3 (1-based), as the
+    reference's adjust_learning_rate: the steps of epoch 1 at 1e-3 / 1e-2, of epoch 2 at a tenth, of 3 at a
+    hundredth."""
+    trainer = Trainer(small_config(epochs=3, lr=1e-3, class_lr=1e-2, lr_decay="step", lr_decay_epochs=[2, 3],
+                                   lr_decay_rate=0.1))
+    assert trainer.steps_per_epoch == 9
+    used = [(trainer.optimizer.param_groups[0]["lr"], trainer.optimizer.param_groups[1]["lr"])]  # for step 1
+    trainer.add_listener(lambda e: used.append((trainer.optimizer.param_groups[0]["lr"],
+                                                trainer.optimizer.param_groups[1]["lr"]))
+                         if isinstance(e, StepEvent) else None)
+    trainer.run()
+    used = used[:27]  # the rates set for steps 1..27
+    expected = [(1e-3 * 0.1 ** (s // 9), 1e-2 * 0.1 ** (s // 9)) for s in range(27)]
+    for (lr, class_lr), (want_lr, want_class_lr) in zip(used, expected, strict=True):
+        assert lr == pytest.approx(want_lr) and class_lr == pytest.approx(want_class_lr)
+    with pytest.raises(ValueError, match="lr_decay 'step' needs lr_decay_epochs"):
+        small_config(lr_decay="step").validate()
