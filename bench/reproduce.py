@@ -109,7 +109,7 @@ def run_one(study: str, row: Row, seed: int, results: Results, threads: int) -> 
     args = row.args(seed) + ["--out", str(out)]
     resume = ["--resume"] if (out / "trainer_state.pt").exists() else []
     print(f"[{study}] {row.label}, seed {seed}: python {' '.join(args)}", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     subprocess.run([sys.executable, *args, *resume], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
     command = "python " + " ".join(args).replace(str(ROOT) + "/", "")
     results.add({"study": study, "label": row.label, "seed": seed, "epochs": row.epochs, "batch": row.batch,
@@ -122,6 +122,8 @@ def run_studies(studies: list[str], jobs: int) -> None:
     for study in studies:
         todo = [(row, seed) for row in study_rows(study, results.records) for seed in row.seeds
                 if not results.has(study, row.label, seed) and (study, row.label) not in SHARED]
+        # runs stopped half-way first, so that a restarted runner finishes what it had started
+        todo.sort(key=lambda job: not (job[0].folder(study, job[1]) / "trainer_state.pt").exists())
         with ThreadPoolExecutor(jobs) as pool:
             for future in [pool.submit(run_one, study, row, seed, results, threads) for row, seed in todo]:
                 future.result()
