@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memvir import checkpoint
+from memvir import checkpoint, serving
 from memvir.data.transforms import sample_seed
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
@@ -571,23 +571,6 @@ class Trainer:
             self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
 
     # -------------------------------------------------------------------------------------- views of the model
-    @torch.no_grad()
-    def embed(self, dataset, indices=None, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-        """L2-normalised embeddings (CPU float32) and labels of a split, in eval mode."""
-        was_training = self.model.training
-        self.model.eval()
-        subset = dataset if indices is None else torch.utils.data.Subset(dataset, indices)
-        loader = DataLoader(subset, batch_size=batch_size, num_workers=self.config.num_workers,
-                            pin_memory=self.device.type == "cuda")
-        chunks, labels = [], []
-        for images, batch_labels in loader:
-            images = images.to(self.device)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-                chunks.append(self.model(images).float().cpu())
-            labels.append(batch_labels)
-        self.model.train(was_training)
-        return torch.cat(chunks), torch.cat(labels)
-
     def evaluate(self) -> dict:
         """Retrieval metrics on the test classes, and on the validation classes as "val_*" when some are held out
         (emits an EvalEvent). Call it on every rank: each embeds its shard and rank 0 scores them all."""
@@ -600,20 +583,16 @@ class Trainer:
 
     def _score(self, split) -> dict:
         total = len(split)
-        embeddings, labels = self.embed(split, self.world.shard(total))
+        embeddings, labels = serving.embed(self.model, split, self.world.shard(total),
+                                           num_workers=self.config.num_workers)
         embeddings = self.world.gather_shards(embeddings, total, self.device)
         labels = self.world.gather_shards(labels, total, self.device)
-        metrics = None
-        if self.world.is_main:
-            from memvir.metrics import retrieval_metrics
-
-            ks = (1, 10, 100, 1000) if self.config.dataset == "sop" else (1, 2, 4, 8)
-            metrics = retrieval_metrics(embeddings, labels, ks=tuple(k for k in ks if k < total))
+        metrics = serving.score(embeddings, labels, self.config.dataset) if self.world.is_main else None
         return self.world.agree(metrics)
 
     def _snapshot(self, embeddings, labels, weights) -> SnapshotEvent:
         num_classes = self.class_weights.shape[0]
-        probe_embeddings, probe_labels = self.embed(self.data.test, self._probe)
+        probe_embeddings, probe_labels = serving.embed(self.model, self.data.test, self._probe)
         weight_rows = torch.arange(weights.shape[0])
         return SnapshotEvent(
             step=self.step, margin=self.memvir.margin,
