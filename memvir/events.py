@@ -21,9 +21,13 @@ class StepEvent:
     images_per_s: float  # moving average
     lr: float
     warmup: bool  # True while MemVir is still in its warm-up
+    # at the spread cadence: memvir.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j in
+    # use, weight_mean_cos, weight_uniformity); empty on other steps
+    spread: dict = field(default_factory=dict)
 
     def record(self) -> dict:
-        return {"type": "step", **asdict(self)}
+        fields = asdict(self)
+        return {"type": "step", **{k: v for k, v in fields.items() if k != "spread"}, **self.spread}
 
 
 @dataclass(frozen=True)

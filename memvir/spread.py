@@ -3,7 +3,8 @@
 A virtual class is a stored copy of a real class from j(M+1) steps ago (docs/method.md, "Algorithm"). Early in
 training, or with a small M, it is nearly a copy of the live class and adds little; as the network moves on, the
 copies drift away and the live embeddings must be told apart from them. These numbers make that visible (the
-paper's Fig. 7 shows it as a picture): the Trainer logs them with its step records at the snapshot cadence.
+paper's Fig. 7 shows it as a picture): the Trainer logs them with its step records at the snapshot cadence, from
+the virtual sets the step actually used.
 
 - ``virtual_weight_cos_j``: the mean, over classes, of the cosine between a class's stored weight of age j and its
   live weight. 1 means the virtual class is a copy of the real one.
@@ -43,19 +44,22 @@ def class_weight_spread(class_weights: torch.Tensor) -> dict[str, float]:
 
 
 @torch.no_grad()
-def virtual_spread(virtual_sets: list[dict], class_weights: torch.Tensor) -> dict[str, float]:
-    """``virtual_weight_cos_j`` and ``virtual_embedding_cos_j`` for each virtual set j in use.
+def virtual_spread(embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
+                   num_classes: int) -> dict[str, float]:
+    """``virtual_weight_cos_j`` and ``virtual_embedding_cos_j`` for each virtual set j in one MemVir output.
 
-    ``virtual_sets``: as ``MemVir.virtual_sets()`` returns them (each with "age", "embeddings", "labels" and
-    "class_weights"); ``class_weights``: the live [C, D] weights.
+    The arguments are what a MemVir call returned (the live rows and weights first, set j's labels shifted by jC),
+    with C = ``num_classes``: the live weights are the first C rows, set j's weights rows jC to (j+1)C, set j's
+    embeddings those whose label // C is j.
     """
-    live = F.normalize(class_weights.detach().float(), dim=1)
+    live = F.normalize(class_weights[:num_classes].detach().float(), dim=1)
+    ages = labels // num_classes
     measures = {}
-    for virtual in virtual_sets:
-        age = virtual["age"]
-        stored_weights = F.normalize(virtual["class_weights"].float().to(live.device), dim=1)
-        measures[f"virtual_weight_cos_{age}"] = float((stored_weights * live).sum(1).mean())
-        embeddings = F.normalize(virtual["embeddings"].float().to(live.device), dim=1)
-        labels = virtual["labels"].to(live.device)
-        measures[f"virtual_embedding_cos_{age}"] = float((embeddings * live[labels]).sum(1).mean())
+    for age in range(1, class_weights.shape[0] // num_classes):
+        stored = F.normalize(class_weights[age * num_classes:(age + 1) * num_classes].detach().float(), dim=1)
+        measures[f"virtual_weight_cos_{age}"] = float((stored * live).sum(1).mean())
+        rows = ages == age
+        stored_embeddings = F.normalize(embeddings[rows].detach().float(), dim=1)
+        targets = live[labels[rows] - age * num_classes]
+        measures[f"virtual_embedding_cos_{age}"] = float((stored_embeddings * targets).sum(1).mean())
     return measures

@@ -36,6 +36,7 @@ from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import LOSSES, build_loss
 from memvir.memory import SCHEDULES, MemVir
+from memvir.spread import class_weight_spread, virtual_spread
 
 _STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -557,14 +558,22 @@ class Trainer:
         elapsed = time.perf_counter() - started
         rate = labels.shape[0] / max(elapsed, 1e-9)
         self._speed = rate if self._speed is None else 0.9 * self._speed + 0.1 * rate
+        # the spread of the classes at the snapshot cadence (the logging cadence without snapshots): cheap, but
+        # each figure costs a host sync on a GPU, so not every step
+        spread_every = self.config.snapshot_every or self.config.log_every
+        spread = {}
+        if self.step % spread_every == 0 and self.world.is_main:
+            num_classes = self.class_weights.shape[0]
+            spread = class_weight_spread(all_weights[:num_classes]) | virtual_spread(
+                all_embeddings, all_labels, all_weights, num_classes)
         event = StepEvent(
             step=self.step, epoch=epoch, loss=loss_value, num_classes=all_weights.shape[0],
             num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
-            warmup=self.step <= self.memvir.warmup_steps,
+            warmup=self.step <= self.memvir.warmup_steps, spread=spread,
         )
         # the first and last steps too, so that every curve spans the whole run, however short
-        if self.step % self.config.log_every == 0 or self.step in (1, self.total_steps):
+        if self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or spread:
             self._log(event.record())
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:

@@ -35,22 +35,22 @@ def test_crowded_classes_have_a_high_mean_cosine_and_spread_ones_a_low_uniformit
 
 
 def test_virtual_spread_by_hand_from_a_real_memory():
-    """MemVir(2, 0): after three calls the next call uses the steps 1 and 2 calls ago (ages 1, 2). Each age's
-    figures are worked out here from the tensors that were stored."""
+    """MemVir(2, 0): the fourth call uses the steps 1 and 2 calls before it (ages 1, 2). Each age's figures are
+    worked out here from the tensors those calls were given, against the fourth call's live weights."""
     gen = torch.Generator().manual_seed(3)
     memory = MemVir(num_steps=2, margin=0)
     steps = []
-    for _ in range(3):
-        x, y, w = torch.randn(5, 4, generator=gen), torch.randint(0, 3, (5,), generator=gen), torch.randn(3, 4,
-                                                                                                           generator=gen)
-        memory(x, y, w)
+    for _ in range(4):
+        x, y = torch.randn(5, 4, generator=gen), torch.randint(0, 3, (5,), generator=gen)
+        w = torch.randn(3, 4, generator=gen)
+        output = memory(x, y, w)
         steps.append((x, y, w))
-    live = torch.randn(3, 4, generator=gen)
-    measures = virtual_spread(memory.virtual_sets(), live)
+    measures = virtual_spread(*output, num_classes=3)
     assert sorted(measures) == ["virtual_embedding_cos_1", "virtual_embedding_cos_2", "virtual_weight_cos_1",
                                 "virtual_weight_cos_2"]
+    live = steps[-1][2]
     for age in (1, 2):
-        x, y, w = steps[-age]
+        x, y, w = steps[-1 - age]
         weight_cos = sum(cosine(w[c], live[c]) for c in range(3)) / 3
         embedding_cos = sum(cosine(x[i], live[y[i]]) for i in range(5)) / 5
         assert measures[f"virtual_weight_cos_{age}"] == pytest.approx(weight_cos, abs=1e-6)
@@ -58,5 +58,5 @@ def test_virtual_spread_by_hand_from_a_real_memory():
 
 
 def test_no_virtual_sets_no_measures():
-    assert virtual_spread([], torch.randn(3, 4)) == {}
+    assert virtual_spread(torch.randn(5, 4), torch.zeros(5, dtype=torch.long), torch.randn(3, 4), 3) == {}
     assert class_weight_spread(torch.randn(1, 4)) == {}

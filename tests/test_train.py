@@ -359,3 +359,34 @@ def test_step_decay_drops_the_learning_rates_at_the_start_of_the_given_epochs():
         assert lr == pytest.approx(want_lr) and class_lr == pytest.approx(want_class_lr)
     with pytest.raises(ValueError, match="lr_decay 'step' needs lr_decay_epochs"):
         small_config(lr_decay="step").validate()
+
+
+def test_spread_measures_reach_the_step_records_at_the_snapshot_cadence(tmp_path):
+    """Every 4th step (the snapshot cadence) the record carries the spread of the classes; once a virtual set is in
+    use (M=1: from step 3 after a 1-step warm-up... here warm-up 0), its ages' figures, checked by hand against
+    the snapshot of the same step."""
+    trainer = Trainer(small_config(memvir_n=2, memvir_m=1, warmup_epochs=0, snapshot_every=4, log_every=3,
+                                   max_steps=8, probe_classes=2), tmp_path)
+    events = collect(trainer)
+    trainer.run()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r for r in records if r["type"] == "step"}
+    assert sorted(steps) == [1, 3, 4, 6, 8]  # log_every 3 (and the first and last), spread every 4
+    assert "weight_mean_cos" not in steps[3] and "weight_mean_cos" in steps[4]
+    assert {"virtual_weight_cos_1", "virtual_weight_cos_2", "virtual_embedding_cos_2"} <= steps[8].keys()
+    snapshot = next(e for e in events if isinstance(e, SnapshotEvent) and e.step == 8)
+    live = torch.nn.functional.normalize(snapshot.class_weights[snapshot.class_weight_ages == 0], dim=1)
+    for age in (1, 2):
+        stored = torch.nn.functional.normalize(snapshot.class_weights[snapshot.class_weight_ages == age], dim=1)
+        rows = snapshot.ages == age
+        embeddings = torch.nn.functional.normalize(snapshot.embeddings[rows], dim=1)
+        weight_cos = sum(float(stored[c] @ live[c]) for c in range(len(live))) / len(live)
+        embedding_cos = sum(float(e @ live[c]) for e, c in zip(embeddings, snapshot.labels[rows], strict=True)) / len(
+            embeddings)
+        assert steps[8][f"virtual_weight_cos_{age}"] == pytest.approx(weight_cos, abs=1e-5)
+        assert steps[8][f"virtual_embedding_cos_{age}"] == pytest.approx(embedding_cos, abs=1e-5)
+    baseline = Trainer(small_config(memvir_n=0, snapshot_every=4, max_steps=4))
+    baseline_events = collect(baseline)
+    baseline.run()
+    last = [e for e in baseline_events if isinstance(e, StepEvent)][-1].record()
+    assert "weight_mean_cos" in last and not any(k.startswith("virtual_") for k in last)
