@@ -30,7 +30,7 @@ DATASET_CHOICES = [
     ("a folder of class folders on this machine", FOLDER_CHOICE),
     ("an uploaded zip of class folders", ZIP_CHOICE),
 ]
-# memvir.LOSSES and memvir.models.available_backbones(), written out so the page is served before torch loads
+# memvir.LOSSES and memvir.models.available_backbones(), written out so the page is built without importing torch
 # (tests/test_app_units.py checks that they agree).
 LOSS_CHOICES = ("softmax", "norm-softmax", "cosface", "arcface", "curricularface", "proxy-nca", "proxy-anchor")
 BACKBONE_CHOICES = ("convnet", "convnet-gn", "googlenet", "resnet18", "resnet50")
