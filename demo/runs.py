@@ -27,6 +27,7 @@ from demo.settings import AppSettings
 log = logging.getLogger(__name__)
 
 TRAINING_STATES = ("starting", "running", "paused")
+FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
 LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
                        "class_lr": "class lr"}
 # Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
@@ -303,6 +304,13 @@ class RunManager:
 
     def busy_runs(self) -> list[LiveRun]:
         return [run for run in self.runs() if run.busy]
+
+    def dataset_folders_in_use(self) -> list[Path]:
+        """The `folder:` datasets of runs that train (baselines too): unpacked uploads that must stay on disk."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return [Path(run.config.dataset.removeprefix(FOLDER_DATASET)) for run in runs
+                if run.training and run.config.dataset.startswith(FOLDER_DATASET)]
 
     def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
         """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the

@@ -46,6 +46,9 @@ class AppSettings:
         ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled checkpoints, one sub-folder each.
     max_active_runs: training runs allowed at once on this machine (one by default: runs share the device).
     umap: compute UMAP projections of snapshots in the background (PCA is always shown at once).
+    max_gallery_uploads / max_training_images: images in a gallery upload / a training zip (counted before a zip is
+        unpacked). max_uploads_bytes / max_upload_age_s: the unpacked zips kept in ``uploads/`` (the least recently
+        used go first; a zip in use by a training run stays).
     """
 
     data_dir: Path
@@ -57,6 +60,9 @@ class AppSettings:
     max_zip_bytes: int = 200 * MB
     max_unpacked_bytes: int = 1024 * MB
     max_gallery_uploads: int = 2_000
+    max_training_images: int = 50_000
+    max_uploads_bytes: int = 2048 * MB
+    max_upload_age_s: float = 24 * 3600.0
     snapshot_history: int = 60
     finished_runs_kept: int = 8
 

@@ -19,7 +19,8 @@ from demo import live_view
 from demo.retrieval import RetrievalService, thumbnail
 from demo.runs import RunManager
 from demo.settings import AppSettings
-from demo.uploads import load_image, unpack_class_zip
+from demo.sketchpad import pass_undecoded
+from demo.uploads import load_image, load_sketch, unpack_upload
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
     """The whole page. `runs` and `retrieval` default to fresh ones for `settings` (from the environment)."""
     settings = settings or AppSettings.from_env()
     runs = runs or RunManager(settings)
-    retrieval = retrieval or RetrievalService(settings)
+    retrieval = retrieval or RetrievalService(settings, uploads_in_use=runs.dataset_folders_in_use)
     figure_builder = live_view.FigureBuilder()
 
     # ------------------------------------------------------------------------------------------ train handlers
@@ -116,8 +117,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         if dataset == ZIP_CHOICE:
             if not zip_file:
                 raise ValueError("upload a zip of class folders first (one folder of images per class)")
-            root = unpack_class_zip(zip_file, settings.uploads_dir, settings.max_zip_bytes,
-                                    settings.max_unpacked_bytes)
+            root = unpack_upload(zip_file, settings, settings.max_training_images, runs.dataset_folders_in_use())
             return f"folder:{root}"
         return dataset
 
@@ -326,7 +326,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
     @_reporting(message_slot=0, outputs=3)
     def search_drawing(checkpoint_choice, source, k, query_class, sketch=None, files=None):
-        composite = (sketch or {}).get("composite") if isinstance(sketch, dict) else None
+        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
         if composite is None:
             raise ValueError("draw a character on the sketchpad first")
         checkpoint = retrieval.load_checkpoint(checkpoint_choice)
@@ -453,10 +453,9 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                 search_upload_button = gr.Button("Search with this image", variant="primary",
                                                                  elem_id="search-upload")
                             with gr.Tab("Draw a query"):
-                                sketch = gr.Sketchpad(type="pil", image_mode="RGBA", canvas_size=(320, 320),
-                                                      brush=gr.Brush(colors=["#000000"], default_size=14,
-                                                                     color_mode="fixed"),
-                                                      label="Draw one character")
+                                sketch = pass_undecoded(gr.Sketchpad(
+                                    image_mode="RGBA", canvas_size=(320, 320), label="Draw one character",
+                                    brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
                                 search_drawing_button = gr.Button("Search with this drawing", variant="primary")
                             with gr.Tab("Pick from the gallery"):
                                 sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8,

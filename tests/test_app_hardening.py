@@ -3,11 +3,16 @@ way, with real files, against a real server: in-process on a free port, or `pyth
 the case needs a fresh start. Every refusal must end in a clear message with nothing lost; memory growth, files on
 disk and messages are measured, not assumed."""
 
+import contextlib
+import io
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -81,3 +86,238 @@ def test_the_first_request_after_a_fresh_start_is_served(tiny_checkpoints, glyph
         assert not about.startswith("⚠️"), f"start {attempt + 1}: {about}\n{output}"
         assert len(results) == 3
         assert "ImportError" not in output and "partially initialized" not in output, output
+
+
+# ---------------------------------------------------------------------------------------------- a server in-process
+@contextlib.contextmanager
+def _serving(settings):
+    from demo.ui import build_app
+
+    app = build_app(settings)
+    port = _free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               max_file_size=settings.max_zip_bytes)
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False), app
+    finally:
+        app.close(verbose=False)
+        app.figure_builder.close()
+        app.run_manager.close()
+
+
+def _settings(tmp_path, checkpoints, **limits):
+    from demo.settings import AppSettings
+
+    return AppSettings(data_dir=tmp_path / "data", checkpoints_dir=checkpoints, umap=False, **limits)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_checkpoints, tmp_path_factory):
+    settings = _settings(tmp_path_factory.mktemp("app"), tiny_checkpoints)
+    with _serving(settings) as (client, app):
+        yield {"client": client, "app": app, "settings": settings,
+               "checkpoint": str(tiny_checkpoints / "glyphs-mini-tiny")}
+
+
+# ---------------------------------------------------------------------------------------------- image limits
+def _huge_png(path: Path, width: int, height: int) -> Path:
+    """A valid PNG declaring width x height black pixels at 1 bit each: a few kB on disk, written row by row so
+    the test never holds the canvas."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    compressor = zlib.compressobj(9)
+    row = b"\0" * (1 + (width + 7) // 8)  # filter byte, then the packed bits
+    pixels = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit grayscale
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+    return path
+
+
+class _PeakMemory:
+    """This process's peak resident memory since `reset()` (the in-process server runs in its threads), read from
+    /proc: VmHWM, which the kernel resets when "5" is written to clear_refs."""
+
+    def __init__(self):
+        self.start = 0
+
+    @staticmethod
+    def _status_kb(field: str) -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise AssertionError(f"/proc/self/status has no {field}")
+
+    def reset(self) -> None:
+        Path("/proc/self/clear_refs").write_text("5")
+        self.start = self._status_kb("VmRSS")
+
+    def growth_mb(self) -> float:
+        return (self._status_kb("VmHWM") - self.start) / 1024
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory):
+    """12000 x 12000 pixels (144 megapixels; the app accepts 40) in a PNG of a few kB."""
+    path = _huge_png(tmp_path_factory.mktemp("bomb") / "bomb.png", 12_000, 12_000)
+    assert path.stat().st_size < 64_000
+    return path
+
+
+REFUSED_CANVAS = "is 12000x12000 pixels; images up to 40 megapixels are accepted"
+MEMORY_SLACK_MB = 64  # decoding the canvas takes 138 MB even as 1-bit pixels, 576 MB more as RGBA
+
+
+def _zip_of(path: Path, entries: dict) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, source in entries.items():
+            archive.write(source, name) if isinstance(source, Path) else archive.writestr(name, source)
+    return path
+
+
+def _png_bytes(size=(8, 8), color=255) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("L", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _class_zip(path: Path, classes: int, per_class: int, extra: dict | None = None, shade: int = 0) -> Path:
+    entries = {f"class{c:03d}/{i}.png": _png_bytes(color=(c * 7 + shade) % 256)
+               for c in range(classes) for i in range(per_class)}
+    return _zip_of(path, {**entries, **(extra or {})})
+
+
+def test_a_huge_canvas_as_the_sketch_is_refused_before_decoding(server, bomb):
+    """Before, the sketch path skipped the 40-megapixel limit: a 31 kB 12000 x 12000 PNG raised memory by 2.8 GB."""
+    peak = _PeakMemory()
+    peak.reset()
+    about, _, _ = server["client"].predict(
+        checkpoint_choice=server["checkpoint"], source="test split", k=3, query_class="",
+        sketch={"background": None, "layers": [], "composite": handle_file(bomb), "id": None},
+        api_name="/search_drawing")
+    assert about.startswith("⚠️ the drawing ") and REFUSED_CANVAS in about
+    assert peak.growth_mb() < MEMORY_SLACK_MB
+
+
+def test_a_huge_canvas_as_a_sketch_layer_is_refused(server, bomb, glyph_query):
+    about, _, _ = server["client"].predict(
+        checkpoint_choice=server["checkpoint"], source="test split", k=3, query_class="",
+        sketch={"background": None, "layers": [handle_file(bomb)], "composite": handle_file(glyph_query), "id": None},
+        api_name="/search_drawing")
+    assert about.startswith("⚠️ layer 1 of the drawing ") and REFUSED_CANVAS in about
+
+
+@pytest.mark.parametrize("path", ["query", "gallery image", "gallery zip", "training zip"])
+def test_a_huge_canvas_is_refused_on_every_other_image_path(server, bomb, glyph_query, tmp_path, path):
+    client, uploads = server["client"], server["settings"].uploads_dir
+    peak = _PeakMemory()
+    peak.reset()
+    if path == "query":
+        message, _, _ = client.predict(checkpoint_choice=server["checkpoint"], source="test split", k=3,
+                                       query_class="", query_file=handle_file(bomb), api_name="/search_upload")
+    elif path == "gallery image":
+        message, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
+                                    files=[handle_file(glyph_query), handle_file(bomb)],
+                                    api_name="/prepare_retrieval")
+    elif path == "gallery zip":
+        archive = _class_zip(tmp_path / "gallery.zip", 2, 2, {"class000/bomb.png": bomb})
+        message, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
+                                    files=[handle_file(archive)], api_name="/prepare_retrieval")
+    else:
+        archive = _class_zip(tmp_path / "train.zip", 4, 3, {"class002/bomb.png": bomb})
+        message = client.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
+                                 api_name="/start")
+    assert message.startswith("⚠️ ") and "bomb.png " + REFUSED_CANVAS in message
+    assert peak.growth_mb() < MEMORY_SLACK_MB
+    assert not any(uploads.glob("zip-*")), "a refused zip left its files behind"
+
+
+def test_a_huge_layer_uploaded_by_the_browser_editor_is_refused(bomb, glyph_query):
+    """The browser's editor sends its parts as blobs (ImageEditor.accept_blobs) and the event only their id."""
+    import gradio as gr
+    from gradio.components.image_editor import EditorData, EditorDataBlobs
+
+    from demo.sketchpad import pass_undecoded
+    from demo.uploads import UploadError, load_sketch
+
+    sketch = pass_undecoded(gr.Sketchpad())
+    sketch.blob_storage["drawing-1"] = EditorDataBlobs(background=None, layers=[bomb.read_bytes()],
+                                                       composite=glyph_query.read_bytes())
+    value = sketch.preprocess(EditorData(id="drawing-1"))
+    assert "drawing-1" not in sketch.blob_storage
+    with pytest.raises(UploadError, match="layer 1 of the drawing " + REFUSED_CANVAS):
+        load_sketch(value, max_bytes=20 * 1024**2, max_pixels=40_000_000)
+    sketch.blob_storage["drawing-2"] = EditorDataBlobs(background=None, layers=[], composite=glyph_query.read_bytes())
+    drawn = load_sketch(sketch.preprocess(EditorData(id="drawing-2")), max_bytes=20 * 1024**2, max_pixels=40_000_000)
+    assert drawn.size == (32, 32)
+
+
+# ---------------------------------------------------------------------------------------------- zips
+def _files_under(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file()] if folder.exists() else []
+
+
+def test_a_zip_of_too_many_files_is_refused_before_anything_is_written(server, tmp_path):
+    """Before, a zip of 10,000 tiny files was unpacked in full (10,012 files) before the 2,000-image limit refused
+    it, and the files stayed."""
+    archive = _zip_of(tmp_path / "many.zip", {f"class{i % 10}/{i}.png": b"x" for i in range(10_000)})
+    about, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="uploaded",
+                                        files=[handle_file(archive)], api_name="/prepare_retrieval")
+    assert about == "⚠️ many.zip holds 10,000 files; zips of at most 2,000 images are accepted"
+    assert _files_under(server["settings"].uploads_dir) == []
+
+
+def test_a_zip_gallery_is_unpacked_once_however_often_it_is_used(server, tmp_path, glyph_query):
+    """Before, every load or search unpacked the zip again into a new uploads/zip-* folder (3 loads, 3 copies)."""
+    client, uploads = server["client"], server["settings"].uploads_dir
+    archive = _class_zip(tmp_path / "gallery.zip", 3, 2)
+    for _ in range(3):
+        about, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
+                                  files=[handle_file(archive)], api_name="/prepare_retrieval")
+        assert "gallery.zip (6 images in 3 classes)" in about
+    about, results, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded", k=2,
+                                       query_class="", query_file=handle_file(glyph_query),
+                                       files=[handle_file(archive)], api_name="/search_upload")
+    assert len(results) == 2
+    assert len([folder for folder in uploads.glob("zip-*") if folder.is_dir()]) == 1
+    assert len([path for path in _files_under(uploads) if path.suffix == ".png"]) == 6
+
+
+def test_the_uploads_folder_keeps_within_its_size_and_age(tiny_checkpoints, tmp_path):
+    zips = [_class_zip(tmp_path / f"gallery-{n}.zip", 2, 2, shade=n + 1) for n in range(4)]  # 4 images each
+    image_bytes = len(_png_bytes())
+    settings = _settings(tmp_path, tiny_checkpoints, max_uploads_bytes=14 * image_bytes, max_upload_age_s=3600)
+    uploads = settings.uploads_dir
+    copies = {}
+
+    def load(n: int) -> set[int]:
+        """Load zip n as the gallery; which zips have a copy on disk afterwards."""
+        about, _ = client.predict(checkpoint_choice=str(tiny_checkpoints / "glyphs-mini-tiny"), source="uploaded",
+                                  files=[handle_file(zips[n])], api_name="/prepare_retrieval")
+        assert not about.startswith("⚠️"), about
+        on_disk = {path.name for path in uploads.glob("zip-*") if path.is_dir()}
+        assert {path.stem for path in uploads.glob("zip-*.json")} == on_disk, "a copy and its record go together"
+        if n not in copies:
+            (copies[n],) = on_disk - set(copies.values())
+        return {m for m, name in copies.items() if name in on_disk}
+
+    with _serving(settings) as (client, _):
+        assert load(0) == {0} and load(1) == {0, 1} and load(0) == {0, 1}  # 0 used again: 1 is now the oldest
+        assert load(2) == {0, 1, 2}  # 12 images' bytes: within the bound of 14
+        assert load(3) == {0, 2, 3}, "past the size bound the least recently used copy goes (not the first made)"
+        long_ago = time.time() - 7200
+        os.utime(uploads / f"{copies[0]}.json", (long_ago, long_ago))
+        assert load(2) == {2, 3}, "a copy unused for longer than the age bound goes, though the size is within"
+
+
+def test_pruning_spares_the_dataset_of_a_training_run(tmp_path):
+    from demo import upload_store
+    from demo.uploads import unpack_class_zip
+
+    uploads = tmp_path / "uploads"
+    roots = [unpack_class_zip(_class_zip(tmp_path / f"{n}.zip", 2, 2 + n), uploads, 10**6, 10**6) for n in range(3)]
+    deleted = upload_store.prune(uploads, max_bytes=0, max_age_s=3600, in_use=[roots[0] / "class000"])
+    assert sorted(deleted) == sorted(roots[1:])
+    assert roots[0].is_dir() and [path.parent for path in uploads.glob("zip-*.json")] == [uploads]
