@@ -38,10 +38,13 @@ BACKBONE_CHOICES = ("convnet", "convnet-gn", "googlenet", "resnet18", "resnet50"
 # memvir.memory.SCHEDULES, with what each means (tests/test_app_units.py checks that they agree)
 SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (the paper's)", "curriculum"),
                     ("all N virtual sets at the warm-up's end (the paper's Fig. 3 ablation)", "all-at-once")]
+# memvir.train's memory dtypes offered here: float16 halves MemVir's memory (demo/memory_budget.py offers it)
+STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
 GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
 DEFAULTS = dict(dataset="glyphs", backbone="convnet", loss="norm-softmax", batch_size=128, epochs=8, lr=1e-3, seed=0,
                 memvir_n=2, memvir_m=50, warmup_epochs=2.0, memvir_schedule="curriculum", val_classes=0,
+                memvir_store_dtype="float32",
                 snapshot_every=10, eval_every=1)
 POLL_SECONDS = 1.0
 CSS = """
@@ -124,7 +127,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
     @_reporting(message_slot=1, outputs=2)
     def start(tab, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
               snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule="curriculum", val_classes=0,
-              visitor=None, request: gr.Request = None):
+              memvir_store_dtype="float32", visitor=None, request: gr.Request = None):
         from memvir.train import TrainConfig
 
         visitor = _visitor(visitor, request)
@@ -135,6 +138,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             memvir_m=_whole(memvir_m, "M", 0), warmup_epochs=float(warmup_epochs or 0),
             memvir_schedule=memvir_schedule or DEFAULTS["memvir_schedule"],
             val_classes=_whole(val_classes or 0, "validation classes", 0),
+            memvir_store_dtype=memvir_store_dtype or DEFAULTS["memvir_store_dtype"],
             snapshot_every=_whole(snapshot_every, "snapshot every", 0), eval_every=_whole(eval_every, "eval every", 0),
             eval_at_start=False,  # the first loss point within seconds; Recall@1 follows at the first epoch's end
         )
@@ -175,7 +179,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         runs.update(run.id, visitor, **changes)
         return "Asked for the new MemVir settings; the status line says at which step they apply."
 
-    @_reporting(message_slot=1, outputs=11)
+    @_reporting(message_slot=1, outputs=12)
     def reset(tab, visitor=None, request: gr.Request = None):
         import time
 
@@ -186,7 +190,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             runs.stop(run.id, visitor)
             message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
         values = [DEFAULTS[name] for name in ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs",
-                                              "lr", "seed", "memvir_schedule", "val_classes")]
+                                              "lr", "seed", "memvir_schedule", "val_classes", "memvir_store_dtype")]
         return ({"run_id": None, "after": time.time()}, message, *values)
 
     @_reporting(message_slot=0, outputs=1)
@@ -405,6 +409,8 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                                     label="Validation classes held out of training (0 = none)",
                                                     info="Scored as validation R@1 (dashed) beside the test "
                                                          "classes: choose N and M on these, not on the test classes.")
+                            store_dtype = gr.Radio(STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
+                                                   label="MemVir memory precision (applies at Start)")
                         with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
                             repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                             push_button = gr.Button("Push to Hub", interactive=False, size="sm")
@@ -468,7 +474,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
         # -------------------------------------------------------------------------------------- wiring
         train_settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup,
-                          snapshot_every, eval_every, folder_path, zip_file, schedule, val_classes]
+                          snapshot_every, eval_every, folder_path, zip_file, schedule, val_classes, store_dtype]
         app.load(on_load, [visitor], [visitor, tab, push_button, push_note, checkpoint], api_name="load")
         timer = gr.Timer(POLL_SECONDS)
         timer.tick(poll, [tab, color_by, follow, visitor],
@@ -482,7 +488,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         resume_button.click(resume, [tab, visitor], [notice], api_name="resume")
         baseline_button.click(compare, [tab, visitor], [notice], api_name="compare_baseline")
         reset_button.click(reset, [tab, visitor], [tab, notice, memvir_n, memvir_m, warmup, batch_size, epochs, lr,
-                                                   seed, schedule, val_classes], api_name="reset")
+                                                   seed, schedule, val_classes, store_dtype], api_name="reset")
         for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
             slider.release(update_memvir, [tab, memvir_n, memvir_m, warmup, visitor], [notice], api_name=name,
                            show_progress="hidden")

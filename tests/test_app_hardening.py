@@ -6,6 +6,7 @@ disk and messages are measured, not assumed."""
 import contextlib
 import io
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -321,3 +322,105 @@ def test_pruning_spares_the_dataset_of_a_training_run(tmp_path):
     deleted = upload_store.prune(uploads, max_bytes=0, max_age_s=3600, in_use=[roots[0] / "class000"])
     assert sorted(deleted) == sorted(roots[1:])
     assert roots[0].is_dir() and [path.parent for path in uploads.glob("zip-*.json")] == [uploads]
+
+
+# ---------------------------------------------------------------------------------------------- MemVir's memory
+def _ring_mb(num_steps, margin, dtype="float32") -> float:
+    """MemVir's full memory on glyphs-mini (24 training classes, 128-d, batch 32), computed by the library."""
+    import torch
+
+    from memvir.memory import ring_bytes
+
+    return ring_bytes(num_steps, margin, 32, 24, 128, getattr(torch, dtype)) / 1e6
+
+
+def _status(client) -> str:
+    return client.predict(api_name="/poll")[0]
+
+
+def _wait_for(client, condition, what: str) -> str:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        status = _status(client)
+        if condition(status):
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"the page never showed {what}; last status: {status!r}")
+
+
+def _step(status: str) -> int:
+    return int(re.search(r"step ([\d,]+) of", status).group(1).replace(",", ""))
+
+
+def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
+    """Before, N = 50, M = 200, warm-up 0 started whatever the memory (5.9 GB on the default dataset)."""
+    assert _ring_mb(50, 200) > 250 and _ring_mb(50, 200, "float16") < 150  # 290.7 MB and 146.7 MB
+    settings = _settings(tmp_path, tiny_checkpoints, memory_budget=200_000_000)
+    settings_kw = dict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50, memvir_m=200, warmup_epochs=0,
+                       api_name="/start")
+    with _serving(settings) as (client, app):
+        notice = client.predict(**settings_kw)
+        assert notice == (
+            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 290.7 MB for glyphs-mini (24 training classes, "
+            "128-d embeddings, batch 32, float32), above the budget of 200.0 MB (set by MEMVIR_MEMORY_BUDGET). "
+            "Lower N or M, or use the float16 memory, which needs 146.6 MB (choose it under Advanced).")
+        assert app.run_manager.runs() == [] and not settings.runs_dir.exists(), "a refused start leaves nothing"
+        started = client.predict(**settings_kw, memvir_store_dtype="float16")
+        assert started.startswith("Started run `"), started
+        client.predict(api_name="/stop")
+        _wait_for(client, lambda status: status.startswith("**Stopped**"), "the run stopped")
+
+
+def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, tmp_path):
+    settings = _settings(tmp_path, tiny_checkpoints, memory_budget=100_000_000)
+    with _serving(settings) as (client, _):
+        notice = client.predict(dataset="glyphs-mini", batch_size=32, memvir_n=50, memvir_m=200, warmup_epochs=0,
+                                api_name="/start")
+    assert notice.startswith("⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 290.7 MB")
+    assert notice.endswith("above the budget of 100.0 MB (set by MEMVIR_MEMORY_BUDGET). Lower N or M.")
+
+
+def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints, tmp_path):
+    """Before, moving N from 10 to 50 on a running run past the machine's memory turned it to Failed, with no
+    checkpoint: its progress was lost."""
+    assert _ring_mb(20, 2) < 3 < _ring_mb(50, 2)  # 1.7 MB < 3 MB < 4.3 MB
+    settings = _settings(tmp_path, tiny_checkpoints, memory_budget=3_000_000)
+    with _serving(settings) as (client, app):
+        started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=10, memvir_m=2,
+                                 warmup_epochs=0, snapshot_every=0, api_name="/start")
+        assert started.startswith("Started run `"), started
+        before = _wait_for(client, lambda status: status.startswith("**Training**") and "virtual sets 10 of 10"
+                           in status, "all 10 virtual sets in use")
+        notice = client.predict(memvir_n=50, memvir_m=2, warmup_epochs=0, api_name="/update_n")
+        assert notice == (
+            "⚠️ N = 50 and M = 2 keep 150 past steps: a memory of 4.3 MB for glyphs-mini (24 training classes, "
+            "128-d embeddings, batch 32, float32), above the budget of 3.0 MB (set by MEMVIR_MEMORY_BUDGET). "
+            "Lower N or M, or use the float16 memory, which needs 2.2 MB (choose it under Advanced for a new "
+            "Start). The run trains on with N = 10 and M = 2.")
+        later = _wait_for(client, lambda status: _step(status) > _step(before) + 5, "the run training on")
+        assert later.startswith("**Training**") and "virtual sets 10 of 10" in later
+        assert app.run_manager.runs()[0].live_values["memvir_n"] == 10
+        # a change within the budget still applies
+        assert client.predict(memvir_n=20, memvir_m=2, warmup_epochs=0, api_name="/update_n").startswith("Asked")
+        _wait_for(client, lambda status: "virtual sets" in status and "of 20" in status, "N = 20 applied")
+        client.predict(api_name="/stop")
+        _wait_for(client, lambda status: status.startswith("**Stopped**"), "the run stopped")
+
+
+def test_the_budget_comes_from_free_memory_or_the_environment(monkeypatch):
+    import torch
+
+    from demo.memory_budget import memory_budget
+    from demo.settings import AppSettings
+
+    available = next(int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemAvailable:"))
+    budget = memory_budget(None, torch.device("cpu"))
+    assert abs(budget.bytes - available / 2) < 0.1 * available and "free memory" in budget.source
+    for text, expected in [("4GB", 4 * 10**9), ("3.5GiB", int(3.5 * 2**30)), ("250000000", 250_000_000)]:
+        monkeypatch.setenv("MEMVIR_MEMORY_BUDGET", text)
+        assert AppSettings.from_env().memory_budget == expected
+        assert memory_budget(expected, torch.device("cpu")).bytes == expected
+    monkeypatch.setenv("MEMVIR_MEMORY_BUDGET", "lots")
+    with pytest.raises(ValueError, match="MEMVIR_MEMORY_BUDGET='lots' is not a size"):
+        AppSettings.from_env()
