@@ -16,6 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 from demo import live_view
+from demo.inputs import positive_number, whole_number
 from demo.retrieval import RetrievalService, thumbnail
 from demo.runs import RunManager
 from demo.settings import AppSettings
@@ -86,20 +87,6 @@ def _reporting(message_slot: int, outputs: int):
     return decorate
 
 
-def _whole(value, name: str, minimum: int) -> int:
-    if value is None or value == "":
-        raise ValueError(f"{name} is empty: enter a whole number of at least {minimum}")
-    if float(value) != int(float(value)) or int(float(value)) < minimum:
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value}")
-    return int(float(value))
-
-
-def _positive(value, name: str) -> float:
-    if value is None or value == "" or float(value) <= 0:
-        raise ValueError(f"{name} must be a number above 0, got {value}")
-    return float(value)
-
-
 def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,
               retrieval: RetrievalService | None = None) -> gr.Blocks:
     """The whole page. `runs` and `retrieval` default to fresh ones for `settings` (from the environment)."""
@@ -131,15 +118,20 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         from memvir.train import TrainConfig
 
         visitor = _visitor(visitor, request)
+        # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
+        numbers = dict(
+            batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
+            lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
+            memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
+            warmup_epochs=float(warmup_epochs or 0),
+            val_classes=whole_number(val_classes or 0, "validation classes", 0),
+            snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
+            eval_every=whole_number(eval_every, "eval every", 0),
+        )
         config = TrainConfig(
-            dataset=dataset_name(dataset, folder_path, zip_file), backbone=backbone, loss=loss,
-            batch_size=_whole(batch_size, "batch size", 1), epochs=_whole(epochs, "epochs", 1),
-            lr=_positive(lr, "learning rate"), seed=_whole(seed, "seed", 0), memvir_n=_whole(memvir_n, "N", 0),
-            memvir_m=_whole(memvir_m, "M", 0), warmup_epochs=float(warmup_epochs or 0),
+            dataset=dataset_name(dataset, folder_path, zip_file), backbone=backbone, loss=loss, **numbers,
             memvir_schedule=memvir_schedule or DEFAULTS["memvir_schedule"],
-            val_classes=_whole(val_classes or 0, "validation classes", 0),
             memvir_store_dtype=memvir_store_dtype or DEFAULTS["memvir_store_dtype"],
-            snapshot_every=_whole(snapshot_every, "snapshot every", 0), eval_every=_whole(eval_every, "eval every", 0),
             eval_at_start=False,  # the first loss point within seconds; Recall@1 follows at the first epoch's end
         )
         run = runs.start(config, visitor)
@@ -171,7 +163,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         run = runs.get(tab.get("run_id"))
         if run is None or not run.training:
             return "The new MemVir settings apply when you press Start."
-        wanted = {"memvir_n": _whole(memvir_n, "N", 0), "memvir_m": _whole(memvir_m, "M", 0),
+        wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
                   "warmup_epochs": float(warmup_epochs or 0)}
         changes = {name: value for name, value in wanted.items() if run.live_values.get(name) != value}
         if not changes:
@@ -302,8 +294,8 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
     def results(checkpoint, gallery, query, k, drawn=False, exclude=None, query_class=None):
         indexed = retrieval.index(checkpoint, gallery)
-        hits = retrieval.search(checkpoint, gallery, query, int(k), drawn=drawn, exclude=exclude,
-                                query_class=query_class)
+        hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
+                                exclude=exclude, query_class=query_class)
         tiles = []
         for rank, hit in enumerate(hits, 1):
             # Short, so the tile shows it whole: rank, cosine similarity, same/different mark, the class.
@@ -375,11 +367,12 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                                    label="Backbone")
                             loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
                         with gr.Row():
-                            batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size", precision=0)
-                            epochs = gr.Number(DEFAULTS["epochs"], label="Epochs", precision=0)
+                            # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo/inputs.py).
+                            batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
+                            epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
                         with gr.Row():
                             lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
-                            seed = gr.Number(DEFAULTS["seed"], label="Seed", precision=0)
+                            seed = gr.Number(DEFAULTS["seed"], label="Seed")
                         with gr.Group():
                             gr.Markdown("**MemVir**: changes apply to a running run at its next step.",
                                         elem_classes="small-note", padding=True)
@@ -399,13 +392,13 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                         baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm",
                                                     elem_id="baseline")
                         with gr.Accordion("Advanced", open=False):
-                            snapshot_every = gr.Number(DEFAULTS["snapshot_every"], precision=0,
+                            snapshot_every = gr.Number(DEFAULTS["snapshot_every"],
                                                        label="Embedding snapshot every (steps; 0 = none)")
-                            eval_every = gr.Number(DEFAULTS["eval_every"], precision=0,
+                            eval_every = gr.Number(DEFAULTS["eval_every"],
                                                    label="Recall@1 evaluation every (epochs; 0 = at the end)")
                             schedule = gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
                                                 label="Virtual-class schedule (applies at Start)")
-                            val_classes = gr.Number(DEFAULTS["val_classes"], precision=0,
+                            val_classes = gr.Number(DEFAULTS["val_classes"],
                                                     label="Validation classes held out of training (0 = none)",
                                                     info="Scored as validation R@1 (dashed) beside the test "
                                                          "classes: choose N and M on these, not on the test classes.")

@@ -424,3 +424,35 @@ def test_the_budget_comes_from_free_memory_or_the_environment(monkeypatch):
     monkeypatch.setenv("MEMVIR_MEMORY_BUDGET", "lots")
     with pytest.raises(ValueError, match="MEMVIR_MEMORY_BUDGET='lots' is not a size"):
         AppSettings.from_env()
+
+
+# ---------------------------------------------------------------------------------------------- integer controls
+_ZERO_OK = ("seed", "memvir_n", "memvir_m", "snapshot_every", "eval_every", "val_classes")
+
+
+@pytest.mark.parametrize(("control", "name"), [
+    ("batch_size", "batch size"), ("epochs", "epochs"), ("seed", "seed"), ("memvir_n", "N"), ("memvir_m", "M"),
+    ("snapshot_every", "snapshot every"), ("eval_every", "eval every"), ("val_classes", "validation classes"),
+])
+def test_a_fraction_in_an_integer_control_is_refused_not_rounded(server, control, name):
+    """Before, batch size 1.5 was silently rounded to 2 (gr.Number(precision=0) rounds before the handler)."""
+    notice = server["client"].predict(dataset="glyphs-mini", **{control: 1.5}, api_name="/start")
+    assert notice == f"⚠️ {name} must be a whole number of at least {0 if control in _ZERO_OK else 1}, got 1.5"
+    assert server["app"].run_manager.runs() == []
+
+
+def test_a_fraction_of_results_is_refused(server, glyph_query):
+    about, _, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="test split", k=2.5,
+                                           query_class="", query_file=handle_file(glyph_query),
+                                           api_name="/search_upload")
+    assert about == "⚠️ results (k) must be a whole number of at least 1, got 2.5"
+
+
+def test_a_fraction_sent_as_a_live_change_is_refused(tiny_checkpoints, tmp_path):
+    with _serving(_settings(tmp_path, tiny_checkpoints)) as (client, app):
+        client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2, snapshot_every=0,
+                       api_name="/start")
+        assert client.predict(memvir_n=3.5, memvir_m=2, warmup_epochs=0, api_name="/update_n") == (
+            "⚠️ N must be a whole number of at least 0, got 3.5")
+        assert app.run_manager.runs()[0].live_values["memvir_n"] == 2
+        client.predict(api_name="/stop")
