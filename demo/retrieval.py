@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from demo import upload_store
+from demo.allowed_paths import checkpoint_source
 from demo.settings import AppSettings
 from demo.uploads import UploadError, is_zip, load_image, unpack_upload
 
@@ -185,7 +186,8 @@ class RetrievalService:
         return bundled + runs
 
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
-        """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had."""
+        """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
+        a path outside the places visitors may name (demo/allowed_paths.py)."""
         from memvir.hub import pull
         from memvir.models import EmbeddingModel
 
@@ -193,9 +195,10 @@ class RetrievalService:
         if not choice:
             raise RetrievalError("choose a checkpoint, or type a Hub repo id such as owner/name")
         try:
-            folder = pull(choice)
+            source = checkpoint_source(choice, self.settings)
+            folder = pull(source)
             key = _folder_key(folder)
-        except (ValueError, OSError) as error:  # HubError is a ValueError
+        except (ValueError, OSError) as error:  # HubError and PathRefused are ValueErrors
             raise RetrievalError(str(error)) from None
 
         def load():
@@ -203,8 +206,7 @@ class RetrievalService:
                 model = EmbeddingModel.from_pretrained(folder)
             except (ValueError, OSError) as error:
                 raise RetrievalError(f"{choice} could not be loaded: {error}") from None
-            local = Path(choice).expanduser().is_dir()
-            return LoadedCheckpoint(key, folder, folder.name if local else choice, model.eval())
+            return LoadedCheckpoint(key, folder, folder.name if isinstance(source, Path) else choice, model.eval())
 
         with self._lock:
             return self._models.get_or_make(key, load)

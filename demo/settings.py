@@ -48,6 +48,11 @@ def _bytes_from_env(name: str) -> int | None:
     return int(value)
 
 
+def _folders_from_env(name: str) -> tuple[Path, ...]:
+    """Folders separated by os.pathsep (':' on Linux); none when unset."""
+    return tuple(Path(part).expanduser() for part in (os.environ.get(name) or "").split(os.pathsep) if part.strip())
+
+
 def _flag_from_env(name: str, default: bool) -> bool:
     text = os.environ.get(name)
     if text is None or text.strip() == "":
@@ -71,6 +76,8 @@ class AppSettings:
         unpacked). max_uploads_bytes / max_upload_age_s: the unpacked zips kept in ``uploads/`` (the least recently
         used go first; a zip in use by a training run stays).
     memory_budget: bytes MemVir's memory may take (demo/memory_budget.py); None: half the free memory at the time.
+    allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
+        the bundled checkpoints and the app's runs (demo/allowed_paths.py); none by default.
     """
 
     data_dir: Path
@@ -87,6 +94,7 @@ class AppSettings:
     max_upload_age_s: float = 24 * 3600.0
     snapshot_history: int = 60
     memory_budget: int | None = None
+    allowed_folders: tuple[Path, ...] = ()
     finished_runs_kept: int = 8
 
     def __post_init__(self):
@@ -110,11 +118,13 @@ class AppSettings:
     @classmethod
     def from_env(cls) -> AppSettings:
         """MEMVIR_APP_DATA (default runs/app), MEMVIR_CHECKPOINTS (default checkpoints/), MEMVIR_MAX_RUNS (1),
-        MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory)."""
+        MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
+        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none)."""
         return cls(
             data_dir=Path(os.environ.get("MEMVIR_APP_DATA") or REPO_ROOT / "runs" / "app").expanduser(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
             max_active_runs=_int_from_env("MEMVIR_MAX_RUNS", 1, 1),
             umap=_flag_from_env("MEMVIR_UMAP", True),
             memory_budget=_bytes_from_env("MEMVIR_MEMORY_BUDGET"),
+            allowed_folders=_folders_from_env("MEMVIR_ALLOWED_FOLDERS"),
         )

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from pathlib import Path
 
 import gradio as gr
 
 from demo import live_view
+from demo.allowed_paths import dataset_folder
 from demo.inputs import positive_number, whole_number
 from demo.retrieval import RetrievalService, thumbnail
 from demo.runs import RunManager
@@ -98,12 +98,9 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
     # ------------------------------------------------------------------------------------------ train handlers
     def dataset_name(dataset, folder_path, zip_file) -> str:
         if dataset == FOLDER_CHOICE:
-            folder = Path((folder_path or "").strip()).expanduser()
             if not str(folder_path or "").strip():
                 raise ValueError("type the path of a folder holding one sub-folder of images per class")
-            if not folder.is_dir():
-                raise ValueError(f"{folder} is not a folder on this machine")
-            return f"folder:{folder}"
+            return f"folder:{dataset_folder(folder_path.strip(), settings)}"
         if dataset == ZIP_CHOICE:
             if not zip_file:
                 raise ValueError("upload a zip of class folders first (one folder of images per class)")

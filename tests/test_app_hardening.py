@@ -456,3 +456,92 @@ def test_a_fraction_sent_as_a_live_change_is_refused(tiny_checkpoints, tmp_path)
             "⚠️ N must be a whole number of at least 0, got 3.5")
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 2
         client.predict(api_name="/stop")
+
+
+# ---------------------------------------------------------------------------------------------- server paths
+def _outside_checkpoint(tmp_path) -> Path:
+    """A real, loadable checkpoint in a folder the app was not told about."""
+    from memvir.models import EmbeddingModel
+
+    folder = tmp_path / "elsewhere" / "private-model"
+    EmbeddingModel(embedding_dim=8, in_channels=1, image_size=32, mean=(0.1,), std=(0.3,),
+                   dataset="glyphs-mini").save_pretrained(folder)
+    return folder
+
+
+def _escape_from(base: Path, target: Path) -> str:
+    """`target` written as a `../..` path from `base`."""
+    return os.path.relpath(target, base)
+
+
+def test_a_checkpoint_path_outside_the_allowed_places_is_refused_alike(server, tmp_path):
+    """Before, any folder of the server loaded as a checkpoint by typing its path, and '../../etc'-style paths told
+    whether a folder existed."""
+    settings = server["settings"]
+    private = _outside_checkpoint(tmp_path)
+    refused = [str(private), "/etc", "/no/such/folder", _escape_from(Path.cwd(), Path("/etc")),
+               _escape_from(Path.cwd(), Path("/no/such/folder")),
+               str(settings.checkpoints_dir / ".." / private.relative_to(tmp_path.parent.parent)),
+               str(settings.runs_dir / ".." / ".." / "gradio"), "not a repo id!"]
+    messages = {choice: server["client"].predict(checkpoint_choice=choice, source="test split",
+                                                 api_name="/prepare_retrieval")[0] for choice in refused}
+    assert set(messages.values()) == {
+        "⚠️ the checkpoint typed is neither an existing folder nor a Hub repo id this app may load: choose a bundled "
+        "checkpoint or a run of this app from the list, or type a Hub repo id such as owner/name"}, messages
+    # what the app offers still loads
+    about, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="test split",
+                                        api_name="/prepare_retrieval")
+    assert "Checkpoint** `glyphs-mini-tiny`" in about
+
+
+def test_a_folder_the_operator_allows_loads_and_trains(tiny_checkpoints, tmp_path):
+    private = _outside_checkpoint(tmp_path)
+    classes = tmp_path / "elsewhere" / "photos"
+    for c in range(4):
+        for i in range(3):
+            (classes / f"class{c}").mkdir(parents=True, exist_ok=True)
+            (classes / f"class{c}" / f"{i}.png").write_bytes(_png_bytes(color=60 * c))
+    settings = _settings(tmp_path, tiny_checkpoints, allowed_folders=(tmp_path / "elsewhere",))
+    with _serving(settings) as (client, _):
+        about, _ = client.predict(checkpoint_choice=str(private), source="test split", api_name="/prepare_retrieval")
+        assert "Checkpoint** `private-model`" in about, about
+        notice = client.predict(dataset="folder", folder_path=str(classes), batch_size=4, epochs=1,
+                                snapshot_every=0, api_name="/start")
+        assert notice.startswith("Started run `") and "-folder-" in notice, notice
+        _wait_for(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run ending")
+        assert _status(client).startswith("**Finished**")
+        outside = client.predict(dataset="folder", folder_path=str(tmp_path / "elsewhere" / ".." / "data"),
+                                 api_name="/start")
+        assert outside == (f"⚠️ the folder typed is not under a folder this app may read ({tmp_path / 'elsewhere'}): "
+                           "type a folder there, or upload a zip of class folders")
+
+
+def test_a_training_folder_path_is_refused_alike_without_an_allow_list(server, tmp_path):
+    """Before, the Train tab's folder dataset took any server path."""
+    folder = tmp_path / "classes"
+    for c in range(4):
+        (folder / f"class{c}").mkdir(parents=True)
+        (folder / f"class{c}" / "0.png").write_bytes(_png_bytes())
+    messages = {path: server["client"].predict(dataset="folder", folder_path=path, api_name="/start")
+                for path in (str(folder), "/etc", "/no/such/folder", "../../etc", "../../no/such/folder")}
+    assert set(messages.values()) == {
+        "⚠️ this app trains on no folder of its machine (its operator may list some in MEMVIR_ALLOWED_FOLDERS): "
+        "upload a zip of class folders instead"}, messages
+    assert server["app"].run_manager.runs() == []
+
+
+def test_a_dataset_name_cannot_smuggle_a_folder_in(server):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="not in the list of choices"):
+        server["client"].predict(dataset="folder:/etc", api_name="/start")
+    assert server["app"].run_manager.runs() == []
+
+
+def test_allowed_folders_come_from_the_environment(monkeypatch, tmp_path):
+    from demo.settings import AppSettings
+
+    monkeypatch.setenv("MEMVIR_ALLOWED_FOLDERS", os.pathsep.join([str(tmp_path / "a"), "", "~/b"]))
+    assert AppSettings.from_env().allowed_folders == (tmp_path / "a", Path("~/b").expanduser())
+    monkeypatch.delenv("MEMVIR_ALLOWED_FOLDERS")
+    assert AppSettings.from_env().allowed_folders == ()
