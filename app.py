@@ -1,8 +1,8 @@
 """MemVir Studio: `python app.py` serves the page on http://127.0.0.1:7860.
 
 GRADIO_SERVER_NAME and GRADIO_SERVER_PORT move it (Hugging Face Spaces sets them); MEMVIR_APP_DATA,
-MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS and MEMVIR_UMAP are described in demo/settings.py. The port opens only once
-torch and the trainer are imported (a few seconds).
+MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET and MEMVIR_ALLOWED_FOLDERS are described in
+demo/settings.py. The port opens only once torch and the trainer are imported (a few seconds).
 """
 
 import importlib

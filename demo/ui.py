@@ -451,8 +451,10 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                             with gr.Tab("Draw a query"):
                                 sketch = pass_undecoded(gr.Sketchpad(
                                     image_mode="RGBA", canvas_size=(320, 320), label="Draw one character",
-                                    brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
-                                search_drawing_button = gr.Button("Search with this drawing", variant="primary")
+                                    brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed"),
+                                    elem_id="sketch"))
+                                search_drawing_button = gr.Button("Search with this drawing", variant="primary",
+                                                                  elem_id="search-drawing")
                             with gr.Tab("Pick from the gallery"):
                                 sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8,
                                                             height=300, allow_preview=False, elem_id="sample")
