@@ -1,22 +1,28 @@
 """MemVir Studio: `python app.py` serves the page on http://127.0.0.1:7860.
 
 GRADIO_SERVER_NAME and GRADIO_SERVER_PORT move it (Hugging Face Spaces sets them); MEMVIR_APP_DATA,
-MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS and MEMVIR_UMAP are described in demo/settings.py. The page is served before
-torch loads; a background thread imports the trainer meanwhile, so the first Start does not wait for it.
+MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET and MEMVIR_ALLOWED_FOLDERS are described in
+demo/settings.py. The port opens only once torch and the trainer are imported (a few seconds).
 """
 
+import importlib
 import os
-import threading
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
 
+# What request handlers import on first use. Imported here, before the port opens: two threads importing
+# torchvision at once (a first request and a warm-up thread, or two first requests) can each see the other's
+# partially initialised module and fail with ImportError.
+HANDLER_MODULES = ("memvir.train", "memvir.models", "memvir.hub", "memvir.data", "memvir.index", "memvir.metrics",
+                   "memvir.projection", "memvir.checkpoint", "demo.figures")
 
-def _warm_up() -> None:
-    """Import what Start and Search need while the first visitor reads the page."""
-    import memvir.index  # noqa: F401
-    import memvir.projection  # noqa: F401
-    import memvir.train  # noqa: F401
-    from memvir.models import EmbeddingModel  # noqa: F401
+
+def import_handler_modules() -> None:
+    for name in HANDLER_MODULES:
+        importlib.import_module(name)
+    from memvir.metrics import search_backend
+
+    search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
 
 
 def main() -> None:
@@ -29,8 +35,8 @@ def main() -> None:
 
     from demo.ui import CSS, THEME, build_app
 
+    import_handler_modules()
     app = build_app(settings)
-    threading.Thread(target=_warm_up, name="memvir-warm-up", daemon=True).start()
     try:
         # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
         app.launch(theme=THEME, css=CSS, max_file_size=settings.max_zip_bytes)

@@ -12,15 +12,17 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
 
+from demo import upload_store
+from demo.allowed_paths import checkpoint_source
 from demo.settings import AppSettings
-from demo.uploads import UploadError, is_zip, load_image, unpack_class_zip
+from demo.uploads import UploadError, is_zip, load_image, unpack_upload
 
 EMBED_BATCH = 512
 THUMBNAIL_SIZE = 96
@@ -165,8 +167,10 @@ class _Cache(OrderedDict):
 class RetrievalService:
     """Checkpoints, galleries and their indexes, cached; thread-safe (Gradio serves visitors on many threads)."""
 
-    def __init__(self, settings: AppSettings):
+    def __init__(self, settings: AppSettings, uploads_in_use: Callable[[], Iterable[Path]] = tuple):
+        """uploads_in_use: folders under the uploads folder that must not be pruned (datasets of training runs)."""
         self.settings = settings
+        self._uploads_in_use = uploads_in_use
         self._lock = threading.RLock()
         self._models = _Cache(_CACHE_ENTRIES)
         self._galleries = _Cache(_CACHE_ENTRIES)
@@ -182,7 +186,8 @@ class RetrievalService:
         return bundled + runs
 
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
-        """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had."""
+        """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
+        a path outside the places visitors may name (demo/allowed_paths.py)."""
         from memvir.hub import pull
         from memvir.models import EmbeddingModel
 
@@ -190,9 +195,10 @@ class RetrievalService:
         if not choice:
             raise RetrievalError("choose a checkpoint, or type a Hub repo id such as owner/name")
         try:
-            folder = pull(choice)
+            source = checkpoint_source(choice, self.settings)
+            folder = pull(source)
             key = _folder_key(folder)
-        except (ValueError, OSError) as error:  # HubError is a ValueError
+        except (ValueError, OSError) as error:  # HubError and PathRefused are ValueErrors
             raise RetrievalError(str(error)) from None
 
         def load():
@@ -200,8 +206,7 @@ class RetrievalService:
                 model = EmbeddingModel.from_pretrained(folder)
             except (ValueError, OSError) as error:
                 raise RetrievalError(f"{choice} could not be loaded: {error}") from None
-            local = Path(choice).expanduser().is_dir()
-            return LoadedCheckpoint(key, folder, folder.name if local else choice, model.eval())
+            return LoadedCheckpoint(key, folder, folder.name if isinstance(source, Path) else choice, model.eval())
 
         with self._lock:
             return self._models.get_or_make(key, load)
@@ -233,28 +238,36 @@ class RetrievalService:
 
     def uploaded_gallery(self, paths: Sequence[str | Path]) -> Gallery:
         """A gallery from uploaded images (no labels) or from one zip of class folders (labels = folder names)."""
-        from memvir.data.folder import class_folders
-
         paths = [Path(path) for path in paths or []]
         if not paths:
             raise RetrievalError("upload gallery images (or one zip of class folders) first")
         zips = [path for path in paths if is_zip(path)]
         if zips and len(paths) > 1:
             raise RetrievalError("upload either one zip of class folders or loose images, not both")
+        if not zips:
+            return self._gallery(paths, None, None, f"{len(paths)} uploaded images")
         settings = self.settings
-        if zips:
-            root = unpack_class_zip(zips[0], settings.uploads_dir, settings.max_zip_bytes,
-                                    settings.max_unpacked_bytes)
-            classes = class_folders(root)
-            files = [image for _, images in classes for image in images]
-            labels = [label for label, (_, images) in enumerate(classes) for _ in images]
-            class_names = [name for name, _ in classes]
-            if not files:
-                raise UploadError(f"{zips[0].name} holds no images in class folders")
-            description = f"{zips[0].name} ({len(files)} images in {len(classes)} classes)"
-        else:
-            files, labels, class_names = paths, None, None
-            description = f"{len(files)} uploaded images"
+        root = unpack_upload(zips[0], settings, settings.max_gallery_uploads, self._uploads_in_use())
+        try:
+            return self._zip_gallery(zips[0].name, root)
+        except UploadError:
+            upload_store.discard(settings.uploads_dir, root)  # refused: its unpacked copy goes too
+            raise
+
+    def _zip_gallery(self, name: str, root: Path) -> Gallery:
+        from memvir.data.folder import class_folders
+
+        classes = class_folders(root)
+        files = [image for _, images in classes for image in images]
+        if not files:
+            raise UploadError(f"{name} holds no images in class folders")
+        labels = [label for label, (_, images) in enumerate(classes) for _ in images]
+        return self._gallery(files, labels, [class_name for class_name, _ in classes],
+                             f"{name} ({len(files)} images in {len(classes)} classes)")
+
+    def _gallery(self, files: list[Path], labels: list[int] | None, class_names: list[str] | None,
+                 description: str) -> Gallery:
+        settings = self.settings
         if len(files) > settings.max_gallery_uploads:
             raise UploadError(f"the gallery has {len(files)} images; at most {settings.max_gallery_uploads} "
                               "are accepted")

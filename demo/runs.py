@@ -22,11 +22,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.memory_budget import RingShape, check_memory, memory_budget
 from demo.settings import AppSettings
 
 log = logging.getLogger(__name__)
 
 TRAINING_STATES = ("starting", "running", "paused")
+FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
 LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
                        "class_lr": "class lr"}
 # Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
@@ -304,6 +306,13 @@ class RunManager:
     def busy_runs(self) -> list[LiveRun]:
         return [run for run in self.runs() if run.busy]
 
+    def dataset_folders_in_use(self) -> list[Path]:
+        """The `folder:` datasets of runs that train (baselines too): unpacked uploads that must stay on disk."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return [Path(run.config.dataset.removeprefix(FOLDER_DATASET)) for run in runs
+                if run.training and run.config.dataset.startswith(FOLDER_DATASET)]
+
     def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
         """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the
         visitor's own latest run (a reloaded page finds it again); else the latest run that trains. A page reset at
@@ -335,8 +344,22 @@ class RunManager:
             run.reserved = True
             self._runs[run_id] = run
             self._forget_old_runs()
-        self._launch(run, lambda: Trainer(config, run.folder, [run._on_event]), forget_on_failure=True)
+        def within_budget(trainer):
+            self._check_memory(trainer, config.memvir_n, config.memvir_m)
+            return trainer
+
+        self._launch(run, lambda: within_budget(Trainer(config, run.folder, [run._on_event])), forget_on_failure=True)
         return run
+
+    def _check_memory(self, trainer, num_steps: int, margin: int, live: bool = False) -> None:
+        """Refuse N, M whose MemVir memory would exceed the budget on the trainer's device (MemoryBudgetExceeded);
+        checked before the trainer starts (or, `live`, before a change reaches it)."""
+        config = trainer.config
+        num_classes, dim = trainer.class_weights.shape
+        shape = RingShape(int(num_classes), int(dim), config.batch_size, config.memvir_store_dtype)
+        dataset = "the folder's classes" if config.dataset.startswith(FOLDER_DATASET) else config.dataset
+        check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, trainer.device), dataset,
+                     running=(config.memvir_n, config.memvir_m) if live else None)
 
     def _launch(self, run: LiveRun, make_trainer, forget_on_failure: bool) -> None:
         """Build the trainer outside the manager's lock (loading a dataset takes a while; pages keep polling),
@@ -419,11 +442,15 @@ class RunManager:
         return run
 
     def update(self, run_id: str | None, visitor: str, memvir_n=None, memvir_m=None, warmup_epochs=None) -> LiveRun:
-        """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when)."""
+        """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when).
+        A change whose memory would exceed the budget is refused, and the run trains on as it was."""
         run = self._owned(run_id, visitor)
         trainer = run.trainer
         if trainer is None:
             raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
+        config = trainer.config
+        self._check_memory(trainer, config.memvir_n if memvir_n is None else memvir_n,
+                           config.memvir_m if memvir_m is None else memvir_m, live=True)
         trainer.update(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
         return run
 

@@ -27,6 +27,32 @@ def _int_from_env(name: str, default: int, minimum: int) -> int:
     return value
 
 
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes_from_env(name: str) -> int | None:
+    """A size such as 4000000000, 4GB or 3.5GiB; None when unset."""
+    text = (os.environ.get(name) or "").strip()
+    if not text:
+        return None
+    number = text.rstrip("BbIiKkMmGgTt ")
+    unit = text[len(number):].strip().lower()
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise ValueError(f"{name}={text!r} is not a size; write bytes, or a number with kB, MB, GB, MiB or GiB "
+                         "(e.g. 4GB)") from None
+    if value <= 0:
+        raise ValueError(f"{name}={text!r} must be above 0")
+    return int(value)
+
+
+def _folders_from_env(name: str) -> tuple[Path, ...]:
+    """Folders separated by os.pathsep (':' on Linux); none when unset."""
+    return tuple(Path(part).expanduser() for part in (os.environ.get(name) or "").split(os.pathsep) if part.strip())
+
+
 def _flag_from_env(name: str, default: bool) -> bool:
     text = os.environ.get(name)
     if text is None or text.strip() == "":
@@ -46,6 +72,12 @@ class AppSettings:
         ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled checkpoints, one sub-folder each.
     max_active_runs: training runs allowed at once on this machine (one by default: runs share the device).
     umap: compute UMAP projections of snapshots in the background (PCA is always shown at once).
+    max_gallery_uploads / max_training_images: images in a gallery upload / a training zip (counted before a zip is
+        unpacked). max_uploads_bytes / max_upload_age_s: the unpacked zips kept in ``uploads/`` (the least recently
+        used go first; a zip in use by a training run stays).
+    memory_budget: bytes MemVir's memory may take (demo/memory_budget.py); None: half the free memory at the time.
+    allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
+        the bundled checkpoints and the app's runs (demo/allowed_paths.py); none by default.
     """
 
     data_dir: Path
@@ -57,7 +89,12 @@ class AppSettings:
     max_zip_bytes: int = 200 * MB
     max_unpacked_bytes: int = 1024 * MB
     max_gallery_uploads: int = 2_000
+    max_training_images: int = 50_000
+    max_uploads_bytes: int = 2048 * MB
+    max_upload_age_s: float = 24 * 3600.0
     snapshot_history: int = 60
+    memory_budget: int | None = None
+    allowed_folders: tuple[Path, ...] = ()
     finished_runs_kept: int = 8
 
     def __post_init__(self):
@@ -81,10 +118,13 @@ class AppSettings:
     @classmethod
     def from_env(cls) -> AppSettings:
         """MEMVIR_APP_DATA (default runs/app), MEMVIR_CHECKPOINTS (default checkpoints/), MEMVIR_MAX_RUNS (1),
-        MEMVIR_UMAP (1)."""
+        MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
+        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none)."""
         return cls(
             data_dir=Path(os.environ.get("MEMVIR_APP_DATA") or REPO_ROOT / "runs" / "app").expanduser(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
             max_active_runs=_int_from_env("MEMVIR_MAX_RUNS", 1, 1),
             umap=_flag_from_env("MEMVIR_UMAP", True),
+            memory_budget=_bytes_from_env("MEMVIR_MEMORY_BUDGET"),
+            allowed_folders=_folders_from_env("MEMVIR_ALLOWED_FOLDERS"),
         )

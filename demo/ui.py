@@ -11,15 +11,17 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from pathlib import Path
 
 import gradio as gr
 
 from demo import live_view
+from demo.allowed_paths import dataset_folder
+from demo.inputs import positive_number, whole_number
 from demo.retrieval import RetrievalService, thumbnail
 from demo.runs import RunManager
 from demo.settings import AppSettings
-from demo.uploads import load_image, unpack_class_zip
+from demo.sketchpad import pass_undecoded
+from demo.uploads import load_image, load_sketch, unpack_upload
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +32,20 @@ DATASET_CHOICES = [
     ("a folder of class folders on this machine", FOLDER_CHOICE),
     ("an uploaded zip of class folders", ZIP_CHOICE),
 ]
-# memvir.LOSSES and memvir.models.available_backbones(), written out so the page is served before torch loads
+# memvir.LOSSES and memvir.models.available_backbones(), written out so the page is built without importing torch
 # (tests/test_app_units.py checks that they agree).
 LOSS_CHOICES = ("softmax", "norm-softmax", "cosface", "arcface", "curricularface", "proxy-nca", "proxy-anchor")
 BACKBONE_CHOICES = ("convnet", "convnet-gn", "googlenet", "resnet18", "resnet50")
 # memvir.memory.SCHEDULES, with what each means (tests/test_app_units.py checks that they agree)
 SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (the paper's)", "curriculum"),
                     ("all N virtual sets at the warm-up's end (the paper's Fig. 3 ablation)", "all-at-once")]
+# memvir.train's memory dtypes offered here: float16 halves MemVir's memory (demo/memory_budget.py offers it)
+STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
 GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
 DEFAULTS = dict(dataset="glyphs", backbone="convnet", loss="norm-softmax", batch_size=128, epochs=8, lr=1e-3, seed=0,
                 memvir_n=2, memvir_m=50, warmup_epochs=2.0, memvir_schedule="curriculum", val_classes=0,
+                memvir_store_dtype="float32",
                 snapshot_every=10, eval_every=1)
 POLL_SECONDS = 1.0
 CSS = """
@@ -82,60 +87,48 @@ def _reporting(message_slot: int, outputs: int):
     return decorate
 
 
-def _whole(value, name: str, minimum: int) -> int:
-    if value is None or value == "":
-        raise ValueError(f"{name} is empty: enter a whole number of at least {minimum}")
-    if float(value) != int(float(value)) or int(float(value)) < minimum:
-        raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value}")
-    return int(float(value))
-
-
-def _positive(value, name: str) -> float:
-    if value is None or value == "" or float(value) <= 0:
-        raise ValueError(f"{name} must be a number above 0, got {value}")
-    return float(value)
-
-
 def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,
               retrieval: RetrievalService | None = None) -> gr.Blocks:
     """The whole page. `runs` and `retrieval` default to fresh ones for `settings` (from the environment)."""
     settings = settings or AppSettings.from_env()
     runs = runs or RunManager(settings)
-    retrieval = retrieval or RetrievalService(settings)
+    retrieval = retrieval or RetrievalService(settings, uploads_in_use=runs.dataset_folders_in_use)
     figure_builder = live_view.FigureBuilder()
 
     # ------------------------------------------------------------------------------------------ train handlers
     def dataset_name(dataset, folder_path, zip_file) -> str:
         if dataset == FOLDER_CHOICE:
-            folder = Path((folder_path or "").strip()).expanduser()
             if not str(folder_path or "").strip():
                 raise ValueError("type the path of a folder holding one sub-folder of images per class")
-            if not folder.is_dir():
-                raise ValueError(f"{folder} is not a folder on this machine")
-            return f"folder:{folder}"
+            return f"folder:{dataset_folder(folder_path.strip(), settings)}"
         if dataset == ZIP_CHOICE:
             if not zip_file:
                 raise ValueError("upload a zip of class folders first (one folder of images per class)")
-            root = unpack_class_zip(zip_file, settings.uploads_dir, settings.max_zip_bytes,
-                                    settings.max_unpacked_bytes)
+            root = unpack_upload(zip_file, settings, settings.max_training_images, runs.dataset_folders_in_use())
             return f"folder:{root}"
         return dataset
 
     @_reporting(message_slot=1, outputs=2)
     def start(tab, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
               snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule="curriculum", val_classes=0,
-              visitor=None, request: gr.Request = None):
+              memvir_store_dtype="float32", visitor=None, request: gr.Request = None):
         from memvir.train import TrainConfig
 
         visitor = _visitor(visitor, request)
+        # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
+        numbers = dict(
+            batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
+            lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
+            memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
+            warmup_epochs=float(warmup_epochs or 0),
+            val_classes=whole_number(val_classes or 0, "validation classes", 0),
+            snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
+            eval_every=whole_number(eval_every, "eval every", 0),
+        )
         config = TrainConfig(
-            dataset=dataset_name(dataset, folder_path, zip_file), backbone=backbone, loss=loss,
-            batch_size=_whole(batch_size, "batch size", 1), epochs=_whole(epochs, "epochs", 1),
-            lr=_positive(lr, "learning rate"), seed=_whole(seed, "seed", 0), memvir_n=_whole(memvir_n, "N", 0),
-            memvir_m=_whole(memvir_m, "M", 0), warmup_epochs=float(warmup_epochs or 0),
+            dataset=dataset_name(dataset, folder_path, zip_file), backbone=backbone, loss=loss, **numbers,
             memvir_schedule=memvir_schedule or DEFAULTS["memvir_schedule"],
-            val_classes=_whole(val_classes or 0, "validation classes", 0),
-            snapshot_every=_whole(snapshot_every, "snapshot every", 0), eval_every=_whole(eval_every, "eval every", 0),
+            memvir_store_dtype=memvir_store_dtype or DEFAULTS["memvir_store_dtype"],
             eval_at_start=False,  # the first loss point within seconds; Recall@1 follows at the first epoch's end
         )
         run = runs.start(config, visitor)
@@ -167,7 +160,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         run = runs.get(tab.get("run_id"))
         if run is None or not run.training:
             return "The new MemVir settings apply when you press Start."
-        wanted = {"memvir_n": _whole(memvir_n, "N", 0), "memvir_m": _whole(memvir_m, "M", 0),
+        wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
                   "warmup_epochs": float(warmup_epochs or 0)}
         changes = {name: value for name, value in wanted.items() if run.live_values.get(name) != value}
         if not changes:
@@ -175,7 +168,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         runs.update(run.id, visitor, **changes)
         return "Asked for the new MemVir settings; the status line says at which step they apply."
 
-    @_reporting(message_slot=1, outputs=11)
+    @_reporting(message_slot=1, outputs=12)
     def reset(tab, visitor=None, request: gr.Request = None):
         import time
 
@@ -186,7 +179,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             runs.stop(run.id, visitor)
             message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
         values = [DEFAULTS[name] for name in ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs",
-                                              "lr", "seed", "memvir_schedule", "val_classes")]
+                                              "lr", "seed", "memvir_schedule", "val_classes", "memvir_store_dtype")]
         return ({"run_id": None, "after": time.time()}, message, *values)
 
     @_reporting(message_slot=0, outputs=1)
@@ -298,8 +291,8 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
     def results(checkpoint, gallery, query, k, drawn=False, exclude=None, query_class=None):
         indexed = retrieval.index(checkpoint, gallery)
-        hits = retrieval.search(checkpoint, gallery, query, int(k), drawn=drawn, exclude=exclude,
-                                query_class=query_class)
+        hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
+                                exclude=exclude, query_class=query_class)
         tiles = []
         for rank, hit in enumerate(hits, 1):
             # Short, so the tile shows it whole: rank, cosine similarity, same/different mark, the class.
@@ -326,7 +319,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
     @_reporting(message_slot=0, outputs=3)
     def search_drawing(checkpoint_choice, source, k, query_class, sketch=None, files=None):
-        composite = (sketch or {}).get("composite") if isinstance(sketch, dict) else None
+        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
         if composite is None:
             raise ValueError("draw a character on the sketchpad first")
         checkpoint = retrieval.load_checkpoint(checkpoint_choice)
@@ -371,11 +364,12 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                                    label="Backbone")
                             loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
                         with gr.Row():
-                            batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size", precision=0)
-                            epochs = gr.Number(DEFAULTS["epochs"], label="Epochs", precision=0)
+                            # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo/inputs.py).
+                            batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
+                            epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
                         with gr.Row():
                             lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
-                            seed = gr.Number(DEFAULTS["seed"], label="Seed", precision=0)
+                            seed = gr.Number(DEFAULTS["seed"], label="Seed")
                         with gr.Group():
                             gr.Markdown("**MemVir**: changes apply to a running run at its next step.",
                                         elem_classes="small-note", padding=True)
@@ -395,16 +389,18 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                         baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm",
                                                     elem_id="baseline")
                         with gr.Accordion("Advanced", open=False):
-                            snapshot_every = gr.Number(DEFAULTS["snapshot_every"], precision=0,
+                            snapshot_every = gr.Number(DEFAULTS["snapshot_every"],
                                                        label="Embedding snapshot every (steps; 0 = none)")
-                            eval_every = gr.Number(DEFAULTS["eval_every"], precision=0,
+                            eval_every = gr.Number(DEFAULTS["eval_every"],
                                                    label="Recall@1 evaluation every (epochs; 0 = at the end)")
                             schedule = gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
                                                 label="Virtual-class schedule (applies at Start)")
-                            val_classes = gr.Number(DEFAULTS["val_classes"], precision=0,
+                            val_classes = gr.Number(DEFAULTS["val_classes"],
                                                     label="Validation classes held out of training (0 = none)",
                                                     info="Scored as validation R@1 (dashed) beside the test "
                                                          "classes: choose N and M on these, not on the test classes.")
+                            store_dtype = gr.Radio(STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
+                                                   label="MemVir memory precision (applies at Start)")
                         with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
                             repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                             push_button = gr.Button("Push to Hub", interactive=False, size="sm")
@@ -453,11 +449,12 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
                                 search_upload_button = gr.Button("Search with this image", variant="primary",
                                                                  elem_id="search-upload")
                             with gr.Tab("Draw a query"):
-                                sketch = gr.Sketchpad(type="pil", image_mode="RGBA", canvas_size=(320, 320),
-                                                      brush=gr.Brush(colors=["#000000"], default_size=14,
-                                                                     color_mode="fixed"),
-                                                      label="Draw one character")
-                                search_drawing_button = gr.Button("Search with this drawing", variant="primary")
+                                sketch = pass_undecoded(gr.Sketchpad(
+                                    image_mode="RGBA", canvas_size=(320, 320), label="Draw one character",
+                                    brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed"),
+                                    elem_id="sketch"))
+                                search_drawing_button = gr.Button("Search with this drawing", variant="primary",
+                                                                  elem_id="search-drawing")
                             with gr.Tab("Pick from the gallery"):
                                 sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8,
                                                             height=300, allow_preview=False, elem_id="sample")
@@ -469,7 +466,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
 
         # -------------------------------------------------------------------------------------- wiring
         train_settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup,
-                          snapshot_every, eval_every, folder_path, zip_file, schedule, val_classes]
+                          snapshot_every, eval_every, folder_path, zip_file, schedule, val_classes, store_dtype]
         app.load(on_load, [visitor], [visitor, tab, push_button, push_note, checkpoint], api_name="load")
         timer = gr.Timer(POLL_SECONDS)
         timer.tick(poll, [tab, color_by, follow, visitor],
@@ -483,7 +480,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         resume_button.click(resume, [tab, visitor], [notice], api_name="resume")
         baseline_button.click(compare, [tab, visitor], [notice], api_name="compare_baseline")
         reset_button.click(reset, [tab, visitor], [tab, notice, memvir_n, memvir_m, warmup, batch_size, epochs, lr,
-                                                   seed, schedule, val_classes], api_name="reset")
+                                                   seed, schedule, val_classes, store_dtype], api_name="reset")
         for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
             slider.release(update_memvir, [tab, memvir_n, memvir_m, warmup, visitor], [notice], api_name=name,
                            show_progress="hidden")

@@ -65,3 +65,22 @@ def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
     assert "similarity" in page.locator("#results").inner_text() or results.first.is_visible()
     assert "Recall@1" in page.locator("#retrieval-summary").inner_text()
     screenshot("retrieval-results")
+
+
+def test_search_with_a_drawing(page, screenshot):
+    """The browser's editor sends the drawing as blobs; the app decodes it only after checking its size."""
+    page.get_by_role("tab", name="Retrieve").click()
+    page.get_by_role("tab", name="Draw a query").click()
+    page.locator("#sketch").get_by_role("button", name="Brush").click()
+    box = page.locator("#sketch canvas").first.bounding_box()
+    middle_x, middle_y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2  # the paper sits in the middle
+    page.mouse.move(middle_x, middle_y - 80)
+    page.mouse.down()
+    page.mouse.move(middle_x, middle_y + 80, steps=12)
+    page.mouse.move(middle_x + 50, middle_y + 80, steps=6)
+    page.mouse.up()
+    page.locator("#search-drawing").click()
+    page.wait_for_function("() => document.querySelectorAll('#results .thumbnail-item').length >= 8",
+                           timeout=WAIT_MS)
+    assert "nearest of" in page.locator("#retrieval-summary").inner_text()
+    screenshot("retrieval-drawing")
