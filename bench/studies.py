@@ -191,10 +191,22 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
         probe = dict(epochs=100, eval_every=5, augment=False, seeds=(0,))
         return [Row("baseline, 100 classes, no augmentation", val_classes=921, **probe),
                 Row("baseline, 50 classes, no augmentation", val_classes=971, **probe)]
+    if study == "preset":
+        # The app's default run: about 5 minutes on 2 CPU cores (12 epochs of glyphs at batch 128, about 1,000
+        # steps) with the first virtual set arriving within a minute (a 2-epoch warm-up is 172 steps, M+1 more to
+        # the first set). The candidates: the reference's official reduction and the balanced one, which the
+        # dilution study singles out, at N = 1 and 2. The choice is made on validation MAP@R.
+        preset = dict(epochs=12)
+        return [Row("baseline, 12 epochs", **preset),
+                Row(memvir_label(1, 50, ", official"), n=1, m=50, warmup=2, **preset),
+                Row(memvir_label(1, 50, ", balanced"), n=1, m=50, warmup=2, reduction="balanced", **preset),
+                Row(memvir_label(2, 50, ", balanced"), n=2, m=50, warmup=2, reduction="balanced", **preset),
+                Row(memvir_label(1, 25, ", balanced"), n=1, m=25, warmup=2, reduction="balanced", **preset)]
     raise ValueError(study)
 
 
-STUDIES = ("losses", "grid", "schedule", "batch", "budget", "long", "few-classes", "dilution", "overfit-probe")
+STUDIES = ("losses", "grid", "schedule", "batch", "budget", "long", "few-classes", "dilution", "overfit-probe",
+           "preset")
 # A study whose runs extend another's: each starts from the other's checkpoint with --resume, which continues a run
 # exactly as if it had never stopped (tests/test_train.py), so the result is that of the stored plain command.
 CONTINUES = {"long": "budget"}
@@ -222,6 +234,10 @@ COMPARISONS = {
                  (_OFFICIAL, _BALANCED),
                  ("baseline, loss x0.5 after warm-up", _OFFICIAL),
                  ("baseline, Adam eps 1e-8", memvir_label(DILUTION_N, DILUTION_M, ", official, Adam eps 1e-8"))],
+    "preset": [("baseline, 12 epochs", memvir_label(1, 50, ", official")),
+               ("baseline, 12 epochs", memvir_label(1, 50, ", balanced")),
+               ("baseline, 12 epochs", memvir_label(2, 50, ", balanced")),
+               ("baseline, 12 epochs", memvir_label(1, 25, ", balanced"))],
 }
 
 
