@@ -5,10 +5,10 @@ tab neither stops nor orphans a run, a reloaded page finds it again, and every v
 belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
 `max_active_runs` train at once (one by default: runs on one device only slow each other down).
 
-The trainer thread reports through a listener that only copies what the page shows: the records of metrics.jsonl,
-the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot embeddings are not
-kept, except the latest, which the UMAP worker may project when the run is not training (UMAP takes seconds of CPU
-that training would otherwise get).
+The trainer thread reports through a listener that keeps what the page shows, built from the events alone: the
+records of metrics.jsonl (each event's `record()`), the latest step, the state, and each snapshot projected to 2-D
+at once with PCA. Raw snapshot embeddings are not kept, except the latest, which the UMAP worker may project when
+the run is not training (UMAP takes seconds of CPU that training would otherwise get).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from demo.settings import AppSettings
 
 log = logging.getLogger(__name__)
 
-TRAINING_STATES = ("starting", "running", "paused")
 FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
 LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
                        "class_lr": "class lr"}
@@ -77,7 +76,7 @@ class LiveRun:
         self.version = 0
         self.snapshot_version = 0
         self.total_steps = 0
-        self.steps_per_epoch = 1
+        self.log_every = config.log_every
         self.baseline: LiveRun | None = None
         self.started_at = time.time()
         self.trainer = None
@@ -120,9 +119,11 @@ class LiveRun:
         self._project = project
         self._snapshot_history = snapshot_history
         with self.lock:
-            self.records = list(trainer.history)  # a resumed run continues the records of its checkpoint
+            # Read once, before the trainer's thread starts: a resumed run continues the records its checkpoint holds
+            # (anything the listener got while the trainer was built is among them). The listener adds the rest.
+            self.records = list(trainer.history)
             self.total_steps = trainer.total_steps
-            self.steps_per_epoch = trainer.steps_per_epoch
+            self.log_every = trainer.config.log_every
             self.state, self.message = "starting", "starting"
             self.version += 1
         self._thread = threading.Thread(target=self._work, name=f"memvir-run-{self.id}", daemon=True)
@@ -152,14 +153,12 @@ class LiveRun:
         """The Trainer's listener (trainer thread): copy what the page shows, quickly."""
         from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
 
-        trainer = self.trainer
         if isinstance(event, SnapshotEvent):
             self._add_snapshot(event)
             return
         with self.lock:
-            if trainer is not None and len(trainer.history) > len(self.records):
-                # The trainer logs before it notifies, so its history already holds this event's record.
-                self.records.extend(trainer.history[len(self.records):])
+            if self._logged(event):
+                self.records.append(event.record())
             if isinstance(event, StepEvent):
                 self.last_step = event
             elif isinstance(event, StatusEvent):
@@ -168,6 +167,16 @@ class LiveRun:
                 self.control_message = self._describe_control(event)
                 self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
             self.version += 1
+
+    def _logged(self, event) -> bool:
+        """Whether the trainer wrote this event's record to metrics.jsonl, so that the page draws what the file holds
+        (and a run loaded from its folder draws alike). memvir/train.py logs every event but steps, and a step only
+        every `log_every` steps, at the first and the last, and where it carries the spread of the classes."""
+        from memvir.events import StepEvent
+
+        if not isinstance(event, StepEvent):
+            return True
+        return event.step % self.log_every == 0 or event.step in (1, self.total_steps) or bool(event.spread)
 
     def _describe_control(self, event) -> str:
         """'N 5 -> 10: applied at step 124' in the page's names for the controls."""
