@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from demo import live_view
+from demo.live_run import LiveRun, SnapshotView
 from demo.retrieval import RetrievalError, glyph_query, thumbnail
-from demo.runs import LiveRun, SnapshotView
 from demo.settings import AppSettings
 from demo.uploads import UploadError, load_image, unpack_class_zip
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
