@@ -25,7 +25,7 @@ def _png(path, size=(8, 8), color=200):
 
 # ---------------------------------------------------------------------------------------------- settings
 def test_choices_written_into_the_page_match_the_library():
-    from demo.ui import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
+    from demo.train_tab import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
     from memvir import LOSSES
     from memvir.memory import SCHEDULES
     from memvir.models import available_backbones
@@ -36,7 +36,7 @@ def test_choices_written_into_the_page_match_the_library():
 
 
 def test_page_defaults_are_the_library_defaults():
-    from demo.ui import DEFAULTS
+    from demo.train_tab import DEFAULTS
     from memvir.train import TrainConfig
 
     library = TrainConfig().to_dict()
