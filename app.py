@@ -33,16 +33,15 @@ def main() -> None:
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))
 
-    from demo.ui import CSS, THEME, build_app
+    from demo.ui import build_app
 
     import_handler_modules()
     app = build_app(settings)
     try:
         # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
-        app.launch(theme=THEME, css=CSS, max_file_size=settings.max_zip_bytes)
+        app.launch(max_file_size=settings.max_zip_bytes)
     finally:
-        app.figure_builder.close()
-        app.run_manager.close()  # runs still training stop at their next step and save a checkpoint
+        app.close()  # runs still training stop at their next step and save a checkpoint
 
 
 if __name__ == "__main__":

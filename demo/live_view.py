@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
-from demo.runs import LiveRun
+from demo.live_run import LiveRun
 
 
 def _figures():

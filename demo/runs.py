@@ -3,34 +3,24 @@
 Gradio's per-tab state is deep-copied and dies with the tab, so runs live here, at module level in the app: a closed
 tab neither stops nor orphans a run, a reloaded page finds it again, and every visitor watches the same runs. A run
 belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
-`max_active_runs` train at once (one by default: runs on one device only slow each other down).
-
-The trainer thread reports through a listener that only copies what the page shows: the records of metrics.jsonl,
-the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot embeddings are not
-kept, except the latest, which the UMAP worker may project when the run is not training (UMAP takes seconds of CPU
-that training would otherwise get).
+`max_active_runs` train at once (one by default: runs on one device only slow each other down). What the page knows
+of each run is a `LiveRun` (demo/live_run.py).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
+from demo.live_run import LiveRun, read_records
 from demo.memory_budget import RingShape, check_memory, memory_budget
 from demo.settings import AppSettings
 
-log = logging.getLogger(__name__)
-
-TRAINING_STATES = ("starting", "running", "paused")
 FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
-LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
-                       "class_lr": "class lr"}
 # Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
 _NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every")
 
@@ -45,193 +35,6 @@ class RunLimitReached(RunError):
 
 class NotRunOwner(RunError):
     """The run belongs to another visitor, who alone may steer it."""
-
-
-@dataclass(frozen=True)
-class SnapshotView:
-    """One snapshot as the page keeps it: its 2-D projection only (PCA, or UMAP once the worker has it)."""
-
-    step: int
-    projected: object  # memvir.projection.ProjectedSnapshot
-
-
-class LiveRun:
-    """One training run as the page sees it. The trainer thread writes through `_on_event`; page handlers read
-    under `lock`. `version` grows with every change, `snapshot_version` with every change to the snapshots."""
-
-    def __init__(self, run_id: str, owner: str, folder: Path, config, kind: str = "main"):
-        self.id = run_id
-        self.owner = owner
-        self.folder = folder
-        self.config = config  # the configuration it started with (live changes are in `live_values`)
-        self.kind = kind  # "main" or "baseline"
-        self.lock = threading.Lock()
-        self.state = "starting"
-        self.message = "starting"
-        self.records: list[dict] = []
-        self.last_step = None  # the latest StepEvent
-        self.control_message: str | None = None
-        self.live_values = {name: getattr(config, name) for name in LIVE_CONTROL_LABELS}
-        self.snapshots: list[SnapshotView] = []
-        self.latest_raw_snapshot = None
-        self.version = 0
-        self.snapshot_version = 0
-        self.total_steps = 0
-        self.steps_per_epoch = 1
-        self.baseline: LiveRun | None = None
-        self.started_at = time.time()
-        self.trainer = None
-        self.reserved = False  # holds a training slot while its trainer is being built
-        self._thread: threading.Thread | None = None
-        self._project = None
-        self._snapshot_history = 60
-
-    # ---------------------------------------------------------------------------------------------- state
-    @property
-    def training(self) -> bool:
-        """True while the trainer thread is alive (running, paused, or about to start)."""
-        return self.reserved or (self._thread is not None and self._thread.is_alive())
-
-    @property
-    def busy(self) -> bool:
-        """True while this run or its baseline trains: it holds a training slot."""
-        return self.training or (self.baseline is not None and self.baseline.training)
-
-    @property
-    def can_resume(self) -> bool:
-        from memvir.checkpoint import TRAINER_STATE
-
-        return not self.training and self.state == "stopped" and (self.folder / TRAINER_STATE).is_file()
-
-    def snapshot_at(self, step: int | None) -> SnapshotView | None:
-        """The last snapshot taken at or before `step` (the latest when None; the first when all are later)."""
-        with self.lock:
-            if not self.snapshots:
-                return None
-            if step is None:
-                return self.snapshots[-1]
-            earlier = [view for view in self.snapshots if view.step <= step]
-            return earlier[-1] if earlier else self.snapshots[0]
-
-    # ---------------------------------------------------------------------------------------------- the thread
-    def launch(self, trainer, project, snapshot_history: int) -> None:
-        """Run `trainer` (built with `self._on_event` as a listener) on a daemon thread."""
-        self.trainer = trainer
-        self._project = project
-        self._snapshot_history = snapshot_history
-        with self.lock:
-            self.records = list(trainer.history)  # a resumed run continues the records of its checkpoint
-            self.total_steps = trainer.total_steps
-            self.steps_per_epoch = trainer.steps_per_epoch
-            self.state, self.message = "starting", "starting"
-            self.version += 1
-        self._thread = threading.Thread(target=self._work, name=f"memvir-run-{self.id}", daemon=True)
-        self._thread.start()
-        self.reserved = False
-
-    def _work(self) -> None:
-        from memvir.train import TrainingDiverged
-
-        try:
-            self.trainer.run()
-        except TrainingDiverged:
-            pass  # the trainer already said so in a 'failed' StatusEvent
-        except Exception as error:  # noqa: BLE001 - a crash ends this run with a message, never the app
-            log.exception("run %s failed", self.id)
-            with self.lock:
-                self.state, self.message = "failed", f"the run failed: {type(error).__name__}: {error}"
-                self.version += 1
-        finally:
-            self.trainer = None  # the model, optimizer and memory are on disk now; free them
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _on_event(self, event) -> None:
-        """The Trainer's listener (trainer thread): copy what the page shows, quickly."""
-        from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
-
-        trainer = self.trainer
-        if isinstance(event, SnapshotEvent):
-            self._add_snapshot(event)
-            return
-        with self.lock:
-            if trainer is not None and len(trainer.history) > len(self.records):
-                # The trainer logs before it notifies, so its history already holds this event's record.
-                self.records.extend(trainer.history[len(self.records):])
-            if isinstance(event, StepEvent):
-                self.last_step = event
-            elif isinstance(event, StatusEvent):
-                self.state, self.message = event.state, event.message
-            elif isinstance(event, ControlEvent):
-                self.control_message = self._describe_control(event)
-                self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
-            self.version += 1
-
-    def _describe_control(self, event) -> str:
-        """'N 5 -> 10: applied at step 124' in the page's names for the controls."""
-        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
-                 for name, value in event.changes.items()]
-        return f"{', '.join(parts)}: applied at step {event.step + 1}"
-
-    def _add_snapshot(self, event) -> None:
-        previous = self.snapshots[-1].projected if self.snapshots else None
-        try:
-            projected = self._project(event, "pca", reference=previous)
-        except ValueError as error:  # an unprojectable snapshot is skipped; the run goes on
-            log.warning("run %s: snapshot at step %s not projected: %s", self.id, event.step, error)
-            return
-        with self.lock:
-            self.snapshots.append(SnapshotView(event.step, projected))
-            if len(self.snapshots) > self._snapshot_history:
-                # Thin out rather than forget the start: the early picture (virtual classes sitting on the real
-                # ones) is what scrubbing back is for.
-                self.snapshots = self.snapshots[:-1][::2] + [self.snapshots[-1]]
-            self.latest_raw_snapshot = event
-            self.snapshot_version += 1
-            self.version += 1
-
-    def use_umap(self, worker) -> None:
-        """Ask `worker` for a UMAP of the latest snapshot once the run rests, and swap in finished ones."""
-        with self.lock:
-            raw = self.latest_raw_snapshot
-            if raw is None:
-                return
-            key = (self.id, raw.step)
-            done = worker.result(key)
-            if done is not None:
-                self.snapshots = [SnapshotView(view.step, done) if view.step == raw.step else view
-                                  for view in self.snapshots]
-                self.latest_raw_snapshot = None  # projected for good: the raw embeddings can go
-                self.snapshot_version += 1
-                self.version += 1
-                return
-        if not self.training and worker.error(key) is None:
-            worker.submit(key, raw)
-
-    # ---------------------------------------------------------------------------------------------- loaded runs
-    @classmethod
-    def from_folder(cls, folder: Path, owner: str, config, kind: str) -> LiveRun:
-        """A finished run read back from its folder (records only), e.g. a baseline trained earlier."""
-        from memvir.checkpoint import METRICS_LOG
-
-        run = cls(folder.name, owner, folder, config, kind)
-        run.records = _read_records(folder / METRICS_LOG)
-        run.state, run.message = "finished", f"loaded from {folder.name}"
-        return run
-
-
-def _read_records(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut off by a crash: the rest still draws
-    return records
 
 
 def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
@@ -249,7 +52,7 @@ def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
             continue
         if {k: v for k, v in saved.items() if k not in _NEUTRAL_SETTINGS} != wanted:
             continue
-        statuses = [r for r in _read_records(folder / METRICS_LOG) if r.get("type") == "status"]
+        statuses = [r for r in read_records(folder / METRICS_LOG) if r.get("type") == "status"]
         if statuses and statuses[-1].get("state") == "finished":
             return folder
     return None
@@ -470,7 +273,6 @@ class RunManager:
         with self._lock:
             if finished is not None:
                 run.baseline = LiveRun.from_folder(finished, visitor, config, "baseline")
-                run.version += 1
                 return run.baseline
             if not run.busy:
                 self._claim_slot(visitor)
@@ -479,7 +281,6 @@ class RunManager:
             baseline.reserved = True
             self._runs[baseline_id] = baseline
             run.baseline = baseline
-            run.version += 1
         try:
             self._launch(baseline, lambda: Trainer(config, baseline.folder, [baseline._on_event]),
                          forget_on_failure=True)

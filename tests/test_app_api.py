@@ -40,9 +40,7 @@ def server(tmp_path_factory):
     try:
         yield {"url": f"http://127.0.0.1:{port}/", "settings": settings, "checkpoint": str(checkpoint)}
     finally:
-        app.close(verbose=False)
-        app.figure_builder.close()
-        app.run_manager.close()
+        app.close()
 
 
 def _client(server) -> Client:

@@ -101,9 +101,7 @@ def _serving(settings):
     try:
         yield Client(f"http://127.0.0.1:{port}/", verbose=False), app
     finally:
-        app.close(verbose=False)
-        app.figure_builder.close()
-        app.run_manager.close()
+        app.close()
 
 
 def _settings(tmp_path, checkpoints, **limits):

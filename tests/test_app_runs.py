@@ -50,6 +50,17 @@ def test_a_run_trains_on_its_thread_and_mirrors_metrics_jsonl(manager):
     assert (run.folder / "model.safetensors").is_file()
 
 
+def test_the_records_built_from_events_are_the_lines_the_trainer_logged(manager):
+    """Steps are logged every log_every steps, at the first and last, and where they carry the spread (at the
+    snapshot cadence): here every 4th, the 1st and 9th, and every 3rd."""
+    run = manager.start(quick(log_every=4, snapshot_every=3), "alice")
+    run.join(60)
+    lines = (run.folder / "metrics.jsonl").read_text().splitlines()
+    assert run.records == [json.loads(line) for line in lines]
+    assert [record["step"] for record in run.records if record["type"] == "step"] == [1, 3, 4, 6, 8, 9]
+    assert [record["type"] for record in run.records if record["type"] != "step"] == ["status", "eval", "status"]
+
+
 def test_one_run_at_a_time_and_only_its_owner_steers_it(manager):
     run = manager.start(quick(epochs=200), "alice")
     with pytest.raises(RunLimitReached, match="another visitor's run is training, and this machine trains 1 run"):

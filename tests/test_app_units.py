@@ -10,11 +10,11 @@ import torch
 from PIL import Image
 
 from demo import live_view
+from demo.live_run import LiveRun, SnapshotView
 from demo.retrieval import RetrievalError, glyph_query, thumbnail
-from demo.runs import LiveRun, SnapshotView
 from demo.settings import AppSettings
 from demo.uploads import UploadError, load_image, unpack_class_zip
-from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.train import TrainConfig
 
 
@@ -25,7 +25,7 @@ def _png(path, size=(8, 8), color=200):
 
 # ---------------------------------------------------------------------------------------------- settings
 def test_choices_written_into_the_page_match_the_library():
-    from demo.ui import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
+    from demo.train_tab import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
     from memvir import LOSSES
     from memvir.memory import SCHEDULES
     from memvir.models import available_backbones
@@ -36,7 +36,7 @@ def test_choices_written_into_the_page_match_the_library():
 
 
 def test_page_defaults_are_the_library_defaults():
-    from demo.ui import DEFAULTS
+    from demo.train_tab import DEFAULTS
     from memvir.train import TrainConfig
 
     library = TrainConfig().to_dict()
@@ -178,7 +178,7 @@ def _run(tmp_path, **overrides):
               "warmup_epochs": 1.0}
     config = TrainConfig(**{**values, **overrides})
     run = LiveRun("r1", "owner", tmp_path / "r1", config)
-    run.total_steps, run.steps_per_epoch = 475, 95
+    run.total_steps = 475
     return run
 
 
@@ -207,6 +207,23 @@ def test_status_line_names_live_changes_in_the_pages_words(tmp_path):
     assert run.control_message == "M 10 -> 3, warm-up (epochs) 1.0 -> 2.0: applied at step 131"
     run._on_event(ControlEvent(140, {"memvir_n": 7}, "..."))
     assert "Live change: N 10 -> 7: applied at step 141" in live_view.status_markdown(run, "owner")
+
+
+def test_a_run_keeps_the_records_of_the_events_it_hears_as_metrics_jsonl_would(tmp_path):
+    run = _run(tmp_path)  # log_every 10 (the library's), 475 steps
+    events = [StatusEvent("running", 0, "training"), _step(1), _step(2), _step(5, spread={"weight_mean_cos": 0.25}),
+              _step(10), EvalEvent(10, 0, {"recall@1": 0.5}), ControlEvent(11, {"memvir_n": 3}, "N 5 -> 3"),
+              _step(11), _step(475), StatusEvent("finished", 475, "done")]
+    for event in events:
+        run._on_event(event)
+    assert [(record["type"], record["step"]) for record in run.records] == [
+        ("status", 0), ("step", 1), ("step", 5), ("step", 10), ("eval", 10), ("control", 11), ("step", 475),
+        ("status", 475)]
+    assert run.records[2] == {"type": "step", "step": 5, "epoch": 1, "loss": 2.0, "num_classes": 2042,
+                              "num_virtual_sets": 1, "mean_target_cosine": 0.3, "images_per_s": 1600.0, "lr": 1e-3,
+                              "warmup": False, "weight_mean_cos": 0.25}
+    assert run.records[4] == {"type": "eval", "step": 10, "epoch": 0, "recall@1": 0.5}
+    assert run.last_step.step == 475 and run.state == "finished"
 
 
 def test_status_line_when_nothing_runs():

@@ -46,15 +46,11 @@ def app_url(tmp_path_factory):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    from demo.ui import CSS, THEME
-
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, theme=THEME, css=CSS)
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)  # with the theme
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:
-        app.close(verbose=False)
-        app.figure_builder.close()
-        app.run_manager.close()
+        app.close()
 
 
 @pytest.fixture

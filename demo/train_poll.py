@@ -1,0 +1,120 @@
+"""The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current:
+the poll (every second), scrubbing the snapshots, and recolouring them.
+
+A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
+are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
+(demo/live_view.py), shared by every page watching a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import gradio as gr
+
+from demo import live_view
+from demo.handlers import visitor_key
+from demo.live_view import FigureBuilder
+from demo.runs import RunManager
+
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class CurvesSent:
+    """The curve figures a page was sent: a run's at its curve key (live_view.curve_key), or the empty ones."""
+
+    key: tuple | None  # None: no run, the empty figures
+
+
+@dataclass(frozen=True)
+class EmbeddingSent:
+    """What a page's embedding view was sent."""
+
+    run_id: str | None  # None: no run, the empty picture and the slider back at its start
+    snapshot: tuple | None = None  # the snapshot key drawn (the run's id and snapshot version); None: none yet
+    color_by: str | None = None
+    following: bool = True  # False: only the scrub slider's new range; the picture stays the one scrubbed to
+
+
+@dataclass(frozen=True)
+class PollState:
+    """One page's Train tab (a gr.State, per browser tab): the run it shows, and what its views were last sent."""
+
+    run_id: str | None = None  # the run shown; the buttons act on it
+    after: float | None = None  # set by Reset: only runs started since are shown
+    curves: CurvesSent | None = None  # None: nothing sent yet
+    embedding: EmbeddingSent | None = None  # None: nothing sent yet
+    scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
+
+
+def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, follow, visitor=None,
+         request: gr.Request = None):
+    """Every second: status line always; figures only when what they show changed (gr.skip otherwise)."""
+    visitor = visitor_key(visitor, request)
+    run = runs.attach(visitor, state.run_id, after=state.after)
+    if run is not None and runs.umap_worker is not None:
+        run.use_umap(runs.umap_worker)
+    status = live_view.status_markdown(run, visitor)
+    curves, sent_curves = _curves(figures, run, state.curves)
+    (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
+    new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
+                                    embedding=sent_embedding)
+    return new_state, status, *curves, embedding, caption, slider
+
+
+def _curves(figures: FigureBuilder, run, sent: CurvesSent | None):
+    """(the three curve figures or skips, what the page has then)."""
+    if run is None:
+        wanted, built = CurvesSent(None), None
+    else:
+        key, built = figures.curves(run)
+        wanted = CurvesSent(key)
+    if wanted == sent:
+        return [gr.skip()] * 3, sent
+    return list(built if built is not None else live_view.empty_curves()), wanted
+
+
+def _embedding(figures: FigureBuilder, run, sent: EmbeddingSent | None, color_by, follow):
+    """((picture, caption, slider), each a skip when unchanged; what the page has then)."""
+    unchanged = (gr.skip(), gr.skip(), gr.skip())
+    if run is None:
+        wanted = EmbeddingSent(None)
+        if wanted == sent:
+            return unchanged, sent
+        figure, caption = live_view.embedding_view(None, None, color_by)
+        return (figure, caption, gr.update(maximum=1, value=1)), wanted
+    if not follow:
+        wanted = EmbeddingSent(run.id, (run.id, run.snapshot_version), following=False)
+        if wanted == sent:
+            return unchanged, sent
+        # more to scrub to; the picture stays
+        return (gr.skip(), gr.skip(), gr.update(maximum=live_view.snapshot_range(run)[1])), wanted
+    latest = figures.latest_embedding(run, color_by)
+    if latest is None:
+        wanted = EmbeddingSent(run.id)
+        if wanted == sent:
+            return unchanged, sent
+        figure, caption = live_view.embedding_view(None, None, color_by)
+        return (figure, caption, gr.skip()), wanted
+    snapshot_key, step, figure, caption = latest
+    wanted = EmbeddingSent(run.id, snapshot_key, color_by)
+    if wanted == sent:
+        return unchanged, sent
+    # The slider's minimum stays 0: a bound moved per session would refuse values sent before it moved.
+    return (figure, caption, gr.update(maximum=max(step, 1), value=step)), wanted
+
+
+def show_snapshot(runs: RunManager, state: PollState, step, color_by):
+    """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
+    run = runs.get(state.run_id)
+    figure, caption = live_view.embedding_view(run, step, color_by)
+    _, last = live_view.snapshot_range(run)
+    return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
+
+
+def recolor(runs: RunManager, state: PollState, follow, color_by):
+    """The snapshot shown (the latest, or the scrubbed one) in the other colouring."""
+    run = runs.get(state.run_id)
+    return live_view.embedding_view(run, None if follow else state.scrubbed_step, color_by)
