@@ -51,7 +51,6 @@ class LiveRun:
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
         self.total_steps = 0
-        self.log_every = config.log_every
         self.baseline: LiveRun | None = None
         self.started_at = time.time()
         self.trainer = None
@@ -98,7 +97,6 @@ class LiveRun:
             # (anything the listener got while the trainer was built is among them). The listener adds the rest.
             self.records = list(trainer.history)
             self.total_steps = trainer.total_steps
-            self.log_every = trainer.config.log_every
             self.state, self.message = "starting", "starting"
         self._thread = threading.Thread(target=self._work, name=f"memvir-run-{self.id}", daemon=True)
         self._thread.start()
@@ -140,15 +138,13 @@ class LiveRun:
                 self.control_message = self._describe_control(event)
                 self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
 
-    def _logged(self, event) -> bool:
+    @staticmethod
+    def _logged(event) -> bool:
         """Whether the trainer wrote this event's record to metrics.jsonl, so that the page draws what the file holds
-        (and a run loaded from its folder draws alike). memvir/train.py logs every event but steps, and a step only
-        every `log_every` steps, at the first and the last, and where it carries the spread of the classes."""
+        (and a run loaded from its folder draws alike): every event but steps, and the steps that say so."""
         from memvir.events import StepEvent
 
-        if not isinstance(event, StepEvent):
-            return True
-        return event.step % self.log_every == 0 or event.step in (1, self.total_steps) or bool(event.spread)
+        return not isinstance(event, StepEvent) or event.logged
 
     def _describe_control(self, event) -> str:
         """'N 5 -> 10: applied at step 124' in the page's names for the controls."""

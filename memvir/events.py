@@ -24,10 +24,11 @@ class StepEvent:
     # at the spread cadence: memvir.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j in
     # use, weight_mean_cos, weight_uniformity); empty on other steps
     spread: dict = field(default_factory=dict)
+    logged: bool = False  # whether the Trainer wrote this step's record to metrics.jsonl (not every step's)
 
     def record(self) -> dict:
         fields = asdict(self)
-        return {"type": "step", **{k: v for k, v in fields.items() if k != "spread"}, **self.spread}
+        return {"type": "step", **{k: v for k, v in fields.items() if k not in ("spread", "logged")}, **self.spread}
 
 
 @dataclass(frozen=True)

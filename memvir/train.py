@@ -560,20 +560,22 @@ class Trainer:
         self._speed = rate if self._speed is None else 0.9 * self._speed + 0.1 * rate
         # the spread of the classes at the snapshot cadence (the logging cadence without snapshots): cheap, but
         # each figure costs a host sync on a GPU, so not every step
+        # (every rank computes them from the same gathered tensors, so that all ranks keep the same history)
         spread_every = self.config.snapshot_every or self.config.log_every
         spread = {}
-        if self.step % spread_every == 0 and self.world.is_main:
+        if self.step % spread_every == 0:
             num_classes = self.class_weights.shape[0]
             spread = class_weight_spread(all_weights[:num_classes]) | virtual_spread(
                 all_embeddings, all_labels, all_weights, num_classes)
+        # the first and last steps too, so that every curve spans the whole run, however short
+        logged = self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or bool(spread)
         event = StepEvent(
             step=self.step, epoch=epoch, loss=loss_value, num_classes=all_weights.shape[0],
             num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
-            warmup=self.step <= self.memvir.warmup_steps, spread=spread,
+            warmup=self.step <= self.memvir.warmup_steps, spread=spread, logged=logged,
         )
-        # the first and last steps too, so that every curve spans the whole run, however short
-        if self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or spread:
+        if logged:
             self._log(event.record())
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
