@@ -427,6 +427,7 @@ class Trainer:
         'finished' or 'stopped'. Raises TrainingDiverged on a NaN/inf loss (after emitting 'failed')."""
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint.remove_stale_temporaries(self.out_dir)  # what a process killed mid-checkpoint left
             checkpoint.save_text(self.config.to_json(), self.out_dir / checkpoint.TRAIN_CONFIG)
             checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
         self.state = "running"
@@ -606,16 +607,17 @@ class Trainer:
         self.last_metrics = dict(state["last_metrics"])
 
     def save_checkpoint(self) -> Path | None:
-        """Write the trainer state (atomically) and the Hub files of the current model into the run folder."""
+        """Write the trainer state and the Hub files of the current model into the run folder, as one set: a kill at
+        any moment leaves the folder loadable (`checkpoint.staged`)."""
         if self.out_dir is None:
             return None
-        path = self.out_dir / checkpoint.TRAINER_STATE
-        checkpoint.save_state(self.state_dict(), path)
-        self.model.save_pretrained(self.out_dir, metrics=self.last_metrics or None,
-                                   card_extra={"command": self.command, "MemVir": self._memvir_summary(),
-                                               "train_config": self.config.to_dict(),
-                                               "step": self.step})
-        return path
+        with checkpoint.staged(self.out_dir) as stage:
+            checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None,
+                                       card_extra={"command": self.command, "MemVir": self._memvir_summary(),
+                                                   "train_config": self.config.to_dict(),
+                                                   "step": self.step})
+        return self.out_dir / checkpoint.TRAINER_STATE
 
     def _memvir_summary(self) -> str:
         if self.config.memvir_n == 0:
