@@ -31,7 +31,7 @@ from torch import nn
 _STATE_VERSION = 1
 SCHEDULES = ("curriculum", "all-at-once")
 MAX_MEMORY_ENV = "MEMVIR_MAX_MEMORY_BYTES"
-DEFAULT_MAX_MEMORY_BYTES = 16 * 2**30  # the paper's SOP setting (N=20, M=25, 11,318 classes) fits in float32
+DEFAULT_MAX_MEMORY_BYTES = 16 * 2**30  # room for 520 steps of 11,318 classes at dimension 512 (SOP-sized), float32
 
 
 class MemoryLimitError(ValueError):
@@ -176,8 +176,8 @@ class MemVir(nn.Module):
     def _check_fits(self, num_steps: int, margin: int, max_batch: int | None = None) -> None:
         """MemoryLimitError when N(M+1) steps would pass the limit: with the ring's batch, class count and dimension
         once it exists (or `max_batch` rows for a batch about to arrive), else with lower bounds for them."""
-        if self._embeddings is None:
-            check_ring(num_steps, margin, 1, 1, 1, self.store_dtype or torch.float32, self.max_memory_bytes,
+        if self._embeddings is None:  # the inputs' dtype is not known either: half precision is the least it takes
+            check_ring(num_steps, margin, 1, 1, 1, self.store_dtype or torch.float16, self.max_memory_bytes,
                        at_least=True)
             return
         _, batch, dim = self._embeddings.shape
