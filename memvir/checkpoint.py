@@ -1,48 +1,144 @@
-"""Trainer checkpoints on disk: written atomically, read without unpickling code.
+"""Run folders and checkpoints on disk: their file names, written atomically, read without unpickling code.
 
-A crash or a kill while writing leaves the previous checkpoint intact: the new one is written beside it and
-renamed over it in one step. Reading uses ``torch.load(weights_only=True)``, which refuses anything but tensors and
-plain containers, so a checkpoint from elsewhere cannot run code.
+A run folder holds the Hub files of the model (config.json, model.safetensors, README.md), the trainer state for
+resume, the run's config and its metrics.jsonl. A kill at any moment leaves a folder that loads: every file is
+written beside its final name and renamed over it in one step (`atomic_write`), and a checkpoint's set of files is
+written whole into a temporary folder inside the run folder first (`staged`), then renamed file by file, never
+unlinking one first. A kill leaves only hidden temporaries behind, which the next writer of the folder removes
+(`remove_stale_temporaries`). A full disk (or a file size limit) while writing is a `CheckpointError` that says
+so; the previous checkpoint is intact then, since nothing was renamed.
+
+Reading uses ``torch.load(weights_only=True)``, which refuses anything but tensors and plain containers, so a
+checkpoint from elsewhere cannot run code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
+CONFIG_FILE = "config.json"  # the names huggingface_hub's ModelHubMixin writes and reads
+WEIGHTS_FILE = "model.safetensors"
+MODEL_CARD = "README.md"
 TRAINER_STATE = "trainer_state.pt"
 TRAIN_CONFIG = "train_config.json"
 METRICS_LOG = "metrics.jsonl"
 
+MODEL_FILES = (CONFIG_FILE, WEIGHTS_FILE)
+"""What a folder needs to load as an EmbeddingModel."""
+
+HUB_FILES = (*MODEL_FILES, MODEL_CARD)
+"""The model's files on the Hub: the model and its card."""
+
+RUN_MARKERS = (TRAINER_STATE, TRAIN_CONFIG)
+"""Files only `memvir train` writes: a folder holding one is a run folder."""
+
+_REPLACE_ORDER = (CONFIG_FILE, WEIGHTS_FILE, MODEL_CARD, TRAINER_STATE)
+"""The order `staged` renames a checkpoint's files in. A run's config.json never changes, so a folder caught between
+two renames still pairs it with weights of the same shape; the card and the trainer state follow."""
+
+_RUN_FILES = (*HUB_FILES, TRAINER_STATE, TRAIN_CONFIG, METRICS_LOG)
+_STAGE_PREFIX = ".checkpoint."
+_TEMPORARY_SUFFIX = ".tmp"
+_NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+_STARTED = time.time()  # temporaries older than this were left by an earlier process
+
 
 class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable or from an incompatible version."""
+    """A checkpoint or run folder that cannot be read (missing, damaged, from another version or run) or written
+    (e.g. the disk is full); the message says which file and what to do."""
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
+    """Call `write(handle)` on a new file beside `path`, then rename it over `path`: readers, and a kill at any
+    moment, see the old file or the new one, never a part. The file gets mode 0644, as a plain open() gives."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private
+        os.replace(temporary, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        Path(temporary).unlink(missing_ok=True)
         raise
 
 
+@contextlib.contextmanager
+def staged(folder: Path):
+    """Yield a fresh temporary folder inside `folder`; when the block ends, rename each file written there over the
+    file of the same name in `folder` (checkpoint files in `_REPLACE_ORDER`, others after), then remove it.
+
+    So `folder` goes from one complete set of files to the next by renames alone. If the block fails, nothing in
+    `folder` changes and the temporary folder is removed; a full disk becomes a CheckpointError that says so."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=folder, prefix=_STAGE_PREFIX, suffix=_TEMPORARY_SUFFIX))
+    try:
+        with _disk_full_as_checkpoint_error(folder):
+            yield stage
+            names = sorted((entry.name for entry in stage.iterdir()), key=_replace_rank)
+            for name in names:
+                _fsync(stage / name)
+            for name in names:
+                os.replace(stage / name, folder / name)
+            with contextlib.suppress(OSError):  # some file systems cannot sync a folder; the renames are done
+                _fsync(folder)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporaries that killed writers left in `folder` (`.trainer_state.pt.*.tmp` and the like from
+    `atomic_write`, `.checkpoint.*.tmp` folders from `staged`) made before this process started; the removed paths.
+    Anything else, and a temporary this process may still be writing, stays."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if not name.endswith(_TEMPORARY_SUFFIX):
+            continue
+        stage = name.startswith(_STAGE_PREFIX)
+        if not (stage or any(name.startswith(f".{ours}.") for ours in _RUN_FILES)):
+            continue
+        try:
+            if entry.is_symlink() or entry.lstat().st_mtime >= _STARTED or entry.is_dir() != stage:
+                continue
+            if stage:
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except FileNotFoundError:  # another process cleaned it first
+            continue
+        removed.append(entry)
+    return removed
+
+
 def save_state(state: dict, path: Path) -> None:
-    _atomic_write(Path(path), lambda handle: torch.save(state, handle))
+    """Write a trainer state atomically (through a Python file, so a write error keeps its errno)."""
+    path = Path(path)
+    with _disk_full_as_checkpoint_error(_run_folder_of(path)):
+        atomic_write(path, lambda handle: torch.save(state, handle))
 
 
 def save_text(text: str, path: Path) -> None:
-    _atomic_write(Path(path), lambda handle: handle.write(text.encode()))
+    path = Path(path)
+    with _disk_full_as_checkpoint_error(_run_folder_of(path)):
+        atomic_write(path, lambda handle: handle.write(text.encode()))
 
 
 def load_state(path: Path) -> dict:
@@ -61,5 +157,57 @@ def write_records(records: list[dict], path: Path) -> None:
 
 
 def append_record(record: dict, path: Path) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
+    path = Path(path)
+    with _disk_full_as_checkpoint_error(_run_folder_of(path)), open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
+
+
+@contextlib.contextmanager
+def _disk_full_as_checkpoint_error(folder: Path):
+    """Turn the file system refusing more bytes (disk full, quota, file size limit), however the writer reported
+    it, into a CheckpointError that says so and that the files already in `folder` were left as they were."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:
+        cause = _out_of_space(error)
+        if cause is None:
+            raise
+        raise CheckpointError(
+            f"cannot write to {folder}: the disk is full, or a quota or file size limit was reached ({cause}). "
+            f"Nothing was replaced: the previous checkpoint in {folder} is intact. Free some space (or raise the "
+            "limit), then continue the run with --resume."
+        ) from error
+
+
+def _out_of_space(error: BaseException | None) -> BaseException | None:
+    """The error, `error` or one it arose from, that is the file system refusing more bytes; None if there is none.
+    torch.save reports it as a RuntimeError raised while handling the OSError; safetensors only names the OS error
+    in its message."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in _NO_SPACE:
+            return error
+        match = re.search(r"os error (\d+)", str(error))
+        if match and int(match.group(1)) in _NO_SPACE:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _run_folder_of(path: Path) -> Path:
+    """The folder whose files a write to `path` updates: a staged file's is the one around its temporary folder."""
+    return path.parent.parent if path.parent.name.startswith(_STAGE_PREFIX) else path.parent
+
+
+def _replace_rank(name: str) -> tuple[int, str]:
+    return (_REPLACE_ORDER.index(name) if name in _REPLACE_ORDER else len(_REPLACE_ORDER), name)
+
+
+def _fsync(path: Path) -> None:
+    """Flush `path` (a file, or a folder's entries) to the disk, so a power cut after the rename keeps the data."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -3,6 +3,10 @@
 Bad input (an unknown dataset, N < 0, a missing checkpoint, no Hub token...) ends with one line that says what
 was wrong and what to do, and exit status 2; a diverged run exits with 1 and keeps its last good checkpoint.
 
+`train --resume` takes only the flags typed on its command line as requests (defaults are none): those that a
+resumed run may change (train.RESUMABLE) are applied and reported, a changed data, model, loss or batch setting is
+refused.
+
 `torchrun --nproc-per-node G -m memvir train ...` trains on G processes (docs/distributed.md); rank 0 alone shows
 progress and prints the result.
 """
@@ -15,6 +19,17 @@ import shlex
 import sys
 from pathlib import Path
 
+_UNTYPED = object()
+"""The default of every train option in `build_parser(mark_untyped=True)`: what the user did not type."""
+
+_SETTING_OF_FLAG = {"store_dtype": "memvir_store_dtype"}
+"""Train options (dests) whose TrainConfig setting has another name."""
+
+_LOSS_FLAGS = ("scale", "margin", "alpha")
+"""Train options that together make the setting loss_params."""
+
+_NOT_SETTINGS = {"command", "out", "resume", "overwrite"}
+
 
 def _train_defaults():
     from memvir.train import TrainConfig
@@ -22,7 +37,8 @@ def _train_defaults():
     return TrainConfig()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
+    """The CLI's parser. `mark_untyped`: every train option defaults to _UNTYPED, to tell typed options apart."""
     defaults = _train_defaults()
     parser = argparse.ArgumentParser(prog="python -m memvir", description="MemVir Studio: deep metric learning with "
                                      "memory-based virtual classes (Ko, Gu, Kim; ICCV 2021).")
@@ -82,7 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--compile", action="store_true", default=None, help="torch.compile the network (GPU runs)")
     train.add_argument("--eval-every", type=int, default=None, help="epochs between evaluations")
     train.add_argument("--out", required=True, help="run folder")
-    train.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    train.add_argument("--resume", action="store_true",
+                       help="continue the run in --out from its checkpoint; flags typed with it may change its "
+                       "length, N, M, warm-up, learning rates and where it runs, not its data, model, loss or batch")
+    train.add_argument("--overwrite", action="store_true",
+                       help="write into --out even if it is a non-empty folder that is not a run")
+    if mark_untyped:
+        train.set_defaults(**dict.fromkeys(vars(train.parse_args(["--out", "."])), _UNTYPED))
 
     evaluate = commands.add_parser("eval", help="retrieval metrics of a saved model on a dataset's test classes")
     evaluate.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
@@ -122,9 +144,7 @@ def _train_run(args) -> int:
     from memvir.train import TrainConfig, Trainer, TrainingDiverged
 
     if args.resume:
-        trainer = Trainer.resume(args.out, epochs=args.epochs, device=args.device, num_workers=args.num_workers,
-                                 eval_every=args.eval_every, max_steps=args.max_steps, data_root=args.data_root,
-                                 compile=args.compile)
+        trainer = _resume(args)
     else:
         loss_params = {k: v for k, v in (("scale", args.scale), ("margin", args.margin), ("alpha", args.alpha))
                        if v is not None}
@@ -136,16 +156,14 @@ def _train_run(args) -> int:
             memvir_store_dtype=args.store_dtype, memvir_schedule=args.memvir_schedule, val_classes=args.val_classes,
             memvir_reduction=args.memvir_reduction, loss_scale_after_warmup=args.loss_scale_after_warmup,
             adam_eps=args.adam_eps, freeze_bn=args.freeze_bn, augment=args.augment,
-            epochs=args.epochs or defaults.epochs,
+            epochs=defaults.epochs if args.epochs is None else args.epochs,
             batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
             class_lr=args.class_lr, lr_decay=args.lr_decay, lr_decay_epochs=list(args.lr_decay_epochs),
             lr_decay_rate=args.lr_decay_rate, seed=args.seed, device=args.device or "auto",
             num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None
             else args.eval_every, max_steps=args.max_steps, compile=bool(args.compile),
         )
-        state_file = Path(args.out) / "trainer_state.pt"
-        if state_file.exists():
-            raise ValueError(f"{args.out} already holds a run; add --resume to continue it or choose another --out")
+        _check_new_run_folder(Path(args.out), args.overwrite)
         trainer = Trainer(config, args.out)
         trainer.command = command_line(args.argv, launcher=trainer.world.launch_command())
 
@@ -181,10 +199,78 @@ def _train_run(args) -> int:
         if speaks:
             print(f"interrupted at step {trainer.step}; checkpoint saved. Continue with --resume.", file=sys.stderr)
         return 130
+    except BaseException:
+        bar.close()  # so that the error line which follows starts a line of its own
+        raise
     bar.close()
     if speaks:
         print(json.dumps({"step": trainer.step, **trainer.last_metrics}))
     return 0
+
+
+def _resume(args):
+    """Trainer.resume with the settings typed on the command line; says which changed, or which may not."""
+    from memvir.train import RESUMABLE, ResumeConflict, Trainer
+
+    typed = _typed_options(args.argv) - _NOT_SETTINGS
+    settings = {_SETTING_OF_FLAG.get(dest, dest): getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
+    loss_params = {dest: getattr(args, dest) for dest in sorted(typed & set(_LOSS_FLAGS))}
+    if loss_params:
+        settings["loss_params"] = loss_params
+    try:
+        trainer = Trainer.resume(args.out, **settings)
+    except ResumeConflict as conflict:
+        flags = ", ".join(_flags_of(name) for name in conflict.changes)
+        values = ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in conflict.changes.items())
+        options = set(vars(args))
+        may = ", ".join(_flags_of(name) for name in sorted(RESUMABLE) if _dest_of(name) in options)
+        raise ValueError(
+            f"{flags} cannot change when resuming {args.out} ({values}): its checkpoint holds a model, optimizer and "
+            f"memory made for the run's settings. Leave these flags out, or start a new run with a new --out to "
+            f"train with them. A resume may change {may}."
+        ) from None
+    if trainer.world.is_main:
+        applied = ", ".join(f"{_flags_of(name)} {old} -> {new}" for name, (old, new) in trainer.resume_changes.items())
+        print(f"resuming {args.out} at step {trainer.step}" + (f"; applied {applied}" if applied else ""),
+              file=sys.stderr)
+    return trainer
+
+
+def _typed_options(argv: list[str]) -> set[str]:
+    """The train options (dests) typed in `argv`, whatever their values: a default is not a request."""
+    typed = build_parser(mark_untyped=True).parse_args(argv)
+    return {dest for dest, value in vars(typed).items() if value is not _UNTYPED}
+
+
+def _dest_of(setting: str) -> str:
+    return {value: key for key, value in _SETTING_OF_FLAG.items()}.get(setting, setting)
+
+
+def _flags_of(setting: str) -> str:
+    """The train flag(s) that set a TrainConfig setting, e.g. --batch-size for batch_size."""
+    dests = _LOSS_FLAGS if setting == "loss_params" else (_dest_of(setting),)
+    return "/".join("--" + dest.replace("_", "-") for dest in dests)
+
+
+def _check_new_run_folder(out: Path, overwrite: bool) -> None:
+    """A new run writes config.json, README.md and more into `out`: refuse a folder holding another run, a file,
+    or a non-empty folder that is not a run (unless --overwrite), so that nothing of the user's is replaced."""
+    from memvir.checkpoint import RUN_MARKERS, TRAINER_STATE
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder; choose another --out")
+    if (out / TRAINER_STATE).exists():
+        raise ValueError(f"{out} already holds a run; add --resume to continue it or choose another --out")
+    if overwrite or not out.is_dir() or any((out / marker).exists() for marker in RUN_MARKERS):
+        return
+    names = sorted(entry.name for entry in out.iterdir())
+    if names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise ValueError(
+            f"{out} is not empty ({shown}) and is not a run folder: a run writes config.json, model.safetensors, "
+            "README.md, metrics.jsonl and its state there, replacing files of those names. Choose a new or empty "
+            "--out, or add --overwrite to write into this folder anyway"
+        )
 
 
 def _load_model_and_split(args, split: str):
@@ -253,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except (ValueError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print("error: " + " ".join(str(error).split()), file=sys.stderr)  # one line, however the message was built
         return 2
 
 

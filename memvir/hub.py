@@ -20,6 +20,7 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import validate_repo_id
 
+from memvir.checkpoint import HUB_FILES, METRICS_LOG, MODEL_FILES
 from memvir.models import EmbeddingModel
 
 try:  # the HTTP client huggingface_hub raises from: httpx2 since its 2.0, httpx in 1.x (the lent GPU image's 1.33)
@@ -27,14 +28,8 @@ try:  # the HTTP client huggingface_hub raises from: httpx2 since its 2.0, httpx
 except ImportError:
     import httpx as _http
 
-CHECKPOINT_FILES = ("config.json", "model.safetensors")
-"""What a folder needs to load as an EmbeddingModel."""
-
-HUB_FILES = (*CHECKPOINT_FILES, "README.md")
-"""What a pull fetches and a push must find: the checkpoint and its model card."""
-
-OPTIONAL_PUSH_FILES = ("metrics.jsonl",)
-"""Uploaded beside HUB_FILES when the run folder has them."""
+OPTIONAL_PUSH_FILES = (METRICS_LOG,)
+"""Uploaded beside HUB_FILES (what a pull fetches and a push must find) when the run folder has them."""
 
 DEFAULT_TIMEOUT_S = 2.0
 """Seconds the Hub gets to answer a look-up before `pull` settles for the local cache."""
@@ -118,11 +113,11 @@ def pull(
 
 
 def _checked_checkpoint_folder(folder: Path, described_as: str) -> Path:
-    missing = [name for name in CHECKPOINT_FILES if not (folder / name).is_file()]
+    missing = [name for name in MODEL_FILES if not (folder / name).is_file()]
     if missing:
         raise HubError(
             f"{described_as} is not a checkpoint: {', '.join(missing)} missing. A checkpoint holds "
-            f"{' and '.join(CHECKPOINT_FILES)}, as EmbeddingModel.save_pretrained and `python -m memvir train` write."
+            f"{' and '.join(MODEL_FILES)}, as EmbeddingModel.save_pretrained and `python -m memvir train` write."
         )
     return folder
 

@@ -10,6 +10,12 @@ batch arrives), so a full memory costs no allocation per step: the reference cod
 and can select the wrong steps. Its state travels in ``state_dict()`` so a resumed run continues the curriculum
 where it stopped, unlike the reference, which forgets the memory on resume.
 
+Limits and failures: a ring larger than the memory limit (`max_memory_bytes`, else $MEMVIR_MAX_MEMORY_BYTES, else
+16 GiB) is refused with a `MemoryLimitError` before anything is allocated. A step whose embeddings or class weights
+hold NaN or inf is refused with a `NonFiniteError`: stored, such a step would poison the N(M+1) steps that follow.
+A refused or failed call (a bad input, the allocator saying no) is not a step: the counter and the stored steps stay
+as they were.
+
 Two schedules: "curriculum" (the paper's) adds the virtual sets one by one after the warm-up, s(i) rising as a
 staircase; "all-at-once" (the paper's Fig. 3 ablation) starts storing N(M+1) steps before the warm-up ends, so all N
 sets are in use from the first step after it.
@@ -17,11 +23,23 @@ sets are in use from the first step after it.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
 _STATE_VERSION = 1
 SCHEDULES = ("curriculum", "all-at-once")
+MAX_MEMORY_ENV = "MEMVIR_MAX_MEMORY_BYTES"
+DEFAULT_MAX_MEMORY_BYTES = 16 * 2**30  # room for 520 steps of 11,318 classes at dimension 512 (SOP-sized), float32
+
+
+class MemoryLimitError(ValueError):
+    """N and M whose full memory would take more bytes than the limit; raised before anything is allocated."""
+
+
+class NonFiniteError(ValueError):
+    """A step's embeddings or class weights hold NaN or inf; the step is refused and nothing is stored."""
 
 
 def ring_bytes(num_steps: int, margin: int, batch_size: int, num_classes: int, dim: int,
@@ -32,6 +50,57 @@ def ring_bytes(num_steps: int, margin: int, batch_size: int, num_classes: int, d
     element = torch.empty((), dtype=dtype).element_size()
     per_step = batch_size * dim * element + batch_size * 8 + num_classes * dim * element
     return num_steps * (margin + 1) * per_step
+
+
+def memory_limit(max_memory_bytes: int | None = None) -> int:
+    """The largest ring allowed, in bytes: `max_memory_bytes` when given, else the environment variable
+    MEMVIR_MAX_MEMORY_BYTES, else DEFAULT_MAX_MEMORY_BYTES (16 GiB)."""
+    source = "max_memory_bytes"
+    if max_memory_bytes is None:
+        text = os.environ.get(MAX_MEMORY_ENV, "").strip()
+        if not text:
+            return DEFAULT_MAX_MEMORY_BYTES
+        source = MAX_MEMORY_ENV
+        try:
+            max_memory_bytes = int(text)
+        except ValueError:
+            raise ValueError(f"MemVir: {MAX_MEMORY_ENV} must be a whole number of bytes such as 8589934592, "
+                             f"got {text!r}") from None
+    if isinstance(max_memory_bytes, bool) or not isinstance(max_memory_bytes, int) or max_memory_bytes < 1:
+        raise ValueError(f"MemVir: {source} must be a positive whole number of bytes, got {max_memory_bytes!r}")
+    return max_memory_bytes
+
+
+def check_ring(num_steps: int, margin: int, batch_size: int, num_classes: int, dim: int,
+               dtype: torch.dtype = torch.float32, limit: int | None = None, at_least: bool = False) -> int:
+    """The bytes of a full memory (`ring_bytes`); MemoryLimitError when they pass `limit` (default `memory_limit()`).
+
+    `at_least`: the batch, class count or dimension is not known yet and the figures given are lower bounds."""
+    limit = memory_limit(limit)
+    needed = ring_bytes(num_steps, margin, batch_size, num_classes, dim, dtype)
+    if needed > limit:
+        shape = (f"at least {format_bytes(needed)}, even at batch 1, one class and dimension 1" if at_least else
+                 f"{format_bytes(needed)} ({needed:,} bytes) at batch {batch_size}, {num_classes} classes, "
+                 f"dimension {dim}, {str(dtype).removeprefix('torch.')}")
+        raise MemoryLimitError(
+            f"MemVir: N={num_steps}, M={margin} keep N(M+1) = {num_steps * (margin + 1):,} past steps: {shape}, "
+            f"over the memory limit of {format_bytes(limit)} ({limit:,} bytes). Lower N or M, store the memory in "
+            f"float16/bfloat16, or raise the limit (max_memory_bytes=..., or the {MAX_MEMORY_ENV} environment "
+            "variable, in bytes)"
+        )
+    return needed
+
+
+def format_bytes(count: int) -> str:
+    """`count` bytes in binary units, e.g. 16.0 GiB."""
+    if count < 1024:
+        return f"{count} bytes"
+    value = count / 1024
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} EiB"
 
 
 def _check_count(name: str, value, minimum: int = 0) -> int:
@@ -51,13 +120,16 @@ class MemVir(nn.Module):
             None keeps the dtype of the inputs.
         schedule: "curriculum" (the paper's: one more virtual set every M+1 steps after the warm-up) or
             "all-at-once" (the steps before the warm-up's end are stored, so all N sets arrive together).
+        max_memory_bytes: the largest ring allowed (see `memory_limit`): None reads MEMVIR_MAX_MEMORY_BYTES, else
+            16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams`, and at the first step,
+            once the batch, class count and dimension are known, always before anything is allocated.
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
     """
 
     def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
-                 schedule: str = "curriculum"):
+                 schedule: str = "curriculum", max_memory_bytes: int | None = None):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
@@ -68,9 +140,11 @@ class MemVir(nn.Module):
         self.margin = _check_count("margin (M)", margin)
         self.warmup_steps = _check_count("warmup_steps (U)", warmup_steps)
         self.store_dtype = store_dtype
+        self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.step = 0  # calls made so far; the next call is step `self.step`
         self.num_virtual_sets = 0  # k used by the last call
         self._reset_store()
+        self._check_fits(self.num_steps, self.margin)
 
     # ----------------------------------------------------------------------------------------------- storage
     @property
@@ -99,35 +173,47 @@ class MemVir(nn.Module):
         """Slots of the stored steps, oldest first."""
         return [self._slot(age) for age in range(self._count, 0, -1)]
 
-    def _allocate(self, capacity: int, max_batch: int, like_embeddings: torch.Tensor, like_weights: torch.Tensor):
-        """Fresh zeroed ring of `capacity` slots shaped like one step's embeddings and class weights."""
-        self._embeddings = like_embeddings.new_zeros(capacity, max_batch, like_embeddings.shape[-1])
-        self._labels = torch.zeros(capacity, max_batch, dtype=torch.long, device=like_embeddings.device)
-        self._weights = like_weights.new_zeros(capacity, *like_weights.shape[-2:])
-        self._batch_sizes = [0] * capacity
-        self._head = 0
-        self._count = 0
+    def _check_fits(self, num_steps: int, margin: int, max_batch: int | None = None) -> None:
+        """MemoryLimitError when N(M+1) steps would pass the limit: with the ring's batch, class count and dimension
+        once it exists (or `max_batch` rows for a batch about to arrive), else with lower bounds for them."""
+        if self._embeddings is None:  # the inputs' dtype is not known either: half precision is the least it takes
+            check_ring(num_steps, margin, 1, 1, 1, self.store_dtype or torch.float16, self.max_memory_bytes,
+                       at_least=True)
+            return
+        _, batch, dim = self._embeddings.shape
+        check_ring(num_steps, margin, max(batch, max_batch or 0), self._weights.shape[1], dim, self._weights.dtype,
+                   self.max_memory_bytes)
 
-    def _fill(self, embeddings: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, sizes: list[int]):
-        """Write steps (oldest first) into a freshly allocated ring."""
-        count, width = len(sizes), min(self._embeddings.shape[1], embeddings.shape[1])
-        self._embeddings[:count, :width] = embeddings[:, :width]
-        self._labels[:count, :width] = labels[:, :width]
-        self._weights[:count] = weights
-        self._batch_sizes[:count] = sizes
-        self._count = count
-        self._head = count % len(self._batch_sizes)
+    def _new_ring(self, capacity: int, max_batch: int, like_embeddings: torch.Tensor, like_weights: torch.Tensor):
+        """A zeroed ring (embeddings, labels, class weights) of `capacity` slots shaped like one step's inputs.
+
+        Nothing of the memory changes here, so an allocation that fails leaves it as it was."""
+        return (
+            like_embeddings.new_zeros(capacity, max_batch, like_embeddings.shape[-1]),
+            torch.zeros(capacity, max_batch, dtype=torch.long, device=like_embeddings.device),
+            like_weights.new_zeros(capacity, *like_weights.shape[-2:]),
+        )
+
+    def _install(self, ring: tuple, sizes: list[int]) -> None:
+        """Make `ring`, holding len(sizes) steps oldest first from slot 0, the memory."""
+        self._embeddings, self._labels, self._weights = ring
+        capacity = ring[0].shape[0]
+        self._batch_sizes = sizes + [0] * (capacity - len(sizes))
+        self._count = len(sizes)
+        self._head = self._count % capacity
 
     def _rebuild(self, capacity: int, max_batch: int) -> None:
-        """Re-allocate the ring for a new capacity or batch size, keeping the newest steps that fit."""
+        """Re-allocate the ring for a new capacity or batch size, keeping the newest steps that fit.
+
+        The kept steps are copied straight from the old ring into the new one, so a rebuild holds the two rings at
+        most, and the memory changes only once the new ring is complete."""
         if self._embeddings is None or capacity == 0:
             self._reset_store()
             return
         slots = self._ordered_slots()[-capacity:]
-        sizes = [self._batch_sizes[s] for s in slots]
-        kept = (self._embeddings[slots], self._labels[slots], self._weights[slots])
-        self._allocate(capacity, max_batch, self._embeddings[0, 0], self._weights[0])
-        self._fill(*kept, sizes)
+        ring = self._new_ring(capacity, max_batch, self._embeddings[0, 0], self._weights[0])
+        _copy_steps(ring, (self._embeddings, self._labels, self._weights), slots)
+        self._install(ring, [self._batch_sizes[s] for s in slots])
 
     def _store(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> None:
         capacity = self.capacity
@@ -138,8 +224,11 @@ class MemVir(nn.Module):
             like_embeddings, like_weights = embeddings[0], class_weights
             if self.store_dtype is not None:
                 like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
-            self._allocate(capacity, batch, like_embeddings, like_weights)
+            check_ring(self.num_steps, self.margin, batch, *like_weights.shape, like_weights.dtype,
+                       self.max_memory_bytes)
+            self._install(self._new_ring(capacity, batch, like_embeddings, like_weights), [])
         elif batch > self._embeddings.shape[1]:
+            self._check_fits(self.num_steps, self.margin, max_batch=batch)
             self._rebuild(capacity, batch)
         slot = self._head
         with torch.no_grad():
@@ -151,14 +240,17 @@ class MemVir(nn.Module):
         self._count = min(self._count + 1, capacity)
 
     # ----------------------------------------------------------------------------------------------- the step
-    def _validate(self, embeddings, labels, class_weights) -> None:
+    def _validate(self, embeddings, labels, class_weights, storing: bool) -> None:
+        """ValueError for wrong inputs; when the step is to be `storing`, NonFiniteError for NaN or inf in it."""
         if not _is_float_matrix(embeddings):
             raise ValueError(f"MemVir: embeddings must be a 2-D floating tensor [B, D], got {_describe(embeddings)}")
         if not _is_float_matrix(class_weights):
             raise ValueError(
                 f"MemVir: class_weights must be a 2-D floating tensor [C, D], got {_describe(class_weights)}"
             )
-        integer = isinstance(labels, torch.Tensor) and not (labels.is_floating_point() or labels.is_complex())
+        integer = isinstance(labels, torch.Tensor) and not (
+            labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool  # as the losses refuse
+        )
         if not integer or labels.dim() != 1:
             raise ValueError(f"MemVir: labels must be a 1-D integer tensor [B], got {_describe(labels)}")
         batch, dim = embeddings.shape
@@ -173,11 +265,23 @@ class MemVir(nn.Module):
             )
         if num_classes == 0:
             raise ValueError("MemVir: class_weights has 0 classes")
-        if bool(((labels < 0) | (labels >= num_classes)).any()):
+        checks = [((labels < 0) | (labels >= num_classes)).any()]
+        if storing:
+            checks += [~torch.isfinite(embeddings).all(), ~torch.isfinite(class_weights).all()]
+        labels_out_of_range, *non_finite = torch.stack(checks).tolist()  # one device sync for all the checks
+        if labels_out_of_range:
             low, high = int(labels.min()), int(labels.max())
             raise ValueError(
                 f"MemVir: labels must lie in [0, {num_classes}) for {num_classes} classes, "
                 f"got values in [{low}, {high}]"
+            )
+        if any(non_finite):
+            rows = int((~torch.isfinite(embeddings)).any(1).sum()), int((~torch.isfinite(class_weights)).any(1).sum())
+            raise NonFiniteError(
+                f"MemVir: this step holds NaN or inf ({rows[0]} of {batch} embedding rows, {rows[1]} of {num_classes} "
+                "class-weight rows); it is refused and nothing is stored, so the memory stays clean for later steps. "
+                "The network or the class weights diverged: lower the learning rate or the loss scale, or skip this "
+                "batch"
             )
         if self._embeddings is not None:
             stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
@@ -188,30 +292,27 @@ class MemVir(nn.Module):
                 )
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
-        self._validate(embeddings, labels, class_weights)
-        labels = labels.long()
         step = self.step
-        self.step += 1
-        if step < self._store_from() or self.num_steps == 0:
+        storing = step >= self._store_from() and self.num_steps > 0
+        self._validate(embeddings, labels, class_weights, storing)
+        labels = labels.long()
+        num_sets, out = 0, (embeddings, labels, class_weights)
+        if not storing:
             # Warm-up (or a warm-up raised past the current step): the plain baseline, and an empty memory so the
             # stored steps stay consecutive and the ages j(M+1) stay true.
             if self._count:
                 self._reset_store()
-            self.num_virtual_sets = 0
-            return embeddings, labels, class_weights
-        if self._embeddings is not None and self._embeddings.device != embeddings.device:
-            self.to(embeddings.device)  # e.g. a memory restored on the CPU, resumed on a GPU
-        if step < self.warmup_steps:  # all-at-once: the last steps of the warm-up fill the memory, unused yet
-            self.num_virtual_sets = 0
-            self._store(embeddings, labels, class_weights)
-            return embeddings, labels, class_weights
-        num_sets = min(self.num_steps, self._count // (self.margin + 1))
-        self.num_virtual_sets = num_sets
-        if num_sets:
-            out = self._augment(embeddings, labels, class_weights, num_sets)
         else:
-            out = (embeddings, labels, class_weights)
-        self._store(embeddings, labels, class_weights)
+            if self._embeddings is not None and self._embeddings.device != embeddings.device:
+                self.to(embeddings.device)  # e.g. a memory restored on the CPU, resumed on a GPU
+            if step >= self.warmup_steps:  # else all-at-once: the warm-up's last steps fill the memory, unused yet
+                num_sets = min(self.num_steps, self._count // (self.margin + 1))
+            if num_sets:
+                out = self._augment(embeddings, labels, class_weights, num_sets)
+            self._store(embeddings, labels, class_weights)
+        # counted only now: a call that failed on the way (the allocator refusing the ring, say) was not a step
+        self.step = step + 1
+        self.num_virtual_sets = num_sets
         return out
 
     def _augment(self, embeddings, labels, class_weights, num_sets: int):
@@ -236,9 +337,10 @@ class MemVir(nn.Module):
         new_steps = self.num_steps if num_steps is None else _check_count("num_steps (N)", num_steps)
         new_margin = self.margin if margin is None else _check_count("margin (M)", margin)
         new_warmup = self.warmup_steps if warmup_steps is None else _check_count("warmup_steps (U)", warmup_steps)
+        self._check_fits(new_steps, new_margin)
         new_capacity = new_steps * (new_margin + 1)
         if new_capacity != self.capacity and self._embeddings is not None:
-            self._rebuild(new_capacity, self._embeddings.shape[1])
+            self._rebuild(new_capacity, self._embeddings.shape[1])  # changes nothing if it fails
         self.num_steps, self.margin, self.warmup_steps = new_steps, new_margin, new_warmup
 
     def reset(self) -> None:
@@ -330,26 +432,92 @@ class MemVir(nn.Module):
     def set_extra_state(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError("MemVir: this state_dict was not written by this version of MemVir (unknown 'version')")
-        self.num_steps = _check_count("num_steps (N)", int(state["num_steps"]))
-        self.margin = _check_count("margin (M)", int(state["margin"]))
-        self.warmup_steps = _check_count("warmup_steps (U)", int(state["warmup_steps"]))
-        self.schedule = state.get("schedule", "curriculum")  # states saved before schedules existed
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"MemVir: the state's schedule {self.schedule!r} is not one of {', '.join(SCHEDULES)}")
-        self.step = int(state["step"])
-        self.num_virtual_sets = int(state["num_virtual_sets"])
+        # Everything is checked and the ring rebuilt before any attribute changes: a bad state leaves the memory as
+        # it was.
+        num_steps = _check_count("num_steps (N)", _state_int(state, "num_steps"))
+        margin = _check_count("margin (M)", _state_int(state, "margin"))
+        warmup_steps = _check_count("warmup_steps (U)", _state_int(state, "warmup_steps"))
+        schedule = state.get("schedule", "curriculum")  # states saved before schedules existed
+        if schedule not in SCHEDULES:
+            raise ValueError(f"MemVir: the state's schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+        step, num_virtual_sets = _state_int(state, "step"), _state_int(state, "num_virtual_sets")
+        sizes = state.get("batch_sizes")
+        if not isinstance(sizes, torch.Tensor) or sizes.dim() != 1:
+            raise ValueError("MemVir: the state's batch_sizes is not a 1-D tensor")
+        sizes = [int(size) for size in sizes]
+        ring = None
+        if sizes:
+            stored = _stored_steps(state, len(sizes), num_steps * (margin + 1))
+            _, max_batch, dim = stored[0].shape
+            if not all(1 <= size <= max_batch for size in sizes):
+                raise ValueError(f"MemVir: the state's batch sizes must lie in [1, {max_batch}], got {sizes}")
+            like_embeddings, like_weights = stored[0][0, 0], stored[2][0]
+            if self.store_dtype is not None:
+                like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
+            check_ring(num_steps, margin, max_batch, like_weights.shape[0], dim, like_weights.dtype,
+                       self.max_memory_bytes)
+            ring = self._new_ring(num_steps * (margin + 1), max_batch, like_embeddings, like_weights)
+            _copy_steps(ring, stored, range(len(sizes)))
+        self.num_steps, self.margin, self.warmup_steps, self.schedule = num_steps, margin, warmup_steps, schedule
+        self.step, self.num_virtual_sets = step, num_virtual_sets
         self._reset_store()
-        sizes = [int(s) for s in state["batch_sizes"]]
-        count = len(sizes)
-        if count == 0:
-            return
-        if count > self.capacity:
-            raise ValueError(f"MemVir: the state holds {count} steps but N(M+1) = {self.capacity}")
-        embeddings, labels, weights = state["embeddings"], state["labels"], state["class_weights"]
-        if self.store_dtype is not None:
-            embeddings, weights = embeddings.to(self.store_dtype), weights.to(self.store_dtype)
-        self._allocate(self.capacity, embeddings.shape[1], embeddings[0, 0], weights[0])
-        self._fill(embeddings, labels, weights, sizes)
+        if ring is not None:
+            self._install(ring, sizes)
+
+
+def _state_int(state: dict, key: str) -> int:
+    value = state.get(key)
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"MemVir: the state's {key} must be an integer, got {value!r}")
+    return value
+
+
+def _stored_steps(state: dict, count: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The state's stored steps (embeddings [L, B, D], labels [L, B], class weights [L, C, D]), shapes checked."""
+    if count > capacity:
+        raise ValueError(f"MemVir: the state holds {count} steps but N(M+1) = {capacity}")
+    embeddings, labels, weights = (state.get(key) for key in ("embeddings", "labels", "class_weights"))
+    fits = (
+        isinstance(embeddings, torch.Tensor) and embeddings.is_floating_point() and embeddings.dim() == 3
+        and isinstance(weights, torch.Tensor) and weights.is_floating_point() and weights.dim() == 3
+        and isinstance(labels, torch.Tensor) and labels.dim() == 2 and not labels.is_floating_point()
+        and embeddings.shape[0] == labels.shape[0] == weights.shape[0] == count
+        and labels.shape[1] == embeddings.shape[1] and weights.shape[2] == embeddings.shape[2]
+    )
+    if not fits:
+        described = ", ".join(f"{key} {_describe(value)}" for key, value in
+                              (("embeddings", embeddings), ("labels", labels), ("class_weights", weights)))
+        raise ValueError(
+            f"MemVir: the state's stored steps do not fit together: {count} steps need embeddings [{count}, B, D], "
+            f"labels [{count}, B] and class_weights [{count}, C, D]; got {described}"
+        )
+    return embeddings, labels, weights
+
+
+def _copy_steps(ring: tuple, source: tuple, slots) -> None:
+    """Copy the steps at `slots` of `source` (embeddings, labels, class weights) into the slots 0, 1, ... of `ring`,
+    one slice copy per stretch of consecutive slots: a ring's steps in order are at most two stretches."""
+    width = min(ring[0].shape[1], source[0].shape[1])
+    position = 0
+    for first, length in _stretches(slots):
+        rows, taken = slice(position, position + length), slice(first, first + length)
+        ring[0][rows, :width].copy_(source[0][taken, :width])
+        ring[1][rows, :width].copy_(source[1][taken, :width])
+        ring[2][rows].copy_(source[2][taken])
+        position += length
+
+
+def _stretches(indices) -> list[list[int]]:
+    """[first, length] of each run of consecutive integers in `indices`, in order."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1][1] += 1
+        else:
+            runs.append([index, 1])
+    return runs
 
 
 def _concat(live: torch.Tensor, stored: list[torch.Tensor]) -> torch.Tensor:

@@ -17,10 +17,22 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 import torchvision
-from huggingface_hub import ModelCard, PyTorchModelHubMixin, constants, hf_hub_download
+from huggingface_hub import ModelCard, PyTorchModelHubMixin, hf_hub_download
 from PIL import Image
+from safetensors import SafetensorError
 from torch import nn
 from torchvision.transforms import v2
+
+from memvir import checkpoint
+from memvir.checkpoint import CheckpointError
+from memvir.data.registry import MAX_IMAGE_SIZE
+
+MAX_EMBEDDING_DIM = 65_536
+"""Widest embedding a model may have: far above any metric-learning use (64 to 2048), low enough that a wrong value
+(in a config.json, say) is refused instead of asking the allocator for terabytes."""
+
+MAX_IN_CHANNELS = 256
+"""Most input channels a model may take (1 grayscale, 3 RGB; multispectral images have tens)."""
 
 
 class Backbone(NamedTuple):
@@ -30,12 +42,8 @@ class Backbone(NamedTuple):
     feature_dim: int
 
 
-class PretrainedWeightsUnavailable(RuntimeError):
+class PretrainedWeightsUnavailable(OSError):
     """ImageNet weights were asked for but are neither in the torch hub cache nor downloadable (e.g. offline)."""
-
-
-class CheckpointError(ValueError):
-    """A checkpoint folder or file that does not hold a loadable EmbeddingModel (files missing, keys or shapes off)."""
 
 
 BackboneBuilder = Callable[[int, bool], Backbone]
@@ -326,9 +334,13 @@ class EmbeddingModel(
         pretrained: bool = False,
     ):
         super().__init__()
-        for name, value in (("embedding_dim", embedding_dim), ("in_channels", in_channels), ("image_size", image_size)):
+        for name, value, maximum in (("embedding_dim", embedding_dim, MAX_EMBEDDING_DIM),
+                                     ("in_channels", in_channels, MAX_IN_CHANNELS),
+                                     ("image_size", image_size, MAX_IMAGE_SIZE)):
             if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if value > maximum:  # refused before the layers are built: a typo must not ask for terabytes
+                raise ValueError(f"{name} must be at most {maximum:,}, got {value:,}")
         embedding_dim, in_channels, image_size = int(embedding_dim), int(in_channels), int(image_size)
         mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
         if len(mean) != in_channels or len(std) != in_channels:
@@ -452,9 +464,11 @@ class EmbeddingModel(
         extra = dict(card_extra or {})
         card_kwargs.setdefault("command", extra.pop("command", None))
         card_kwargs.setdefault("extra_rows", [(str(name), _card_cell(value)) for name, value in extra.items()])
-        # The mixin never overwrites an existing README.md; a run folder saved again needs its card refreshed.
-        (Path(save_directory) / "README.md").unlink(missing_ok=True)
-        return super().save_pretrained(save_directory, model_card_kwargs=card_kwargs, **mixin_kwargs)
+        # The mixin unlinks config.json before rewriting it and never overwrites a README.md: written into a fresh
+        # folder and renamed over the old files, a save killed at any moment leaves a folder that loads, and the
+        # card is refreshed.
+        with checkpoint.staged(save_directory) as stage:
+            return super().save_pretrained(stage, model_card_kwargs=card_kwargs, **mixin_kwargs)
 
     def generate_model_card(self, *args, **kwargs) -> ModelCard:
         """The mixin's card, rendered from MODEL_CARD_TEMPLATE with this model's config."""
@@ -475,19 +489,34 @@ class EmbeddingModel(
         """Load from a folder written by `save_pretrained` or from a Hub repo id (the Hub cache when offline).
 
         Keys are checked strictly: a weight missing from the file or one the model does not have is an error.
-        Keyword arguments are the mixin's (revision, cache_dir, local_files_only, token, map_location, ...).
-        For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be reached.
+        Keyword arguments are the mixin's (revision, cache_dir, local_files_only, token, force_download) and its
+        loading options `map_location` (default "cpu") and `strict` (default True here; False loads the keys that
+        match and leaves the others as built). A missing, damaged or mismatched file is a CheckpointError that
+        names it. For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be
+        reached.
         """
         folder = Path(pretrained_model_name_or_path)
         if folder.is_dir():
-            missing = [name for name in (constants.CONFIG_NAME, constants.SAFETENSORS_SINGLE_FILE)
-                       if not (folder / name).is_file()]
+            missing = [name for name in checkpoint.MODEL_FILES if not (folder / name).is_file()]
             if missing:
                 raise CheckpointError(
                     f"{folder} is not an EmbeddingModel checkpoint: {', '.join(missing)} missing. A checkpoint "
                     "folder holds config.json and model.safetensors, as EmbeddingModel.save_pretrained writes them."
                 )
-        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+            config_file = folder / checkpoint.CONFIG_FILE
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise CheckpointError(f"{config_file} is not valid JSON ({error}): it is damaged; save the model "
+                                      "again") from error
+            if not isinstance(config, dict):
+                raise CheckpointError(f"{config_file} holds a JSON {type(config).__name__}, not the object of "
+                                      "settings save_pretrained writes: it is damaged; save the model again")
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except json.JSONDecodeError as error:  # the config.json of a repo id, read by the mixin
+            raise CheckpointError(f"the config.json of {pretrained_model_name_or_path} is not valid JSON ({error}); "
+                                  "pull it again") from error
 
     @classmethod
     def _from_pretrained(
@@ -500,23 +529,29 @@ class EmbeddingModel(
         local_files_only: bool,
         token: str | bool | None,
         map_location: str = "cpu",
+        strict: bool = True,
         **model_kwargs,
     ) -> "EmbeddingModel":
-        """Build from the config with pretrained=False, then load model.safetensors with strict key checking.
+        """Build from the config with pretrained=False, then load model.safetensors (key checking as `strict`).
 
         The checkpoint overwrites every weight, so fetching ImageNet weights first would only cost a download (or
         fail offline). The config keeps the saved `pretrained` value, so a re-saved card stays truthful.
         Only safetensors are read: the mixin's pytorch_model.bin fallback is deliberately not offered.
         """
         saved_pretrained = bool(model_kwargs.get("pretrained", False))
-        model = cls(**{**model_kwargs, "pretrained": False})
+        try:
+            model = cls(**{**model_kwargs, "pretrained": False})
+        except (TypeError, ValueError) as error:  # bounds and types are checked before anything is allocated
+            raise CheckpointError(
+                f"the config.json of {model_id} (with the keyword arguments given) describes no valid model: {error}"
+            ) from error
         model._hub_mixin_config["pretrained"] = saved_pretrained
         if os.path.isdir(model_id):
-            weights_file = os.path.join(model_id, constants.SAFETENSORS_SINGLE_FILE)
+            weights_file = os.path.join(model_id, checkpoint.WEIGHTS_FILE)
         else:
             weights_file = hf_hub_download(
                 repo_id=model_id,
-                filename=constants.SAFETENSORS_SINGLE_FILE,
+                filename=checkpoint.WEIGHTS_FILE,
                 revision=revision,
                 cache_dir=cache_dir,
                 force_download=force_download,
@@ -524,7 +559,12 @@ class EmbeddingModel(
                 local_files_only=local_files_only,
             )
         try:
-            return cls._load_as_safetensor(model, weights_file, map_location, strict=True)
+            return cls._load_as_safetensor(model, weights_file, map_location, strict=strict)
+        except SafetensorError as error:  # truncated, random bytes, an absurd header length...
+            raise CheckpointError(
+                f"{weights_file} is not a readable safetensors file ({error}): it is truncated or damaged. Save the "
+                "model again, or pull it again from the Hub."
+            ) from error
         except RuntimeError as error:  # torch and safetensors report missing, unexpected or mis-shaped keys so
             raise CheckpointError(
                 f"{weights_file} does not fit the model its config.json describes "

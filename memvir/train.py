@@ -23,6 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ from memvir.data.transforms import sample_seed
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import LOSSES, build_loss
-from memvir.memory import SCHEDULES, MemVir
+from memvir.memory import SCHEDULES, MemVir, NonFiniteError, check_ring
 from memvir.spread import class_weight_spread, virtual_spread
 
 _STATE_FORMAT = 1
@@ -46,6 +47,15 @@ _LR_DECAYS = ("none", "cosine", "step")
 # all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
 # weight it has without MemVir.
 REDUCTIONS = ("official", "balanced")
+_MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed + 1, which torch takes as an int64
+_MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
+_STATE_KEYS = ("config", "step", "model", "class_weights", "optimizer", "memvir", "loss", "rng", "history",
+               "last_metrics")
+_LIVE_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "lr", "class_lr")  # what `Trainer.update` changes
+RESUMABLE = frozenset({*_LIVE_SETTINGS, "epochs", "max_steps", "device", "num_workers", "eval_every", "log_every",
+                       "snapshot_every", "checkpoint_every", "data_root", "eval_at_start", "compile"})
+"""Settings a resumed run may change: its length, the live hyper-parameters, and where and how it runs. The others
+(data, model, loss, batch, sampler, seed, reduction...) made the model, optimizer and memory its checkpoint holds."""
 
 
 @dataclass
@@ -113,16 +123,21 @@ class TrainConfig:
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                  f"{name} must be an integer >= 1, got {value!r}")
+        need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
         need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
              f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
-        need(isinstance(self.warmup_epochs, int | float) and self.warmup_epochs >= 0,
-             f"warmup_epochs must be a number >= 0, got {self.warmup_epochs!r}")
+        need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
+             f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
         for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
             value = getattr(self, name)
-            need(isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-                 and value > 0, f"{name} must be > 0 and finite, got {value!r}")
-        need(isinstance(self.weight_decay, int | float) and self.weight_decay >= 0,
-             f"weight_decay must be >= 0, got {self.weight_decay!r}")
+            need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
+                 f"{name} must be > 0 and finite, got {value!r}")
+        need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
+             f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
+        from memvir.models import MAX_EMBEDDING_DIM
+
+        need(self.embedding_dim <= MAX_EMBEDDING_DIM,
+             f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
         need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
         need(self.memvir_store_dtype in _STORE_DTYPES,
              f"memvir_store_dtype must be one of {', '.join(_STORE_DTYPES)}, got {self.memvir_store_dtype!r}")
@@ -249,7 +264,15 @@ def _batch_norms(model: nn.Module) -> list[nn.Module]:
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+    """The loss, the embeddings or the class weights became NaN or infinite; the last good checkpoint is kept."""
+
+
+class ResumeConflict(ValueError):
+    """A resume was asked to change settings outside RESUMABLE; `changes` holds them as {setting: (old, new)}."""
+
+    def __init__(self, message: str, changes: dict):
+        super().__init__(message)
+        self.changes = changes
 
 
 class Trainer:
@@ -301,6 +324,7 @@ class Trainer:
         self.total_steps = config.epochs * self.steps_per_epoch
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
+        self._check_memory(config)
 
         self.model = EmbeddingModel(
             backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
@@ -331,27 +355,55 @@ class Trainer:
         self._probe = self._choose_probe()
         self._speed = None
         self.command: str | None = None  # the command line that started the run, for the model card
+        self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
         self._epoch_batches = _EpochBatches()
         self._loader = self._train_loader()
 
     # -------------------------------------------------------------------------------------- construction helpers
     @classmethod
     def resume(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
-        """Continue the run in `out_dir` from its checkpoint: same config (some settings, e.g. epochs or device,
-        may be overridden), same model, optimizer, MemVir memory and step."""
+        """Continue the run in `out_dir` from its checkpoint: same config, model, optimizer, MemVir memory and step.
+
+        `overrides` (None: keep) may change the settings in RESUMABLE. N, M, the warm-up and the learning rates
+        apply as a live change does (`update`): checked, recorded in the history, the memory resized. A value equal
+        to the run's is no change; changing any other setting is a ResumeConflict. `resume_changes` of the trainer
+        returned lists what changed, as {setting: (old, new)}.
+        """
         out_dir = Path(out_dir)
-        state = checkpoint.load_state(out_dir / checkpoint.TRAINER_STATE)
-        if state.get("format") != _STATE_FORMAT:
-            raise checkpoint.CheckpointError(f"{out_dir / checkpoint.TRAINER_STATE} was written by another version")
-        values = dict(state["config"])
-        allowed = {"epochs", "device", "num_workers", "eval_every", "log_every", "snapshot_every",
-                   "checkpoint_every", "max_steps", "data_root", "eval_at_start", "compile"}
-        bad = sorted(set(overrides) - allowed)
-        if bad:
-            raise ValueError(f"cannot change {', '.join(bad)} when resuming; start a new run instead")
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        trainer = cls(TrainConfig.from_dict(values), out_dir, listeners)
-        trainer._load_state(state)
+        path = out_dir / checkpoint.TRAINER_STATE
+        state = checkpoint.load_state(path)
+        stored = _stored_config(state, path)
+        known = stored.to_dict()
+        changes = {}
+        for name, value in overrides.items():
+            if name not in known:
+                raise ValueError(f"TrainConfig: unknown setting {name}")
+            old = known[name]
+            new = {**old, **value} if name == "loss_params" and isinstance(value, dict) else value
+            if value is not None and new != old:
+                changes[name] = (old, new)
+        refused = sorted(set(changes) - RESUMABLE)
+        if refused:
+            described = ", ".join(f"{name} ({changes[name][0]!r} -> {changes[name][1]!r})" for name in refused)
+            raise ResumeConflict(
+                f"cannot change {described} when resuming {out_dir}: its checkpoint holds a model, optimizer and "
+                "memory made for the run's settings. Start a new run in a new folder to train with other settings",
+                {name: changes[name] for name in refused},
+            )
+        live = {name: new for name, (_, new) in changes.items() if name in _LIVE_SETTINGS}
+        values = {name: new for name, (_, new) in changes.items() if name not in live}
+        trainer = cls(TrainConfig.from_dict({**stored.to_dict(), **values}), out_dir, listeners)
+        try:
+            trainer._load_state(state)
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise checkpoint.CheckpointError(
+                f"{path} does not fit the run it describes ({error}): it is damaged or was edited. The model files "
+                "beside it may still load (memvir eval); to train on, start a new run in a new folder"
+            ) from error
+        if live:
+            trainer._check_changes(live)
+            trainer._apply_changes(live)
+        trainer.resume_changes = changes
         return trainer
 
     def _training_network(self) -> nn.Module:
@@ -408,10 +460,20 @@ class Trainer:
         """Ask for new N, M, warm-up (epochs) or learning rates; checked now, applied before the next step."""
         changes = {k: v for k, v in dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs, lr=lr,
                                          class_lr=class_lr).items() if v is not None}
+        with self._lock:
+            self._check_changes({**self._pending, **changes})
+            self._pending.update(changes)
+
+    def _check_changes(self, changes: dict) -> None:
+        """Validate the config that `changes` would make, its memory against the limit included, before any applies."""
         candidate = TrainConfig.from_dict({**self.config.to_dict(), **changes})
         candidate.validate()
-        with self._lock:
-            self._pending.update(changes)
+        self._check_memory(candidate)
+
+    def _check_memory(self, config: TrainConfig) -> None:
+        """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
+        check_ring(config.memvir_n, config.memvir_m, config.batch_size, self.data.info.num_train_classes,
+                   config.embedding_dim, _STORE_DTYPES[config.memvir_store_dtype] or torch.float32)
 
     def stop(self) -> None:
         """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""
@@ -468,6 +530,7 @@ class Trainer:
         'finished' or 'stopped'. Raises TrainingDiverged on a NaN/inf loss (after emitting 'failed')."""
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint.remove_stale_temporaries(self.out_dir)  # what a process killed mid-checkpoint left
             checkpoint.save_text(self.config.to_json(), self.out_dir / checkpoint.TRAIN_CONFIG)
             checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
         self.state = "running"
@@ -531,7 +594,10 @@ class Trainer:
         embeddings = self.world.gather_with_grad(embeddings.float())
         labels = self.world.gather(labels)
         after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
-        all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
+        try:
+            all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
+        except NonFiniteError:  # refused, so the memory stays clean
+            self._diverge(f"the embeddings or class weights became NaN or infinite at step {self.step + 1}")
         if self.config.memvir_reduction == "balanced":
             loss = self.loss_fn(all_embeddings, all_labels, all_weights, classes_per_set=self.class_weights.shape[0])
         else:  # the plain three-argument call of the loss contract
@@ -540,11 +606,7 @@ class Trainer:
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
             loss_value, cosine_value = torch.stack([loss.detach(), target_cosine.mean()]).tolist()
         if not math.isfinite(loss_value):
-            message = (f"the loss became {loss_value} at step {self.step + 1}; the run stopped and the last good "
-                       "checkpoint is kept. Try a lower learning rate or a smaller loss scale.")
-            self.state = "failed"
-            self._emit(StatusEvent("failed", self.step, message))
-            raise TrainingDiverged(message)
+            self._diverge(f"the loss became {loss_value} at step {self.step + 1}")
         if after_warmup and self.config.loss_scale_after_warmup != 1.0:
             loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
@@ -580,6 +642,13 @@ class Trainer:
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
             self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
+
+    def _diverge(self, what: str) -> NoReturn:
+        message = (f"{what}; the run stopped and the last good checkpoint is kept. Try a lower learning rate or a "
+                   "smaller loss scale.")
+        self.state = "failed"
+        self._emit(StatusEvent("failed", self.step, message))
+        raise TrainingDiverged(message)
 
     # -------------------------------------------------------------------------------------- views of the model
     def evaluate(self) -> dict:
@@ -644,16 +713,17 @@ class Trainer:
         self.last_metrics = dict(state["last_metrics"])
 
     def save_checkpoint(self) -> Path | None:
-        """Write the trainer state (atomically) and the Hub files of the current model into the run folder."""
+        """Write the trainer state and the Hub files of the current model into the run folder, as one set: a kill at
+        any moment leaves the folder loadable (`checkpoint.staged`)."""
         if self.out_dir is None:
             return None
-        path = self.out_dir / checkpoint.TRAINER_STATE
-        checkpoint.save_state(self.state_dict(), path)
-        self.model.save_pretrained(self.out_dir, metrics=self.last_metrics or None,
-                                   card_extra={"command": self.command, "MemVir": self._memvir_summary(),
-                                               "train_config": self.config.to_dict(),
-                                               "step": self.step})
-        return path
+        with checkpoint.staged(self.out_dir) as stage:
+            checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None,
+                                       card_extra={"command": self.command, "MemVir": self._memvir_summary(),
+                                                   "train_config": self.config.to_dict(),
+                                                   "step": self.step})
+        return self.out_dir / checkpoint.TRAINER_STATE
 
     def _memvir_summary(self) -> str:
         config = self.config
@@ -675,3 +745,22 @@ class Trainer:
         self.state = state
         self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
         return state
+
+
+def _stored_config(state, path: Path) -> TrainConfig:
+    """The config a trainer state holds, after checking the state has every part a resume reads."""
+    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+        raise checkpoint.CheckpointError(f"{path} was written by another version")
+    missing = [key for key in _STATE_KEYS if key not in state]
+    if missing:
+        raise checkpoint.CheckpointError(
+            f"{path} lacks {', '.join(missing)}: it is damaged or was not written by a memvir Trainer. The model "
+            "files beside it may still load (memvir eval); to train on, start a new run in a new folder"
+        )
+    try:
+        if not isinstance(state["config"], dict):
+            raise TypeError(f"a {type(state['config']).__name__}, not a dict")
+        return TrainConfig.from_dict(state["config"])
+    except (TypeError, ValueError) as error:
+        raise checkpoint.CheckpointError(f"{path} holds no valid run config ({error}): it is damaged or was edited; "
+                                         "start a new run in a new folder") from error

@@ -1,12 +1,13 @@
 """The on-disk cache for rendered data: `$MEMVIR_CACHE` or `~/.cache/memvir`, written atomically as .npz files."""
 
 import os
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
 
 import numpy as np
+
+from memvir.checkpoint import atomic_write
 
 
 def cache_dir() -> Path:
@@ -17,20 +18,10 @@ def cache_dir() -> Path:
 
 
 def save_arrays(path: Path, **arrays: np.ndarray) -> None:
-    """Write `arrays` to the compressed .npz file `path` so that readers never see a half-written file.
-
-    The data goes to a temporary file in the same folder first and is then renamed over `path` (an atomic step on
-    one file system), so two processes filling the cache at once each leave a complete file.
-    """
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez_compressed(file, **arrays)  # glyph renders are mostly background: about 11x smaller
-        os.chmod(temporary, 0o644)  # mkstemp creates it private; a cache is as readable as any file the user writes
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write `arrays` to the compressed .npz file `path` so that readers never see a half-written file: two
+    processes filling the cache at once each leave a complete file (`memvir.checkpoint.atomic_write`)."""
+    # glyph renders are mostly background: compressed, about 11x smaller
+    atomic_write(path, lambda handle: np.savez_compressed(handle, **arrays))
 
 
 def load_arrays(path: Path, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
