@@ -68,6 +68,20 @@ def reference_metrics(embeddings, labels, ks):
     return expected
 
 
+def reference_nmi(labels_true, labels_pred):
+    """NMI from the contingency table, one pair of labels at a time: MI / ((H(true) + H(pred)) / 2)."""
+    n = len(labels_true)
+    pairs, true_sizes, pred_sizes = {}, {}, {}
+    for true, pred in zip(labels_true, labels_pred, strict=True):
+        pairs[true, pred] = pairs.get((true, pred), 0) + 1
+        true_sizes[true] = true_sizes.get(true, 0) + 1
+        pred_sizes[pred] = pred_sizes.get(pred, 0) + 1
+    mutual_info = sum(c / n * math.log(n * c / (true_sizes[t] * pred_sizes[p])) for (t, p), c in pairs.items())
+    entropy_true = -sum(c / n * math.log(c / n) for c in true_sizes.values())
+    entropy_pred = -sum(c / n * math.log(c / n) for c in pred_sizes.values())
+    return mutual_info / ((entropy_true + entropy_pred) / 2)
+
+
 def clustered_data(seed=0, class_sizes=(6, 5, 4, 3, 2, 7, 1, 1, 1), dim=12, spread=0.8, duplicates=5):
     """Noisy class clusters (so the metrics land mid-range), singleton classes, and exact duplicate rows."""
     rng = np.random.default_rng(seed)
@@ -263,8 +277,11 @@ def test_metrics_on_device_match_brute_force(device):
     assert_metrics_equal(retrieval_metrics(on_device, torch.from_numpy(labels).to(device)), expected)
 
 
-def test_importing_metrics_does_not_import_faiss():
-    code = "import sys, memvir.metrics, memvir.index; assert 'faiss' not in sys.modules, 'faiss imported'"
+def test_importing_metrics_imports_neither_faiss_nor_scikit_learn():
+    code = (
+        "import sys, memvir.metrics, memvir.index; assert 'faiss' not in sys.modules, 'faiss imported'; "
+        "assert 'sklearn' not in sys.modules, 'sklearn imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -321,10 +338,27 @@ def test_nmi_leaves_singletons_out_and_is_a_fraction(backend):
     assert "nmi" not in retrieval_metrics(embeddings, labels, backend=backend)
 
 
-def test_torch_kmeans_chunking_does_not_change_the_clusters():
-    embeddings, labels = clustered_data(13, class_sizes=(8,) * 6, dim=6, spread=1.0)
-    unchunked = retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, backend="torch")["nmi"]
-    assert retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, backend="torch", chunk_size=5)["nmi"] == unchunked
+def test_nmi_scores_scikit_learn_k_means_of_the_queries():
+    # The k-means is scikit-learn's, run on the normalised queries (singletons left out) with as many clusters as
+    # classes and the given seed; NMI is then checked against the hand-computed definition above.
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    embeddings, labels = clustered_data(13, class_sizes=(8,) * 6 + (1, 1), dim=6, spread=1.0)
+    queries = np.isin(labels, np.flatnonzero(np.bincount(labels) > 1))
+    unit = embeddings[queries] / np.linalg.norm(embeddings[queries], axis=1, keepdims=True)
+    clusters = sklearn_cluster.KMeans(n_clusters=6, init="k-means++", n_init=1, random_state=3).fit_predict(unit)
+    expected = reference_nmi(labels[queries], clusters)
+    assert retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, seed=3)["nmi"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_nmi_without_scikit_learn_says_what_is_needed(monkeypatch):
+    embeddings, labels = clustered_data(16)
+    for module in ("sklearn", "sklearn.cluster", "sklearn.metrics"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes the import raise ImportError
+    assert "nmi" not in retrieval_metrics(embeddings, labels)  # the metrics without NMI need no scikit-learn
+    with pytest.raises(ImportError, match="NMI needs the scikit-learn package"):
+        retrieval_metrics(embeddings, labels, nmi=True)
+    with pytest.raises(ImportError, match="NMI needs the scikit-learn package"):
+        normalized_mutual_info([0, 1], [0, 1])
 
 
 def test_nmi_errors():
