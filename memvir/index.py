@@ -1,8 +1,9 @@
 """GalleryIndex: the embeddings of a gallery, searchable by cosine similarity, with labels and item names beside.
 
-The vectors live L2-normalised in an exact faiss inner-product index (``IndexFlatIP``); where faiss is not
-installed they live in a float32 array searched by the chunked torch search. Either way every search goes through
-``memvir.metrics.knn_search``, so the app's results and the metrics agree.
+The vectors live L2-normalised in an exact faiss inner-product index (``IndexFlatIP``) or in a float32 array
+searched by the chunked torch search, whichever ``memvir.metrics.search_backend`` finds faster on the machine (an
+array where faiss is not installed). Either way the search is ``memvir.metrics``' own, so the app's results and
+the metrics agree.
 
 On disk a saved index is a folder: the vectors (``index.faiss`` written by ``faiss.write_index``, or
 ``vectors.npy`` when saved without faiss) and ``gallery.json`` (size, dimension, labels, items). Nothing is pickled.
@@ -15,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from memvir.metrics import knn_search, l2_normalized, search_backend
+from memvir.metrics import flat_inner_product_index, l2_normalized, search_backend, search_unit_gallery
 
 SIDECAR_FILE = "gallery.json"
 FAISS_VECTORS_FILE = "index.faiss"
@@ -72,7 +73,8 @@ class GalleryIndex:
         """Index ``embeddings`` [N, D] (tensor on any device, any float dtype, or array); they are L2-normalised.
 
         labels: optional [N] integers or strings. items: optional N strings (ids, file paths). backend: "auto"
-        (faiss when installed), "faiss", or "torch" (a plain array searched by the torch search).
+        (the faster search on this machine, see ``memvir.metrics.search_backend``), "faiss", or "torch" (a plain
+        array searched by the torch search).
         """
         vectors = l2_normalized(embeddings, "embeddings").cpu().numpy()
         size = vectors.shape[0]
@@ -106,7 +108,9 @@ class GalleryIndex:
         queries = queries.detach() if isinstance(queries, torch.Tensor) else np.asarray(queries)
         if queries.ndim == 1:
             queries = queries[None]
-        return knn_search(queries, self._vectors, k)
+        if self.uses_faiss:
+            return search_unit_gallery(queries, self._vectors, k, backend="faiss")
+        return search_unit_gallery(queries, torch.from_numpy(self._vectors), k, backend="torch")
 
     def search(self, queries, k):
         """The k nearest items of each query as ``SearchHit`` lists, best first (one list per query row).
@@ -187,13 +191,7 @@ class GalleryIndex:
 
 def _vector_store(unit_vectors, backend):
     """Where normalised float32 vectors [N, D] live: a faiss flat inner-product index, or the array itself."""
-    if search_backend(backend) == "faiss":
-        import faiss
-
-        index = faiss.IndexFlatIP(unit_vectors.shape[1])
-        index.add(np.ascontiguousarray(unit_vectors))
-        return index
-    return unit_vectors
+    return flat_inner_product_index(unit_vectors) if search_backend(backend) == "faiss" else unit_vectors
 
 
 def _read_sidecar(directory):

@@ -3,25 +3,45 @@
 Definitions follow PAPER.md "Evaluation" (MLRC: Musgrave et al., "A Metric Learning Reality Check", ECCV 2020).
 Similarity is cosine: every vector is L2-normalised here, whatever the caller passed.
 
-Search runs on faiss (exact ``IndexFlatIP``, CPU) when faiss is importable, else on a chunked exact torch search
-(query chunks x all items, then top-k), which is also the search for embeddings that live on a GPU. Neither path
-ever builds an N x N similarity matrix.
+The search is exact (every similarity is computed) and has two backends that return the same neighbours: faiss's
+flat inner-product index (``IndexFlatIP``, CPU) and a chunked torch matmul + top-k, which is also the search for
+embeddings that live on a GPU. Neither ever builds an N x N similarity matrix. Which backend is faster on a CPU
+depends on the BLAS each one links (the faiss wheel bundles its own), and either can be several times faster than
+the other, so "auto" times both once per process and keeps the faster (``search_backend``).
 
 faiss and scikit-learn are imported inside the functions that use them: the training path imports this module on
 machines that have neither (a GPU training image, for one).
 """
 
+import logging
+import threading
+import time
+
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 BACKENDS = ("auto", "faiss", "torch")
 
-# Similarities held at once by the torch search (queries per chunk x gallery size): 2**25 float32 values are
-# 128 MiB, which keeps a 100,000-item search well inside a small machine's memory.
-_CHUNK_ELEMENTS = 2**25
+# Similarities held at once by the torch search (queries per chunk x gallery size): 2**24 float32 values are
+# 64 MiB, which keeps a 100,000-item search well inside a small machine's memory; larger blocks are no faster.
+_CHUNK_ELEMENTS = 2**24
 # Neighbour labels turned into metric sums at once: bounds the temporaries of the cumulative precision.
 _METRIC_BLOCK_ELEMENTS = 2**22
+
+# The search "auto" times on each backend to choose between them: a few hundred queries against a gallery many
+# times larger, the shape where the two differ most (faiss's flat search takes the gallery in blocks of 1,024 rows
+# and pays a BLAS call and a heap update per block), and the shape of a gallery search. Large enough that faiss
+# runs its BLAS path (it does above 20 queries), small enough to cost a fraction of a second even where one backend
+# is slow. The fastest of a few runs counts, so a busy machine's pauses do not.
+_PROBE_QUERIES = 512
+_PROBE_GALLERY = 8192
+_PROBE_DIM = 128
+_PROBE_K = 10
+_PROBE_RUNS = 2
+
+_logger = logging.getLogger(__name__)
+_measured_cpu_backend = None  # "faiss" or "torch" once timed; one measurement serves the whole process
+_measure_lock = threading.Lock()  # the app builds indexes from several threads: measure once, not once each
 
 
 def _import_faiss():
@@ -34,10 +54,12 @@ def _import_faiss():
 
 
 def search_backend(backend="auto", device="cpu"):
-    """The search that ``knn_search`` and ``retrieval_metrics`` use for vectors on ``device``: "faiss" or "torch".
+    """The search that ``knn_search``, ``retrieval_metrics`` and ``GalleryIndex`` use for vectors on ``device``.
 
-    "auto" picks faiss for CPU vectors when faiss is installed and torch otherwise (GPU vectors stay on their
-    device). "faiss" fails with ImportError when faiss is not installed; "torch" is always available.
+    Returns "faiss" or "torch". "auto" is torch for vectors on a GPU (searched where they are) or without faiss
+    installed; on the CPU with faiss installed it is whichever searched faster in a small timed search run once per
+    process (the choice is logged at INFO level). "faiss" and "torch" are used as given; "faiss" fails with
+    ImportError when faiss is not installed.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
@@ -48,7 +70,57 @@ def search_backend(backend="auto", device="cpu"):
         if not faiss_installed:
             raise ImportError("backend='faiss' needs the faiss-cpu package; install it or pass backend='torch'")
         return "faiss"
-    return "faiss" if faiss_installed and torch.device(device).type == "cpu" else "torch"
+    if not faiss_installed or torch.device(device).type != "cpu":
+        return "torch"
+    return _faster_cpu_backend()
+
+
+def _faster_cpu_backend():
+    """The CPU backend that searched faster, measured on the first call and remembered for the process."""
+    global _measured_cpu_backend
+    with _measure_lock:
+        if _measured_cpu_backend is None:
+            faiss_seconds, torch_seconds = _time_probe_searches()
+            _measured_cpu_backend = "faiss" if faiss_seconds < torch_seconds else "torch"
+            _logger.info(
+                "exact search backend: %s (timed %d x %d x %d, top-%d: faiss %.1f ms, torch %.1f ms, %d torch threads)",
+                _measured_cpu_backend,
+                _PROBE_QUERIES,
+                _PROBE_GALLERY,
+                _PROBE_DIM,
+                _PROBE_K,
+                faiss_seconds * 1e3,
+                torch_seconds * 1e3,
+                torch.get_num_threads(),
+            )
+        return _measured_cpu_backend
+
+
+def _time_probe_searches():
+    """(faiss seconds, torch seconds): the fastest of up to ``_PROBE_RUNS`` runs of one random search on each backend.
+
+    The runs alternate between the backends, so a pause of the machine hits both alike. Each backend first
+    searches a few queries untimed: its first call starts thread pools and touches code, which a real search
+    pays once per process, not per call.
+    """
+    generator = torch.Generator().manual_seed(0)
+    gallery = torch.nn.functional.normalize(torch.randn(_PROBE_GALLERY, _PROBE_DIM, generator=generator), dim=1)
+    queries = torch.nn.functional.normalize(torch.randn(_PROBE_QUERIES, _PROBE_DIM, generator=generator), dim=1)
+    searches = {
+        "faiss": lambda rows: _faiss_search(flat_inner_product_index(gallery), rows.numpy(), _PROBE_K, None),
+        "torch": lambda rows: _torch_search(rows, gallery, _PROBE_K, None, None),
+    }
+    for search in searches.values():
+        search(queries[:64])
+    fastest = dict.fromkeys(searches, float("inf"))
+    for _ in range(_PROBE_RUNS):
+        for name, search in searches.items():
+            start = time.perf_counter()
+            search(queries)
+            fastest[name] = min(fastest[name], time.perf_counter() - start)
+        if max(fastest.values()) > 2 * min(fastest.values()):
+            break  # a margin this wide is no pause of the machine: another run would not change the choice
+    return fastest["faiss"], fastest["torch"]
 
 
 def l2_normalized(vectors, name="embeddings"):
@@ -65,13 +137,28 @@ def l2_normalized(vectors, name="embeddings"):
     if tensor.shape[1] == 0:
         raise ValueError(f"no dimensions in {name} (shape {tuple(tensor.shape)}); pass [N, D] vectors with D >= 1")
     tensor = tensor.to(torch.float32)
-    bad_rows = int((~torch.isfinite(tensor)).any(dim=1).sum())
-    if bad_rows:
-        raise ValueError(
-            f"NaN or inf in {bad_rows} of {tensor.shape[0]} rows of {name}; check the model output "
-            "(a diverged loss or a float16 overflow) before searching"
-        )
-    return F.normalize(tensor, dim=1)
+    norms = torch.linalg.vector_norm(tensor, dim=1, keepdim=True)
+    # A NaN or inf makes its row's norm non-finite, so the norms (needed anyway) find bad rows without a pass of
+    # their own; a row of huge finite values overflows its norm too, hence the element-wise count before raising.
+    if not bool(torch.isfinite(norms).all()):
+        bad_rows = int((~torch.isfinite(tensor)).any(dim=1).sum())
+        if bad_rows:
+            raise ValueError(
+                f"NaN or inf in {bad_rows} of {tensor.shape[0]} rows of {name}; check the model output "
+                "(a diverged loss or a float16 overflow) before searching"
+            )
+    return tensor / norms.clamp_min(1e-12)  # what F.normalize computes, with the norms already at hand
+
+
+def flat_inner_product_index(unit_vectors):
+    """An exact faiss inner-product index (``IndexFlatIP``) holding ``unit_vectors`` ([N, D] float32 tensor or
+    array, already L2-normalised): the one place such an index is built, for the search here and ``GalleryIndex``."""
+    import faiss
+
+    array = unit_vectors.cpu().numpy() if isinstance(unit_vectors, torch.Tensor) else unit_vectors
+    index = faiss.IndexFlatIP(array.shape[1])
+    index.add(np.ascontiguousarray(array, dtype=np.float32))
+    return index
 
 
 def _check_k(k, largest, what):
@@ -82,6 +169,11 @@ def _check_k(k, largest, what):
     return int(k)
 
 
+def _is_faiss_index(gallery):
+    faiss = _import_faiss()
+    return faiss is not None and isinstance(gallery, faiss.Index)
+
+
 def knn_search(queries, gallery, k, exclude_self=False, backend="auto", chunk_size=None):
     """The ``k`` most cosine-similar gallery items of every query, best first.
 
@@ -89,18 +181,28 @@ def knn_search(queries, gallery, k, exclude_self=False, backend="auto", chunk_si
     index that already holds L2-normalised vectors (what ``GalleryIndex`` keeps); queries and array galleries are
     L2-normalised here. exclude_self: query i is gallery item i (Nq == Ng) and is left out of its own result BY
     INDEX, so an exact duplicate of the query is still found. backend: "auto" | "faiss" | "torch" (see
-    ``search_backend``); chunk_size: queries per torch matmul (default: about 128 MiB of similarities).
+    ``search_backend``; "auto" searches a faiss index in faiss); chunk_size: queries per torch matmul (default:
+    about 64 MiB of similarities).
 
     Returns (scores [Nq, k] float32, indices [Nq, k] int64) numpy arrays. Ties: each row is ordered by score, then
     by lower gallery index. The torch search also breaks ties at the k-th place by lower index; faiss may keep a
-    different one of several exactly tied items there.
+    different one of several exactly tied items there. An approximate faiss index (IVF, HNSW) may find fewer than
+    k items for a query: the missing places hold index -1 and the lowest float32 score, last in the row.
     """
-    query_vectors = l2_normalized(queries, "queries")
-    faiss = _import_faiss()
-    if faiss is not None and isinstance(gallery, faiss.Index):
-        gallery_size, gallery_dim = gallery.ntotal, gallery.d
-    else:
+    if not _is_faiss_index(gallery):
         gallery = l2_normalized(gallery, "gallery")
+    return search_unit_gallery(queries, gallery, k, exclude_self, backend, chunk_size)
+
+
+def search_unit_gallery(queries, gallery, k, exclude_self=False, backend="auto", chunk_size=None):
+    """``knn_search`` for a gallery that is already L2-normalised: a float32 [Ng, D] tensor (on any device) or a
+    faiss index. It skips the gallery's normalisation and checks, which cost more than a small query's search."""
+    query_vectors = l2_normalized(queries, "queries")
+    if _is_faiss_index(gallery):
+        gallery_size, gallery_dim = gallery.ntotal, gallery.d
+        if backend == "auto":  # a faiss index is searched where it is: copying it out would cost more
+            backend = "faiss"
+    else:
         gallery_size, gallery_dim = gallery.shape
     if query_vectors.shape[1] != gallery_dim:
         raise ValueError(
@@ -130,23 +232,12 @@ def _search(queries, gallery, k, self_indices, backend, chunk_size):
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None; got {chunk_size!r}")
     gallery_is_tensor = isinstance(gallery, torch.Tensor)
-    # A faiss index only answers on CPU, so "auto" uses it wherever the queries live.
-    device = queries.device if gallery_is_tensor else "cpu"
-    if search_backend(backend, device) == "faiss":
-        gallery_index = gallery if not gallery_is_tensor else _flat_inner_product_index(gallery)
+    if search_backend(backend, queries.device) == "faiss":
+        gallery_index = gallery if not gallery_is_tensor else flat_inner_product_index(gallery)
         return _faiss_search(gallery_index, queries.cpu().numpy(), k, self_indices)
     if not gallery_is_tensor:
         gallery = torch.from_numpy(gallery.reconstruct_n(0, gallery.ntotal))
     return _torch_search(queries, gallery.to(queries.device), k, self_indices, chunk_size)
-
-
-def _flat_inner_product_index(vectors):
-    """An exact faiss inner-product index holding ``vectors`` (a normalised [N, D] tensor)."""
-    import faiss
-
-    index = faiss.IndexFlatIP(vectors.shape[1])
-    index.add(np.ascontiguousarray(vectors.cpu().numpy()))
-    return index
 
 
 def _faiss_search(index, queries, k, self_indices):
@@ -159,27 +250,36 @@ def _faiss_search(index, queries, k, self_indices):
         self_not_found = keep.all(axis=1)  # the query lost a tie at the last place: drop that place instead
         keep[self_not_found, -1] = False
         scores, indices = scores[keep].reshape(-1, k), indices[keep].reshape(-1, k)
-    # faiss orders exact ties arbitrarily; settle them by lower index, as the torch search does.
-    order = np.lexsort((indices, -scores), axis=1)
-    return (
-        np.take_along_axis(scores, order, axis=1).astype(np.float32),
-        np.take_along_axis(indices, order, axis=1).astype(np.int64),
-    )
+    # faiss orders exact ties arbitrarily; settle them by lower index, as the torch search does. Rows are already
+    # ordered by score, so only rows holding a tie need the sort.
+    tied = np.flatnonzero((scores[:, 1:] == scores[:, :-1]).any(axis=1))
+    if tied.size:
+        order = np.lexsort((indices[tied], -scores[tied]), axis=1)
+        scores[tied] = np.take_along_axis(scores[tied], order, axis=1)
+        indices[tied] = np.take_along_axis(indices[tied], order, axis=1)
+    return scores.astype(np.float32, copy=False), indices.astype(np.int64, copy=False)
 
 
 def _torch_search(queries, gallery, k, self_indices, chunk_size):
-    chunk_size = chunk_size or max(1, _CHUNK_ELEMENTS // gallery.shape[0])
-    all_scores, all_indices = [], []
-    for start in range(0, queries.shape[0], chunk_size):
-        similarities = queries[start : start + chunk_size] @ gallery.T
+    num_queries, gallery_size = queries.shape[0], gallery.shape[0]
+    chunk_size = min(chunk_size or max(1, _CHUNK_ELEMENTS // gallery_size), num_queries)
+    # One similarity block serves every chunk: a fresh block per chunk is fresh memory, which the system maps in
+    # page by page on first write at a cost comparable to the top-k's.
+    block = torch.empty(chunk_size, gallery_size, dtype=queries.dtype, device=queries.device)
+    gallery_transposed = gallery.T  # a view: the matmul reads the gallery's rows as columns without a copy
+    scores = torch.empty(num_queries, k, dtype=torch.float32)
+    indices = torch.empty(num_queries, k, dtype=torch.int64)
+    for start in range(0, num_queries, chunk_size):
+        stop = min(start + chunk_size, num_queries)
+        similarities = torch.mm(queries[start:stop], gallery_transposed, out=block[: stop - start])
         if self_indices is not None:
-            rows = torch.arange(similarities.shape[0], device=similarities.device)
-            own_columns = torch.as_tensor(self_indices[start : start + chunk_size], device=similarities.device)
+            rows = torch.arange(stop - start, device=similarities.device)
+            own_columns = torch.as_tensor(self_indices[start:stop], device=similarities.device)
             similarities[rows, own_columns] = float("-inf")
-        scores, indices = _top_k_lowest_index_first(similarities, k)
-        all_scores.append(scores.cpu())
-        all_indices.append(indices.cpu())
-    return torch.cat(all_scores).numpy(), torch.cat(all_indices).numpy().astype(np.int64)
+        chunk_scores, chunk_indices = _top_k_lowest_index_first(similarities, k)
+        scores[start:stop] = chunk_scores
+        indices[start:stop] = chunk_indices
+    return scores.numpy(), indices.numpy()
 
 
 def _top_k_lowest_index_first(similarities, k):
@@ -187,7 +287,7 @@ def _top_k_lowest_index_first(similarities, k):
     unspecified one of several items tied at the k-th place)."""
     if k == similarities.shape[1]:  # every item is returned: only the order needs settling
         scores, indices = similarities.topk(k, dim=1)
-        return _order_by_score_then_index(scores, indices)
+        return _order_ties_by_index(scores, indices)
     # One place more than asked shows whether the k-th place is tied with an item left out.
     scores, indices = similarities.topk(k + 1, dim=1)
     tied_at_boundary = scores[:, k] == scores[:, k - 1]
@@ -201,16 +301,25 @@ def _top_k_lowest_index_first(similarities, k):
         at_threshold = tied == threshold
         chosen = above | (at_threshold & (at_threshold.cumsum(dim=1) <= places_left))
         columns = chosen.nonzero()[:, 1].view(len(rows), k)  # exactly k per row, in column order
-        indices[rows] = columns
-        scores[rows] = tied.gather(1, columns)
-    return _order_by_score_then_index(scores, indices)
+        # A stable sort by score keeps column order among equal scores: these rows come out fully ordered.
+        column_scores, by_score = tied.gather(1, columns).sort(dim=1, descending=True, stable=True)
+        scores[rows] = column_scores
+        indices[rows] = columns.gather(1, by_score)
+    return _order_ties_by_index(scores, indices)
 
 
-def _order_by_score_then_index(scores, indices):
-    indices, by_index = indices.sort(dim=1)
-    scores = scores.gather(1, by_index)
-    scores, by_score = scores.sort(dim=1, descending=True, stable=True)
-    return scores, indices.gather(1, by_score)
+def _order_ties_by_index(scores, indices):
+    """Rows already ordered by score (as topk returns them), with exactly tied scores put in lower-index order.
+
+    Only rows holding a tie are sorted: with real embeddings that is a few rows, and sorting all is a second pass.
+    """
+    tied = (scores[:, 1:] == scores[:, :-1]).any(dim=1).nonzero().squeeze(1)
+    if tied.numel():
+        tied_indices, by_index = indices[tied].sort(dim=1)
+        tied_scores, by_score = scores[tied].gather(1, by_index).sort(dim=1, descending=True, stable=True)
+        scores[tied] = tied_scores
+        indices[tied] = tied_indices.gather(1, by_score)
+    return scores, indices
 
 
 def _label_codes(labels, num_items):
@@ -261,12 +370,15 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), nmi=False, *, backend
     ks = _check_ks(ks, vectors.shape[0])
     others = same_class_others[query_indices]
     num_neighbours = max(max(ks), int(others.max()))
-    index_tensor = torch.as_tensor(query_indices, device=vectors.device)
-    _, neighbours = _search(vectors[index_tensor], vectors, num_neighbours, query_indices, backend, chunk_size)
-    metrics = _neighbour_metrics(codes[query_indices], others, codes, neighbours, ks)
+    if query_indices.size == len(codes):  # every item is a query: search with the vectors themselves, no copy
+        queries = vectors
+    else:
+        queries = vectors[torch.as_tensor(query_indices, device=vectors.device)]
+    _, neighbours = _search(queries, vectors, num_neighbours, query_indices, backend, chunk_size)
+    query_codes = codes[query_indices]
+    metrics = _neighbour_metrics(query_codes, others, codes, neighbours, ks)
     if nmi:
-        query_codes = codes[query_indices]
-        clusters = _kmeans(vectors[index_tensor], len(np.unique(query_codes)), seed)
+        clusters = _kmeans(queries, len(np.unique(query_codes)), seed)
         metrics["nmi"] = normalized_mutual_info(query_codes, clusters)
     return metrics
 

@@ -183,9 +183,9 @@ def test_loading_a_folder_that_is_not_an_index_names_the_file_expected(tmp_path)
         GalleryIndex.load(tmp_path / "missing")
 
 
-def saved(gallery, folder):
+def saved(gallery, folder, backend="auto"):
     embeddings, labels, items, _ = gallery
-    GalleryIndex.build(embeddings, labels=labels, items=items).save(folder)
+    GalleryIndex.build(embeddings, labels=labels, items=items, backend=backend).save(folder)
     return json.loads((folder / SIDECAR_FILE).read_text()), next(p for p in folder.iterdir() if p.name != SIDECAR_FILE)
 
 
@@ -235,7 +235,27 @@ def test_loading_numpy_vectors_of_the_wrong_kind_is_refused(gallery, tmp_path):
 def test_loading_a_faiss_index_of_another_metric_is_refused(gallery, tmp_path):
     import faiss
 
-    saved(gallery, tmp_path)
+    saved(gallery, tmp_path, backend="faiss")  # the sidecar names index.faiss
     faiss.write_index(faiss.IndexFlatL2(8), str(tmp_path / FAISS_VECTORS_FILE))
     with pytest.raises(ValueError, match=r"index\.faiss is not an inner-product faiss index"):
         GalleryIndex.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exact backend "auto" picks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@needs_faiss
+@pytest.mark.parametrize("measured", ["faiss", "torch"])
+def test_auto_builds_and_loads_the_exact_index_the_measurement_chose(gallery, tmp_path, monkeypatch, measured):
+    import memvir.metrics
+
+    embeddings, labels, items, queries = gallery
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", measured)
+    index = GalleryIndex.build(embeddings, labels=labels, items=items)
+    assert index.uses_faiss == (measured == "faiss")
+    assert_hits_match(index.search(queries, 6), brute_force(queries, embeddings, 6), labels.tolist(), items)
+    for backend in ("faiss", "torch"):  # whichever way it was saved, "auto" loads it into the measured choice
+        GalleryIndex.build(embeddings, backend=backend).save(tmp_path / backend)
+        assert GalleryIndex.load(tmp_path / backend).uses_faiss == (measured == "faiss")

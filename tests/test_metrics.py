@@ -2,15 +2,27 @@
 hand-computed small cases, and a hand-computed NMI contingency example."""
 
 import importlib.util
+import logging
 import math
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 
-from memvir.metrics import knn_search, normalized_mutual_info, retrieval_metrics, search_backend
+import memvir.metrics
+from memvir.metrics import (
+    flat_inner_product_index,
+    knn_search,
+    l2_normalized,
+    normalized_mutual_info,
+    retrieval_metrics,
+    search_backend,
+    search_unit_gallery,
+)
 
 FAISS_INSTALLED = importlib.util.find_spec("faiss") is not None
 needs_faiss = pytest.mark.skipif(not FAISS_INSTALLED, reason="faiss is not installed")
@@ -261,12 +273,109 @@ def test_faiss_missing_falls_back_to_torch_with_the_same_numbers(monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_search_backend_choice(device):
+def test_search_backend_choice(device, monkeypatch):
+    # "auto" on the CPU is measured (tests below); here the measurement says faiss, as it does where faiss is faster.
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "faiss")
     assert search_backend("torch", device) == "torch"
     if device == "cuda":
         assert search_backend("auto", device) == "torch"  # GPU vectors are searched where they are
     else:
         assert search_backend("auto", device) == ("faiss" if FAISS_INSTALLED else "torch")
+
+
+class FakeProbe:
+    """Stands in for the timed probe searches: returns fixed (faiss, torch) seconds and counts its calls."""
+
+    def __init__(self, faiss_seconds, torch_seconds, pause=0.0):
+        self.seconds = (faiss_seconds, torch_seconds)
+        self.pause = pause
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.pause)  # widens the window in which threads could race to measure twice
+        return self.seconds
+
+
+@pytest.fixture
+def unmeasured(monkeypatch):
+    """A process that has not yet measured its backends; returns a function installing a fake probe."""
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", None)
+
+    def install(faiss_seconds, torch_seconds, pause=0.0):
+        probe = FakeProbe(faiss_seconds, torch_seconds, pause)
+        monkeypatch.setattr(memvir.metrics, "_time_probe_searches", probe)
+        return probe
+
+    return install
+
+
+def record_searches(monkeypatch):
+    """Wraps the two search backends so a test sees which ran; returns the list of their names, in call order."""
+    used = []
+    for name in ("_faiss_search", "_torch_search"):
+        search = getattr(memvir.metrics, name)
+
+        def recorded(*args, _name=name, _search=search):
+            used.append(_name)
+            return _search(*args)
+
+        monkeypatch.setattr(memvir.metrics, name, recorded)
+    return used
+
+
+@needs_faiss
+@pytest.mark.parametrize(("faiss_seconds", "torch_seconds", "faster"), [(0.2, 0.05, "torch"), (0.05, 0.2, "faiss")])
+def test_auto_uses_the_backend_that_searched_faster_and_measures_once(
+    unmeasured, monkeypatch, caplog, faiss_seconds, torch_seconds, faster
+):
+    probe = unmeasured(faiss_seconds, torch_seconds)
+    used = record_searches(monkeypatch)
+    embeddings, labels = clustered_data(14)
+    expected = reference_metrics(embeddings, labels, (1, 2, 4, 8))
+    with caplog.at_level(logging.INFO, logger="memvir.metrics"):
+        for _ in range(3):
+            assert search_backend("auto") == faster
+            assert_metrics_equal(retrieval_metrics(embeddings, labels), expected)
+    assert probe.calls == 1  # measured once, then remembered
+    assert set(used) == {f"_{faster}_search"}
+    records = [record.getMessage() for record in caplog.records if record.name == "memvir.metrics"]
+    assert len(records) == 1 and records[0].startswith(f"exact search backend: {faster} ")
+
+
+@needs_faiss
+def test_an_explicit_backend_overrides_the_measurement(unmeasured):
+    probe = unmeasured(faiss_seconds=0.05, torch_seconds=0.2)
+    embeddings, labels = clustered_data(15)
+    expected = reference_metrics(embeddings, labels, (1, 2, 4, 8))
+    for backend in ("faiss", "torch"):
+        assert search_backend(backend) == backend
+        assert_metrics_equal(retrieval_metrics(embeddings, labels, backend=backend), expected)
+    assert probe.calls == 0  # nothing to choose, nothing measured
+
+
+def test_auto_measures_nothing_where_there_is_no_choice(unmeasured, monkeypatch):
+    probe = unmeasured(faiss_seconds=0.05, torch_seconds=0.2)
+    assert search_backend("auto", "cuda") == "torch"  # the device's type decides; no GPU needed to ask
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    assert search_backend("auto") == "torch"
+    assert probe.calls == 0
+
+
+@needs_faiss
+def test_threads_asking_at_once_measure_once(unmeasured):
+    probe = unmeasured(faiss_seconds=0.2, torch_seconds=0.05, pause=0.05)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        choices = list(pool.map(lambda _: search_backend("auto"), range(8)))
+    assert choices == ["torch"] * 8
+    assert probe.calls == 1
+
+
+@needs_faiss
+def test_the_probe_times_both_backends():
+    # Which backend wins depends on the machine; only the measurement's shape is checked, never a time.
+    faiss_seconds, torch_seconds = memvir.metrics._time_probe_searches()
+    assert 0.0 < faiss_seconds < math.inf and 0.0 < torch_seconds < math.inf
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -461,6 +570,55 @@ def test_knn_search_chunk_sizes_agree(device):
     for chunk_size in (1, 7, 49, 50, 51):
         _, indices = knn_search(points, points, 6, exclude_self=True, backend="torch", chunk_size=chunk_size)
         np.testing.assert_array_equal(indices, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search_unit_gallery_matches_knn_search_on_a_normalised_gallery(backend):
+    rng = np.random.default_rng(6)
+    queries = rng.normal(size=(9, 7)).astype(np.float32)
+    gallery = rng.normal(size=(30, 7)).astype(np.float32)
+    unit_gallery = torch.from_numpy(gallery / np.linalg.norm(gallery, axis=1, keepdims=True))
+    expected = knn_search(queries, gallery, 8, backend=backend)
+    actual = search_unit_gallery(queries, unit_gallery, 8, backend=backend)
+    np.testing.assert_array_equal(actual[1], expected[1])
+    np.testing.assert_allclose(actual[0], expected[0], atol=1e-6)
+    np.testing.assert_array_equal(actual[1], reference_neighbours(queries, gallery, 8))
+
+
+@needs_faiss
+def test_auto_searches_a_faiss_index_in_faiss_whatever_was_measured(monkeypatch):
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "torch")  # torch is faster for arrays here
+    used = record_searches(monkeypatch)
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(25, 5)).astype(np.float32)
+    index = flat_inner_product_index(gallery / np.linalg.norm(gallery, axis=1, keepdims=True))
+    queries = rng.normal(size=(3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(knn_search(queries, index, 4)[1], reference_neighbours(queries, gallery, 4))
+    assert used == ["_faiss_search"]  # not copied out of the index into a torch search
+
+
+@needs_faiss
+def test_flat_inner_product_index_holds_the_vectors_given():
+    import faiss
+
+    vectors = np.random.default_rng(8).normal(size=(12, 4)).astype(np.float32)
+    for given in (vectors, torch.from_numpy(vectors)):
+        index = flat_inner_product_index(given)
+        assert isinstance(index, faiss.IndexFlatIP) and (index.ntotal, index.d) == (12, 4)
+        np.testing.assert_array_equal(index.reconstruct_n(0, 12), vectors)
+
+
+def test_l2_normalized_matches_a_float64_reference_including_zero_and_huge_rows():
+    rng = np.random.default_rng(9)
+    rows = rng.normal(size=(6, 5)) * rng.uniform(0.01, 100, size=(6, 1))
+    rows[2] = 0.0  # stays zero: similarity 0 to everything
+    rows[4] = 1e30  # finite, though its float32 norm overflows: not reported as NaN/inf
+    actual = l2_normalized(rows).numpy()
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    expected = np.where(norms > 0, rows / np.where(norms > 0, norms, 1), 0.0)
+    expected[4] = 0.0  # x / inf, as torch's normalize gives where the norm overflows
+    np.testing.assert_allclose(actual, expected, atol=1e-6)
+    assert actual.dtype == np.float32
 
 
 # ---------------------------------------------------------------------------------------------------------------
