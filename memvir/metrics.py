@@ -29,11 +29,10 @@ _CHUNK_ELEMENTS = 2**24
 _METRIC_BLOCK_ELEMENTS = 2**22
 
 # The search "auto" times on each backend to choose between them: a few hundred queries against a gallery many
-# times larger, the shape where the two differ most (faiss's flat search takes the gallery in blocks of 1,024 rows
-# and pays a BLAS call and a heap update per block), and the shape of a gallery search. Large enough that faiss
-# runs its BLAS path (it does above 20 queries), small enough to cost a fraction of a second even where one backend
-# is slow. The fastest of a few runs counts, so a busy machine's pauses do not.
-_PROBE_QUERIES = 512
+# times larger. It is the shape of a gallery search and the shape where the two differ most (bench/bench_metrics.py
+# compares them on others too), and it costs a fraction of a second even where one backend is slow. The fastest of
+# the runs counts, so a busy machine's pauses do not.
+_PROBE_QUERIES = 256
 _PROBE_GALLERY = 8192
 _PROBE_DIM = 128
 _PROBE_K = 10
@@ -80,10 +79,12 @@ def _faster_cpu_backend():
     global _measured_cpu_backend
     with _measure_lock:
         if _measured_cpu_backend is None:
+            start = time.perf_counter()
             faiss_seconds, torch_seconds = _time_probe_searches()
             _measured_cpu_backend = "faiss" if faiss_seconds < torch_seconds else "torch"
             _logger.info(
-                "exact search backend: %s (timed %d x %d x %d, top-%d: faiss %.1f ms, torch %.1f ms, %d torch threads)",
+                "exact search backend: %s (timed %d x %d x %d, top-%d: faiss %.1f ms, torch %.1f ms, %d torch "
+                "threads; choosing took %.0f ms)",
                 _measured_cpu_backend,
                 _PROBE_QUERIES,
                 _PROBE_GALLERY,
@@ -92,6 +93,7 @@ def _faster_cpu_backend():
                 faiss_seconds * 1e3,
                 torch_seconds * 1e3,
                 torch.get_num_threads(),
+                (time.perf_counter() - start) * 1e3,
             )
         return _measured_cpu_backend
 
@@ -439,9 +441,13 @@ def _kmeans(points, num_clusters, seed):
     """Cluster ids (numpy int64) of normalised ``points`` [N, D] from scikit-learn's k-means.
 
     One run from a greedy k-means++ start, iterated to convergence: on clustered embeddings it scores a higher and
-    steadier NMI across seeds than faiss's fixed 20 iterations from a plain k-means++ start, at a similar cost for
-    10,000 points (docs/benchmarks.md).
+    steadier NMI across seeds than faiss's fixed 20 iterations from a plain k-means++ start (docs/benchmarks.md).
     """
     cluster = _import_sklearn("cluster", "NMI")
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn, so present wherever it is
+
     kmeans = cluster.KMeans(n_clusters=num_clusters, init="k-means++", n_init=1, random_state=seed)
-    return kmeans.fit_predict(points.cpu().numpy()).astype(np.int64)
+    # KMeans spreads its work over its own OpenMP threads; BLAS threads on top of those (numpy's and scipy's
+    # OpenBLAS start one per core each) oversubscribe the cores, which made it 7 times slower on a busy machine.
+    with threadpool_limits(limits=1, user_api="blas"):
+        return kmeans.fit_predict(points.cpu().numpy()).astype(np.int64)

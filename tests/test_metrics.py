@@ -459,6 +459,24 @@ def test_nmi_scores_scikit_learn_k_means_of_the_queries():
     assert retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, seed=3)["nmi"] == pytest.approx(expected, abs=1e-6)
 
 
+def test_nmi_k_means_runs_with_blas_on_one_thread(monkeypatch):
+    # KMeans parallelises over its own OpenMP threads; BLAS threads on top of them oversubscribe the cores.
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas_threads = []
+
+    def fit_predict(self, points):
+        blas_threads.extend(
+            pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"
+        )
+        return np.arange(len(points)) % self.n_clusters
+
+    monkeypatch.setattr(sklearn_cluster.KMeans, "fit_predict", fit_predict)
+    embeddings, labels = clustered_data(17)
+    assert 0.0 <= retrieval_metrics(embeddings, labels, nmi=True)["nmi"] <= 1.0
+    assert blas_threads and set(blas_threads) == {1}
+
+
 def test_nmi_without_scikit_learn_says_what_is_needed(monkeypatch):
     embeddings, labels = clustered_data(16)
     for module in ("sklearn", "sklearn.cluster", "sklearn.metrics"):
