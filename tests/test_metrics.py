@@ -26,6 +26,8 @@ from memvir.metrics import (
 
 FAISS_INSTALLED = importlib.util.find_spec("faiss") is not None
 needs_faiss = pytest.mark.skipif(not FAISS_INSTALLED, reason="faiss is not installed")
+# NMI and its k-means come from scikit-learn, which machines that only train (a GPU image) may lack.
+needs_sklearn = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed")
 BACKENDS = [pytest.param("faiss", marks=needs_faiss), "torch"]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
 
@@ -399,6 +401,7 @@ def test_importing_metrics_imports_neither_faiss_nor_scikit_learn():
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@needs_sklearn
 def test_nmi_hand_computed_contingency_example():
     # true: 0 0 0 1 1 1   pred: 0 0 1 1 2 2   (n = 6; row sums a = 3, 3; column sums b = 2, 2, 2)
     # MI = sum n_ij/n log(n n_ij / (a_i b_j)) = 2/6 log 2 + 1/6 log 1 + 1/6 log 1 + 2/6 log 2 = (2/3) log 2
@@ -411,6 +414,7 @@ def test_nmi_hand_computed_contingency_example():
     )
 
 
+@needs_sklearn
 def test_nmi_edge_cases():
     assert normalized_mutual_info([4, 4, 4], [1, 1, 1]) == 1.0  # one class, one cluster: identical labelings
     assert normalized_mutual_info([0, 0, 1, 1], [0, 1, 0, 1]) == 0.0  # independent: MI = 0
@@ -428,6 +432,7 @@ def test_nmi_matches_scikit_learn_on_random_labelings():
         assert normalized_mutual_info(true, pred) == pytest.approx(expected, abs=1e-12)
 
 
+@needs_sklearn
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nmi_is_one_for_separated_classes(backend):
     rng = np.random.default_rng(0)
@@ -438,6 +443,7 @@ def test_nmi_is_one_for_separated_classes(backend):
     assert metrics["recall@1"] == 1.0
 
 
+@needs_sklearn
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nmi_leaves_singletons_out_and_is_a_fraction(backend):
     embeddings, labels = clustered_data(11)
