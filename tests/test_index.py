@@ -183,9 +183,9 @@ def test_loading_a_folder_that_is_not_an_index_names_the_file_expected(tmp_path)
         GalleryIndex.load(tmp_path / "missing")
 
 
-def saved(gallery, folder):
+def saved(gallery, folder, backend="auto"):
     embeddings, labels, items, _ = gallery
-    GalleryIndex.build(embeddings, labels=labels, items=items).save(folder)
+    GalleryIndex.build(embeddings, labels=labels, items=items, backend=backend).save(folder)
     return json.loads((folder / SIDECAR_FILE).read_text()), next(p for p in folder.iterdir() if p.name != SIDECAR_FILE)
 
 
@@ -235,7 +235,170 @@ def test_loading_numpy_vectors_of_the_wrong_kind_is_refused(gallery, tmp_path):
 def test_loading_a_faiss_index_of_another_metric_is_refused(gallery, tmp_path):
     import faiss
 
-    saved(gallery, tmp_path)
+    saved(gallery, tmp_path, backend="faiss")  # the sidecar names index.faiss
     faiss.write_index(faiss.IndexFlatL2(8), str(tmp_path / FAISS_VECTORS_FILE))
     with pytest.raises(ValueError, match=r"index\.faiss is not an inner-product faiss index"):
         GalleryIndex.load(tmp_path)
+
+
+@needs_faiss
+def test_loading_a_faiss_index_of_another_type_is_refused(gallery, tmp_path):
+    import faiss
+
+    saved(gallery, tmp_path, backend="faiss")
+    faiss.write_index(faiss.IndexIDMap(faiss.IndexFlatIP(8)), str(tmp_path / FAISS_VECTORS_FILE))
+    with pytest.raises(ValueError, match=r"index\.faiss holds a faiss IndexIDMap; GalleryIndex\.save writes only flat"):
+        GalleryIndex.load(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exact backend "auto" picks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@needs_faiss
+@pytest.mark.parametrize("measured", ["faiss", "torch"])
+def test_auto_builds_and_loads_the_exact_index_the_measurement_chose(gallery, tmp_path, monkeypatch, measured):
+    import memvir.metrics
+
+    embeddings, labels, items, queries = gallery
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", measured)
+    index = GalleryIndex.build(embeddings, labels=labels, items=items)
+    assert index.uses_faiss == (measured == "faiss") and index.kind == "exact"
+    assert_hits_match(index.search(queries, 6), brute_force(queries, embeddings, 6), labels.tolist(), items)
+    for backend in ("faiss", "torch"):  # whichever way it was saved, "auto" loads it into the measured choice
+        GalleryIndex.build(embeddings, backend=backend).save(tmp_path / backend)
+        assert GalleryIndex.load(tmp_path / backend).uses_faiss == (measured == "faiss")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Approximate kinds: IVF-Flat and HNSW
+# ---------------------------------------------------------------------------------------------------------------
+
+APPROXIMATE = [pytest.param("ivf", marks=needs_faiss), pytest.param("hnsw", marks=needs_faiss)]
+
+
+def clustered_gallery(seed, size=4000, num_queries=200, per_class=10, latent=8, dim=32):
+    """(gallery, queries): classes of images that vary along a few directions, as trained embeddings do."""
+    rng = np.random.default_rng(seed)
+    classes = rng.normal(size=(size // per_class, latent))
+    item_class = np.concatenate([np.arange(size) % len(classes), rng.integers(0, len(classes), size=num_queries)])
+    points = classes[item_class] + 0.4 * rng.normal(size=(len(item_class), latent))
+    points = points @ rng.normal(size=(latent, dim)) + 0.1 * rng.normal(size=(len(item_class), dim))
+    return points[:size].astype(np.float32), points[size:].astype(np.float32)
+
+
+def exact_neighbours(queries, gallery, k):
+    """Brute force in float64, ties by lower index (the vectorised twin of ``brute_force`` above)."""
+    queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    gallery = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+    similarity = queries.astype(np.float64) @ gallery.T.astype(np.float64)
+    return np.argsort(-similarity, axis=1, kind="stable")[:, :k]
+
+
+def recall(found, exact):
+    return float(
+        np.mean([len(set(row) & set(truth)) / exact.shape[1] for row, truth in zip(found, exact, strict=True)])
+    )
+
+
+# Measured with the defaults on these sets (4 seeds): IVF 0.96-0.97, HNSW 1.00. The bounds leave room for faiss's
+# multi-threaded builds, which need not be identical from run to run.
+RECALL_AT_10_BOUND = {"ivf": 0.9, "hnsw": 0.95}
+
+
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_recall_at_10_on_a_clustered_set(kind):
+    gallery, queries = clustered_gallery(0)
+    index = GalleryIndex.build(gallery, kind=kind)
+    assert index.kind == kind and index.uses_faiss and len(index) == 4000
+    scores, found = index.search_arrays(queries, 10)
+    assert recall(found, exact_neighbours(queries, gallery, 10)) >= RECALL_AT_10_BOUND[kind]
+    # What is found is scored exactly: the vectors are kept whole, only the scan is partial.
+    unit_queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    unit_gallery = gallery / np.linalg.norm(gallery, axis=1, keepdims=True)
+    np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", unit_queries, unit_gallery[found]), atol=1e-5)
+    assert (np.diff(scores, axis=1) <= 0).all()
+
+
+@needs_faiss
+def test_ivf_probing_every_cell_is_exact():
+    gallery, queries = clustered_gallery(1, size=1000)
+    index = GalleryIndex.build(gallery, kind="ivf", nlist=8, nprobe=8)
+    np.testing.assert_array_equal(index.search_arrays(queries, 10)[1], exact_neighbours(queries, gallery, 10))
+
+
+@needs_faiss
+def test_ivf_and_hnsw_defaults_and_options():
+    gallery, _ = clustered_gallery(2, size=4000)
+    assert GalleryIndex.build(gallery, kind="ivf").options == {"nlist": 102, "nprobe": 6}  # 4000 / 39 cells, / 16
+    assert GalleryIndex.build(gallery[:200], kind="ivf").options == {"nlist": 5, "nprobe": 1}
+    assert GalleryIndex.build(gallery, kind="ivf", nlist=20, nprobe=3).options == {"nlist": 20, "nprobe": 3}
+    assert GalleryIndex.build(gallery[:500], kind="hnsw").options == {"m": 32, "ef_construction": 80, "ef_search": 64}
+    hnsw = GalleryIndex.build(gallery[:500], kind="hnsw", m=8, ef_construction=20, ef_search=12)
+    assert hnsw.options == {"m": 8, "ef_construction": 20, "ef_search": 12}
+    hnsw.set_search_options(ef_search=40)
+    assert hnsw.options["ef_search"] == 40
+    assert GalleryIndex.build(gallery[:50], backend="torch").options == {}
+
+
+@pytest.mark.parametrize("kind", APPROXIMATE)
+def test_approximate_save_load_round_trip_keeps_kind_options_and_results(kind, tmp_path):
+    gallery, queries = clustered_gallery(3, size=2000)
+    labels = np.arange(2000) % 200
+    items = [f"shop/{i}.jpg" for i in range(2000)]
+    built = GalleryIndex.build(gallery, labels=labels, items=items, kind=kind)
+    built.set_search_options(**({"nprobe": 9} if kind == "ivf" else {"ef_search": 33}))  # not the defaults
+    folder = built.save(tmp_path / kind)
+    assert sorted(path.name for path in folder.iterdir()) == sorted([SIDECAR_FILE, FAISS_VECTORS_FILE])
+    loaded = GalleryIndex.load(folder)
+    assert (loaded.kind, loaded.options, len(loaded), loaded.dim) == (kind, built.options, 2000, 32)
+    assert (loaded.labels, loaded.items) == (labels.tolist(), items)
+    assert loaded.search(queries, 7) == built.search(queries, 7)
+    assert "kind=" in repr(loaded) and repr(loaded).endswith(f"faiss=True, kind={kind!r})")
+    with pytest.raises(ValueError, match=rf"holds an approximate \({kind!r}\) faiss index; load it with faiss"):
+        GalleryIndex.load(folder, backend="torch")
+
+
+@needs_faiss
+def test_an_ivf_search_that_finds_fewer_than_k_items_returns_the_ones_found():
+    gallery, queries = clustered_gallery(4, size=400)
+    index = GalleryIndex.build(gallery, kind="ivf", nlist=10, nprobe=1)  # one cell scanned: about 40 items
+    scores, indices = index.search_arrays(queries[:5], 400)
+    hits = index.search(queries[:5], 400)
+    for row_scores, row_indices, row_hits in zip(scores, indices, hits, strict=True):
+        found = row_indices >= 0
+        assert 0 < found.sum() < 400 and found[: found.sum()].all()  # the missing places come last
+        assert [hit.index for hit in row_hits] == row_indices[found].tolist()
+        assert (row_scores[~found] == np.finfo(np.float32).min).all()
+
+
+@needs_faiss
+def test_approximate_build_errors():
+    gallery, _ = clustered_gallery(5, size=400)
+    with pytest.raises(ValueError, match=r"kind must be one of \('exact', 'ivf', 'hnsw'\); got 'lsh'"):
+        GalleryIndex.build(gallery, kind="lsh")
+    with pytest.raises(ValueError, match=r"kind='ivf' takes the options \('nlist', 'nprobe'\); got ef_search"):
+        GalleryIndex.build(gallery, kind="ivf", ef_search=10)
+    with pytest.raises(ValueError, match=r"kind='exact' takes the options \(\); got nprobe"):
+        GalleryIndex.build(gallery, nprobe=10)
+    with pytest.raises(ValueError, match="kind='hnsw' is a faiss index; pass backend='auto' or 'faiss'"):
+        GalleryIndex.build(gallery, kind="hnsw", backend="torch")
+    with pytest.raises(ValueError, match="nprobe=11 is out of range: the largest valid value is 10"):
+        GalleryIndex.build(gallery, kind="ivf", nlist=10, nprobe=11)
+    with pytest.raises(ValueError, match="nlist must be a positive integer; got 0"):
+        GalleryIndex.build(gallery, kind="ivf", nlist=0)
+    with pytest.raises(ValueError, match="m must be a positive integer; got 2.5"):
+        GalleryIndex.build(gallery, kind="hnsw", m=2.5)
+    index = GalleryIndex.build(gallery, kind="ivf")
+    with pytest.raises(ValueError, match=r"a 'ivf' index takes the search options \('nprobe',\); got ef_search"):
+        index.set_search_options(ef_search=5)
+    with pytest.raises(ValueError, match=r"a 'exact' index takes the search options \(\); got nprobe"):
+        GalleryIndex.build(gallery, backend="torch").set_search_options(nprobe=2)
+
+
+def test_approximate_kinds_without_faiss_say_what_is_needed(monkeypatch):
+    gallery, _ = clustered_gallery(6, size=100)
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(ImportError, match="kind='ivf' needs the faiss-cpu package; install it or use kind='exact'"):
+        GalleryIndex.build(gallery, kind="ivf")

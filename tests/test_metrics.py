@@ -2,18 +2,32 @@
 hand-computed small cases, and a hand-computed NMI contingency example."""
 
 import importlib.util
+import logging
 import math
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 
-from memvir.metrics import knn_search, normalized_mutual_info, retrieval_metrics, search_backend
+import memvir.metrics
+from memvir.metrics import (
+    flat_inner_product_index,
+    knn_search,
+    l2_normalized,
+    normalized_mutual_info,
+    retrieval_metrics,
+    search_backend,
+    search_unit_gallery,
+)
 
 FAISS_INSTALLED = importlib.util.find_spec("faiss") is not None
 needs_faiss = pytest.mark.skipif(not FAISS_INSTALLED, reason="faiss is not installed")
+# NMI and its k-means come from scikit-learn, which machines that only train (a GPU image) may lack.
+needs_sklearn = pytest.mark.skipif(importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed")
 BACKENDS = [pytest.param("faiss", marks=needs_faiss), "torch"]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
 
@@ -66,6 +80,20 @@ def reference_metrics(embeddings, labels, ks):
     expected["r_precision"] = float(np.mean(r_precision))
     expected["map@r"] = float(np.mean(map_at_r))
     return expected
+
+
+def reference_nmi(labels_true, labels_pred):
+    """NMI from the contingency table, one pair of labels at a time: MI / ((H(true) + H(pred)) / 2)."""
+    n = len(labels_true)
+    pairs, true_sizes, pred_sizes = {}, {}, {}
+    for true, pred in zip(labels_true, labels_pred, strict=True):
+        pairs[true, pred] = pairs.get((true, pred), 0) + 1
+        true_sizes[true] = true_sizes.get(true, 0) + 1
+        pred_sizes[pred] = pred_sizes.get(pred, 0) + 1
+    mutual_info = sum(c / n * math.log(n * c / (true_sizes[t] * pred_sizes[p])) for (t, p), c in pairs.items())
+    entropy_true = -sum(c / n * math.log(c / n) for c in true_sizes.values())
+    entropy_pred = -sum(c / n * math.log(c / n) for c in pred_sizes.values())
+    return mutual_info / ((entropy_true + entropy_pred) / 2)
 
 
 def clustered_data(seed=0, class_sizes=(6, 5, 4, 3, 2, 7, 1, 1, 1), dim=12, spread=0.8, duplicates=5):
@@ -247,12 +275,109 @@ def test_faiss_missing_falls_back_to_torch_with_the_same_numbers(monkeypatch):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_search_backend_choice(device):
+def test_search_backend_choice(device, monkeypatch):
+    # "auto" on the CPU is measured (tests below); here the measurement says faiss, as it does where faiss is faster.
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "faiss")
     assert search_backend("torch", device) == "torch"
     if device == "cuda":
         assert search_backend("auto", device) == "torch"  # GPU vectors are searched where they are
     else:
         assert search_backend("auto", device) == ("faiss" if FAISS_INSTALLED else "torch")
+
+
+class FakeProbe:
+    """Stands in for the timed probe searches: returns fixed (faiss, torch) seconds and counts its calls."""
+
+    def __init__(self, faiss_seconds, torch_seconds, pause=0.0):
+        self.seconds = (faiss_seconds, torch_seconds)
+        self.pause = pause
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.pause)  # widens the window in which threads could race to measure twice
+        return self.seconds
+
+
+@pytest.fixture
+def unmeasured(monkeypatch):
+    """A process that has not yet measured its backends; returns a function installing a fake probe."""
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", None)
+
+    def install(faiss_seconds, torch_seconds, pause=0.0):
+        probe = FakeProbe(faiss_seconds, torch_seconds, pause)
+        monkeypatch.setattr(memvir.metrics, "_time_probe_searches", probe)
+        return probe
+
+    return install
+
+
+def record_searches(monkeypatch):
+    """Wraps the two search backends so a test sees which ran; returns the list of their names, in call order."""
+    used = []
+    for name in ("_faiss_search", "_torch_search"):
+        search = getattr(memvir.metrics, name)
+
+        def recorded(*args, _name=name, _search=search):
+            used.append(_name)
+            return _search(*args)
+
+        monkeypatch.setattr(memvir.metrics, name, recorded)
+    return used
+
+
+@needs_faiss
+@pytest.mark.parametrize(("faiss_seconds", "torch_seconds", "faster"), [(0.2, 0.05, "torch"), (0.05, 0.2, "faiss")])
+def test_auto_uses_the_backend_that_searched_faster_and_measures_once(
+    unmeasured, monkeypatch, caplog, faiss_seconds, torch_seconds, faster
+):
+    probe = unmeasured(faiss_seconds, torch_seconds)
+    used = record_searches(monkeypatch)
+    embeddings, labels = clustered_data(14)
+    expected = reference_metrics(embeddings, labels, (1, 2, 4, 8))
+    with caplog.at_level(logging.INFO, logger="memvir.metrics"):
+        for _ in range(3):
+            assert search_backend("auto") == faster
+            assert_metrics_equal(retrieval_metrics(embeddings, labels), expected)
+    assert probe.calls == 1  # measured once, then remembered
+    assert set(used) == {f"_{faster}_search"}
+    records = [record.getMessage() for record in caplog.records if record.name == "memvir.metrics"]
+    assert len(records) == 1 and records[0].startswith(f"exact search backend: {faster} ")
+
+
+@needs_faiss
+def test_an_explicit_backend_overrides_the_measurement(unmeasured):
+    probe = unmeasured(faiss_seconds=0.05, torch_seconds=0.2)
+    embeddings, labels = clustered_data(15)
+    expected = reference_metrics(embeddings, labels, (1, 2, 4, 8))
+    for backend in ("faiss", "torch"):
+        assert search_backend(backend) == backend
+        assert_metrics_equal(retrieval_metrics(embeddings, labels, backend=backend), expected)
+    assert probe.calls == 0  # nothing to choose, nothing measured
+
+
+def test_auto_measures_nothing_where_there_is_no_choice(unmeasured, monkeypatch):
+    probe = unmeasured(faiss_seconds=0.05, torch_seconds=0.2)
+    assert search_backend("auto", "cuda") == "torch"  # the device's type decides; no GPU needed to ask
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    assert search_backend("auto") == "torch"
+    assert probe.calls == 0
+
+
+@needs_faiss
+def test_threads_asking_at_once_measure_once(unmeasured):
+    probe = unmeasured(faiss_seconds=0.2, torch_seconds=0.05, pause=0.05)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        choices = list(pool.map(lambda _: search_backend("auto"), range(8)))
+    assert choices == ["torch"] * 8
+    assert probe.calls == 1
+
+
+@needs_faiss
+def test_the_probe_times_both_backends():
+    # Which backend wins depends on the machine; only the measurement's shape is checked, never a time.
+    faiss_seconds, torch_seconds = memvir.metrics._time_probe_searches()
+    assert 0.0 < faiss_seconds < math.inf and 0.0 < torch_seconds < math.inf
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -263,8 +388,11 @@ def test_metrics_on_device_match_brute_force(device):
     assert_metrics_equal(retrieval_metrics(on_device, torch.from_numpy(labels).to(device)), expected)
 
 
-def test_importing_metrics_does_not_import_faiss():
-    code = "import sys, memvir.metrics, memvir.index; assert 'faiss' not in sys.modules, 'faiss imported'"
+def test_importing_metrics_imports_neither_faiss_nor_scikit_learn():
+    code = (
+        "import sys, memvir.metrics, memvir.index; assert 'faiss' not in sys.modules, 'faiss imported'; "
+        "assert 'sklearn' not in sys.modules, 'sklearn imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -273,6 +401,7 @@ def test_importing_metrics_does_not_import_faiss():
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@needs_sklearn
 def test_nmi_hand_computed_contingency_example():
     # true: 0 0 0 1 1 1   pred: 0 0 1 1 2 2   (n = 6; row sums a = 3, 3; column sums b = 2, 2, 2)
     # MI = sum n_ij/n log(n n_ij / (a_i b_j)) = 2/6 log 2 + 1/6 log 1 + 1/6 log 1 + 2/6 log 2 = (2/3) log 2
@@ -285,6 +414,7 @@ def test_nmi_hand_computed_contingency_example():
     )
 
 
+@needs_sklearn
 def test_nmi_edge_cases():
     assert normalized_mutual_info([4, 4, 4], [1, 1, 1]) == 1.0  # one class, one cluster: identical labelings
     assert normalized_mutual_info([0, 0, 1, 1], [0, 1, 0, 1]) == 0.0  # independent: MI = 0
@@ -302,6 +432,7 @@ def test_nmi_matches_scikit_learn_on_random_labelings():
         assert normalized_mutual_info(true, pred) == pytest.approx(expected, abs=1e-12)
 
 
+@needs_sklearn
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nmi_is_one_for_separated_classes(backend):
     rng = np.random.default_rng(0)
@@ -312,6 +443,7 @@ def test_nmi_is_one_for_separated_classes(backend):
     assert metrics["recall@1"] == 1.0
 
 
+@needs_sklearn
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nmi_leaves_singletons_out_and_is_a_fraction(backend):
     embeddings, labels = clustered_data(11)
@@ -321,10 +453,45 @@ def test_nmi_leaves_singletons_out_and_is_a_fraction(backend):
     assert "nmi" not in retrieval_metrics(embeddings, labels, backend=backend)
 
 
-def test_torch_kmeans_chunking_does_not_change_the_clusters():
-    embeddings, labels = clustered_data(13, class_sizes=(8,) * 6, dim=6, spread=1.0)
-    unchunked = retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, backend="torch")["nmi"]
-    assert retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, backend="torch", chunk_size=5)["nmi"] == unchunked
+def test_nmi_scores_scikit_learn_k_means_of_the_queries():
+    # The k-means is scikit-learn's, run on the normalised queries (singletons left out) with as many clusters as
+    # classes and the given seed; NMI is then checked against the hand-computed definition above.
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    embeddings, labels = clustered_data(13, class_sizes=(8,) * 6 + (1, 1), dim=6, spread=1.0)
+    queries = np.isin(labels, np.flatnonzero(np.bincount(labels) > 1))
+    unit = embeddings[queries] / np.linalg.norm(embeddings[queries], axis=1, keepdims=True)
+    clusters = sklearn_cluster.KMeans(n_clusters=6, init="k-means++", n_init=1, random_state=3).fit_predict(unit)
+    expected = reference_nmi(labels[queries], clusters)
+    assert retrieval_metrics(embeddings, labels, ks=(1,), nmi=True, seed=3)["nmi"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_nmi_k_means_runs_with_blas_on_one_thread(monkeypatch):
+    # KMeans parallelises over its own OpenMP threads; BLAS threads on top of them oversubscribe the cores.
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas_threads = []
+
+    def fit_predict(self, points):
+        blas_threads.extend(
+            pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"
+        )
+        return np.arange(len(points)) % self.n_clusters
+
+    monkeypatch.setattr(sklearn_cluster.KMeans, "fit_predict", fit_predict)
+    embeddings, labels = clustered_data(17)
+    assert 0.0 <= retrieval_metrics(embeddings, labels, nmi=True)["nmi"] <= 1.0
+    assert blas_threads and set(blas_threads) == {1}
+
+
+def test_nmi_without_scikit_learn_says_what_is_needed(monkeypatch):
+    embeddings, labels = clustered_data(16)
+    for module in ("sklearn", "sklearn.cluster", "sklearn.metrics"):
+        monkeypatch.setitem(sys.modules, module, None)  # makes the import raise ImportError
+    assert "nmi" not in retrieval_metrics(embeddings, labels)  # the metrics without NMI need no scikit-learn
+    with pytest.raises(ImportError, match="NMI needs the scikit-learn package"):
+        retrieval_metrics(embeddings, labels, nmi=True)
+    with pytest.raises(ImportError, match="NMI needs the scikit-learn package"):
+        normalized_mutual_info([0, 1], [0, 1])
 
 
 def test_nmi_errors():
@@ -427,6 +594,55 @@ def test_knn_search_chunk_sizes_agree(device):
     for chunk_size in (1, 7, 49, 50, 51):
         _, indices = knn_search(points, points, 6, exclude_self=True, backend="torch", chunk_size=chunk_size)
         np.testing.assert_array_equal(indices, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_search_unit_gallery_matches_knn_search_on_a_normalised_gallery(backend):
+    rng = np.random.default_rng(6)
+    queries = rng.normal(size=(9, 7)).astype(np.float32)
+    gallery = rng.normal(size=(30, 7)).astype(np.float32)
+    unit_gallery = torch.from_numpy(gallery / np.linalg.norm(gallery, axis=1, keepdims=True))
+    expected = knn_search(queries, gallery, 8, backend=backend)
+    actual = search_unit_gallery(queries, unit_gallery, 8, backend=backend)
+    np.testing.assert_array_equal(actual[1], expected[1])
+    np.testing.assert_allclose(actual[0], expected[0], atol=1e-6)
+    np.testing.assert_array_equal(actual[1], reference_neighbours(queries, gallery, 8))
+
+
+@needs_faiss
+def test_auto_searches_a_faiss_index_in_faiss_whatever_was_measured(monkeypatch):
+    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "torch")  # torch is faster for arrays here
+    used = record_searches(monkeypatch)
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(25, 5)).astype(np.float32)
+    index = flat_inner_product_index(gallery / np.linalg.norm(gallery, axis=1, keepdims=True))
+    queries = rng.normal(size=(3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(knn_search(queries, index, 4)[1], reference_neighbours(queries, gallery, 4))
+    assert used == ["_faiss_search"]  # not copied out of the index into a torch search
+
+
+@needs_faiss
+def test_flat_inner_product_index_holds_the_vectors_given():
+    import faiss
+
+    vectors = np.random.default_rng(8).normal(size=(12, 4)).astype(np.float32)
+    for given in (vectors, torch.from_numpy(vectors)):
+        index = flat_inner_product_index(given)
+        assert isinstance(index, faiss.IndexFlatIP) and (index.ntotal, index.d) == (12, 4)
+        np.testing.assert_array_equal(index.reconstruct_n(0, 12), vectors)
+
+
+def test_l2_normalized_matches_a_float64_reference_including_zero_and_huge_rows():
+    rng = np.random.default_rng(9)
+    rows = rng.normal(size=(6, 5)) * rng.uniform(0.01, 100, size=(6, 1))
+    rows[2] = 0.0  # stays zero: similarity 0 to everything
+    rows[4] = 1e30  # finite, though its float32 norm overflows: not reported as NaN/inf
+    actual = l2_normalized(rows).numpy()
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    expected = np.where(norms > 0, rows / np.where(norms > 0, norms, 1), 0.0)
+    expected[4] = 0.0  # x / inf, as torch's normalize gives where the norm overflows
+    np.testing.assert_allclose(actual, expected, atol=1e-6)
+    assert actual.dtype == np.float32
 
 
 # ---------------------------------------------------------------------------------------------------------------
