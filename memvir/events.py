@@ -45,9 +45,9 @@ class EvalEvent:
 
 @dataclass(frozen=True)
 class SnapshotEvent:
-    """Embeddings for a projection (paper Fig. 7): the live batch (age 0), the memory's steps the next call uses
+    """Embeddings for a projection (paper Fig. 7): the live batch (age 0), the memory's steps this step used
     (age j = 1..k, from step t - j(M+1)), and class weights (real: age 0, virtual: age j); a fixed probe set of
-    test-class images as a stable reference."""
+    test-class images as a stable reference; and, for a few-class view, the clean training images of a few classes."""
 
     step: int
     margin: int  # M, so that age j can be shown as "-j(M+1) steps"
@@ -59,6 +59,11 @@ class SnapshotEvent:
     class_weight_ages: torch.Tensor  # [(k+1)C]
     probe_embeddings: torch.Tensor  # [p, D]
     probe_labels: torch.Tensor  # [p] (test-class labels)
+    # the few-class view: a few training classes, and the current model's embeddings of their clean training images
+    # (their live and virtual weights and stored embeddings are among the rows above, by label)
+    focus_classes: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [f]
+    focus_embeddings: torch.Tensor = field(default_factory=lambda: torch.empty(0, 0))  # [q, D]
+    focus_labels: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [q]
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,9 @@ _MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed +
 _MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
 _STATE_KEYS = ("config", "step", "model", "class_weights", "optimizer", "memvir", "loss", "rng", "history",
                "last_metrics")
-_LIVE_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "lr", "class_lr")  # what `Trainer.update` changes
+_LIVE_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "lr", "class_lr", "focus_classes")  # `Trainer.update`'s
+FOCUS_CLASSES = 8  # the few-class view's default: few enough to tell apart by colour, enough to show a spread
+MAX_FOCUS_CLASSES = 20
 RESUMABLE = frozenset({*_LIVE_SETTINGS, "epochs", "max_steps", "device", "num_workers", "eval_every", "log_every",
                        "snapshot_every", "checkpoint_every", "data_root", "eval_at_start", "compile"})
 """Settings a resumed run may change: its length, the live hyper-parameters, and where and how it runs. The others
@@ -103,6 +105,9 @@ class TrainConfig:
     snapshot_every: int = 25  # steps between embedding snapshots (0: none)
     checkpoint_every: int = 200  # steps between checkpoints, besides epoch ends and stops
     probe_classes: int = 8  # test classes in the fixed probe set of snapshots
+    # training classes of the snapshots' few-class view (their clean images, live and virtual weights, stored
+    # embeddings); empty: FOCUS_CLASSES of them drawn with the run's seed. A live setting.
+    focus_classes: list = field(default_factory=list)
     val_classes: int = 0  # training classes held out and scored as "val_*" metrics, for choices made without test
     augment: bool = True  # random augmentation of training images; off, a network can over-fit few classes
     max_steps: int | None = None  # stop early (tests, quick looks)
@@ -146,6 +151,11 @@ class TrainConfig:
         need(self.sampler in _SAMPLERS, f"sampler must be one of {', '.join(_SAMPLERS)}, got {self.sampler!r}")
         need(self.memvir_reduction in REDUCTIONS,
              f"memvir_reduction must be one of {', '.join(REDUCTIONS)}, got {self.memvir_reduction!r}")
+        need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
+             and len(set(self.focus_classes)) == len(self.focus_classes) and all(
+                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
+             f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
+             f"got {self.focus_classes!r}")
         need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
         need(isinstance(self.lr_decay_epochs, list | tuple) and all(
             isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in self.lr_decay_epochs),
@@ -353,6 +363,8 @@ class Trainer:
         self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
         self.last_metrics: dict = {}
         self._probe = self._choose_probe()
+        self._focus_source = without_augmentation(self.data).train  # clean reads of the training images
+        self._focus_classes, self._focus_items = self._focus(config.focus_classes)
         self._speed = None
         self.command: str | None = None  # the command line that started the run, for the model card
         self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
@@ -433,6 +445,22 @@ class Trainer:
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
 
+    def _focus(self, classes: list) -> tuple[torch.Tensor, list[int]]:
+        """The few-class view's training classes (those asked for, else FOCUS_CLASSES drawn with the run's seed) and
+        the indices of their training images; ValueError naming the range for a class the dataset lacks."""
+        count = self.data.info.num_train_classes
+        if classes:
+            outside = [c for c in classes if c >= count]
+            if outside:
+                raise ValueError(f"focus_classes {outside} are not training classes of {self.config.dataset}, which "
+                                 f"has {count} (0 to {count - 1})")
+            chosen = torch.tensor(classes, dtype=torch.long)
+        else:
+            generator = torch.Generator().manual_seed(self.config.seed + 2)
+            chosen = torch.randperm(count, generator=generator)[:FOCUS_CLASSES].sort().values
+        items = torch.nonzero(torch.isin(torch.as_tensor(self._focus_source.labels), chosen)).flatten().tolist()
+        return chosen, items
+
     def _choose_probe(self):
         labels = torch.as_tensor(self.data.test.labels)
         classes = torch.randperm(self.data.test.num_classes, generator=torch.Generator().manual_seed(self.config.seed))
@@ -456,10 +484,12 @@ class Trainer:
             checkpoint.append_record(record, self.out_dir / checkpoint.METRICS_LOG)
 
     # -------------------------------------------------------------------------------------- live control
-    def update(self, memvir_n=None, memvir_m=None, warmup_epochs=None, lr=None, class_lr=None) -> None:
-        """Ask for new N, M, warm-up (epochs) or learning rates; checked now, applied before the next step."""
+    def update(self, memvir_n=None, memvir_m=None, warmup_epochs=None, lr=None, class_lr=None,
+               focus_classes=None) -> None:
+        """Ask for new N, M, warm-up (epochs), learning rates or few-class view; checked now, applied before the next
+        step."""
         changes = {k: v for k, v in dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs, lr=lr,
-                                         class_lr=class_lr).items() if v is not None}
+                                         class_lr=class_lr, focus_classes=focus_classes).items() if v is not None}
         with self._lock:
             self._check_changes({**self._pending, **changes})
             self._pending.update(changes)
@@ -469,6 +499,7 @@ class Trainer:
         candidate = TrainConfig.from_dict({**self.config.to_dict(), **changes})
         candidate.validate()
         self._check_memory(candidate)
+        self._focus(candidate.focus_classes)
 
     def _check_memory(self, config: TrainConfig) -> None:
         """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
@@ -508,6 +539,8 @@ class Trainer:
         self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
                                 warmup_steps=self._warmup_steps(self.config.warmup_epochs))
         self._set_learning_rates()
+        if "focus_classes" in changes:
+            self._focus_classes, self._focus_items = self._focus(self.config.focus_classes)
         described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
         self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
 
@@ -673,6 +706,7 @@ class Trainer:
     def _snapshot(self, embeddings, labels, weights) -> SnapshotEvent:
         num_classes = self.class_weights.shape[0]
         probe_embeddings, probe_labels = serving.embed(self.model, self.data.test, self._probe)
+        focus_embeddings, focus_labels = serving.embed(self.model, self._focus_source, self._focus_items)
         weight_rows = torch.arange(weights.shape[0])
         return SnapshotEvent(
             step=self.step, margin=self.memvir.margin,
@@ -681,6 +715,7 @@ class Trainer:
             class_weights=weights.detach().float().cpu(), class_weight_labels=weight_rows % num_classes,
             class_weight_ages=weight_rows // num_classes,
             probe_embeddings=probe_embeddings, probe_labels=probe_labels,
+            focus_classes=self._focus_classes.clone(), focus_embeddings=focus_embeddings, focus_labels=focus_labels,
         )
 
     # -------------------------------------------------------------------------------------- state on disk

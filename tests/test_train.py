@@ -390,3 +390,46 @@ def test_spread_measures_reach_the_step_records_at_the_snapshot_cadence(tmp_path
     baseline.run()
     last = [e for e in baseline_events if isinstance(e, StepEvent)][-1].record()
     assert "weight_mean_cos" in last and not any(k.startswith("virtual_") for k in last)
+
+
+def test_snapshots_carry_the_few_class_view_of_clean_training_images():
+    """The focus classes' training images, read clean (after validation classes are held out too), embedded by the
+    current model: item by item equal to the model on the clean render, written out here."""
+    from memvir.data import load_dataset
+    from memvir.data.glyphs import GLYPH_MEAN, GLYPH_STD
+    from memvir.data.validation import validation_classes
+
+    trainer = Trainer(small_config(val_classes=6, snapshot_every=2, max_steps=2, focus_classes=[0, 5, 17]))
+    events = collect(trainer)
+    trainer.run()
+    snapshot = next(e for e in events if isinstance(e, SnapshotEvent))
+    assert snapshot.focus_classes.tolist() == [0, 5, 17]
+    assert snapshot.focus_labels.tolist() == [c for c in (0, 5, 17) for _ in range(12)]
+    kept = [c for c in range(24) if c not in set(validation_classes(24, 6).tolist())]
+    renders = load_dataset("glyphs-mini").train.renders
+    trainer.model.eval()
+    for row, (label, face) in enumerate((c, f) for c in (0, 5, 17) for f in range(12)):
+        if row % 5:
+            continue
+        clean = ((torch.from_numpy(renders[kept[label], face]).float() / 255 - GLYPH_MEAN[0]) / GLYPH_STD[0])
+        with torch.no_grad():
+            expected = trainer.model(clean[None, None])[0]
+        torch.testing.assert_close(snapshot.focus_embeddings[row], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_focus_classes_default_to_a_seeded_draw_and_change_live():
+    first = Trainer(small_config(seed=4, max_steps=4, snapshot_every=2))
+    again = Trainer(small_config(seed=4))
+    default = first._focus_classes.tolist()
+    assert len(default) == 8 and default == sorted(default) and default == again._focus_classes.tolist()
+    events = collect(first)
+    first.add_listener(lambda e: first.update(focus_classes=[3, 1]) if isinstance(e, StepEvent) and e.step == 2
+                       else None)
+    first.run()
+    snapshots = [e for e in events if isinstance(e, SnapshotEvent)]
+    assert [s.focus_classes.tolist() for s in snapshots] == [default, [3, 1]]
+    assert any(isinstance(e, ControlEvent) and "focus_classes" in e.changes for e in events)
+    with pytest.raises(ValueError, match=r"focus_classes \[24\] are not training classes of glyphs-mini"):
+        first.update(focus_classes=[2, 24])
+    with pytest.raises(ValueError, match="focus_classes must be at most 20 distinct"):
+        first.update(focus_classes=list(range(21)))

@@ -39,6 +39,13 @@ class SplitDataset(Dataset, ABC):
     def __len__(self) -> int:
         return len(self.labels)
 
+    def with_transform(self, transform) -> "SplitDataset":
+        """A shallow copy that reads its items through `transform`, without batch augmentation (same images)."""
+        clean = copy.copy(self)
+        clean.transform = transform
+        clean.batch_transform = None
+        return clean
+
     @abstractmethod
     def image(self, index: int) -> Image.Image:
         """The raw, un-normalised image of item `index`."""
@@ -87,7 +94,4 @@ def without_augmentation(splits: DatasetSplits) -> DatasetSplits:
     For held-out validation classes, and for training without augmentation (a setting in which a network can
     over-fit its few training classes). The train split is a shallow copy, so the original keeps its augmentation.
     """
-    clean = copy.copy(splits.train)
-    clean.transform = splits.test.transform
-    clean.batch_transform = None
-    return dataclasses.replace(splits, train=clean)
+    return dataclasses.replace(splits, train=splits.train.with_transform(splits.test.transform))

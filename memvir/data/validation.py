@@ -6,6 +6,7 @@ classes in every run, whatever its seed), into a validation split that is scored
 deterministic test-time transform, labels from 0. The remaining training classes are relabelled from 0.
 """
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -30,6 +31,13 @@ class ClassSubset(SplitDataset):
                          class_names=[base.class_names[c] for c in classes])
         self.base = base
         self.batch_transform = base.batch_transform
+
+    def with_transform(self, transform) -> "ClassSubset":
+        """The same classes of the base split read through `transform` (the base reads the images)."""
+        clean = copy.copy(self)
+        clean.base = self.base.with_transform(transform)
+        clean.batch_transform = None
+        return clean
 
     def image(self, index: int):
         return self.base.image(int(self.indices[index]))
