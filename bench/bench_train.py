@@ -40,7 +40,7 @@ def bare_rate(trainer, steps: int) -> float:
     loss_fn = build_loss("norm-softmax")
     optimizer = torch.optim.Adam([{"params": model.parameters()}, {"params": [weights], "lr": 1e-2}], lr=1e-3,
                                  eps=0.01)
-    loader = iter(trainer._batches(0, 0))
+    loader = iter(trainer.batches.epoch(0, 0))
     batches = [next(loader) for _ in range(4)]
     model.train()
 

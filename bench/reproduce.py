@@ -27,7 +27,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from studies import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install
+
+from studies import (  # noqa: E402
     CHOICE_METRIC,
     COMPARISONS,
     CONTINUES,
@@ -45,13 +47,15 @@ from studies import (
     welch,
 )
 
+from memvir.run_folder import RunFolder  # noqa: E402
+
 CURVE = ("step", "recall@1", "map@r", "val_recall@1", "val_map@r")
 
 
 def read_run(run: Path) -> dict:
     """The final evaluation's metrics, the curve of every evaluation (CURVE's columns; None where a run has no
     validation classes), and the class count s(i) and training loss of the logged steps."""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = RunFolder(run).records()
     evals = [r for r in records if r["type"] == "eval"]
     last = evals[-1]
     final = {k: v for k, v in last.items() if k.removeprefix("val_") in METRICS}
@@ -76,7 +80,7 @@ class Results:
         changed = False
         for record in self.records:
             run = ROOT / record["command"].split("--out ")[1]
-            if not isinstance(record.get("curve"), dict) and (run / "metrics.jsonl").is_file():
+            if not isinstance(record.get("curve"), dict) and RunFolder(run).records_file.is_file():
                 record.setdefault("batch", 128)
                 record.update(read_run(run))
                 changed = True
@@ -99,7 +103,7 @@ def continue_from(study: str, row: Row, seed: int, out: Path, results: list[dict
         return
     shorter = next(r for r in study_rows(CONTINUES[study], results) if r.label == row.label)
     source = shorter.folder(CONTINUES[study], seed)
-    if (source / "trainer_state.pt").is_file():
+    if RunFolder(source).state_file.is_file():
         shutil.copytree(source, out)
 
 
@@ -107,7 +111,7 @@ def run_one(study: str, row: Row, seed: int, results: Results, threads: int) -> 
     out = row.folder(study, seed)
     continue_from(study, row, seed, out, results.records)
     args = row.args(seed) + ["--out", str(out)]
-    resume = ["--resume"] if (out / "trainer_state.pt").exists() else []
+    resume = ["--resume"] if RunFolder(out).state_file.exists() else []
     print(f"[{study}] {row.label}, seed {seed}: python {' '.join(args)}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     subprocess.run([sys.executable, *args, *resume], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
@@ -123,7 +127,7 @@ def run_studies(studies: list[str], jobs: int) -> None:
         todo = [(row, seed) for row in study_rows(study, results.records) for seed in row.seeds
                 if not results.has(study, row.label, seed) and (study, row.label) not in SHARED]
         # runs stopped half-way first, so that a restarted runner finishes what it had started
-        todo.sort(key=lambda job: not (job[0].folder(study, job[1]) / "trainer_state.pt").exists())
+        todo.sort(key=lambda job: not RunFolder(job[0].folder(study, job[1])).state_file.exists())
         with ThreadPoolExecutor(jobs) as pool:
             for future in [pool.submit(run_one, study, row, seed, results, threads) for row, seed in todo]:
                 future.result()

@@ -247,6 +247,12 @@ def plot_overfit_probe(records: list[dict], path: Path) -> Path:
     return _save(figure, path)
 
 
+def plot_overfit(records: list[dict], path: Path) -> Path:
+    """100 classes without augmentation, where the baseline over-fits: MemVir under both reductions."""
+    return plot_curves(records, "overfit", path, "100 training classes, no augmentation, 60 epochs, MemVir warm-up 20 "
+                       "(3 seeds; validation: the other 921)")
+
+
 def plot_preset(records: list[dict], path: Path) -> Path:
     """The candidates for the app's default run against their baseline."""
     return plot_curves(records, "preset", path, "The app's preset: 12 epochs, MemVir warm-up 2 (3 seeds)")
@@ -280,7 +286,7 @@ def _steps_per_epoch(records: list[dict], study: str) -> float:
 
 PLOTTERS = {"losses": plot_losses, "grid": plot_grid, "batch": plot_batch, "schedule": plot_schedule,
             "budget": plot_budget, "long": plot_long, "few-classes": plot_few_classes, "dilution": plot_dilution,
-            "overfit-probe": plot_overfit_probe, "preset": plot_preset}
+            "overfit-probe": plot_overfit_probe, "overfit": plot_overfit, "preset": plot_preset}
 
 
 def draw_all(records: list[dict], folder: Path) -> list[Path]:

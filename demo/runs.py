@@ -237,10 +237,10 @@ class RunManager:
         with self._lock:
             self._claim_slot(visitor)
             run.reserved = True
-        self._launch(run, lambda: Trainer.resume(run.folder, [run._on_event]), forget_on_failure=False)
+        self._launch(run, lambda: Trainer.from_run_folder(run.folder, [run._on_event]), forget_on_failure=False)
         baseline = run.baseline
         if baseline is not None and baseline.can_resume:
-            self._launch(baseline, lambda: Trainer.resume(baseline.folder, [baseline._on_event]),
+            self._launch(baseline, lambda: Trainer.from_run_folder(baseline.folder, [baseline._on_event]),
                          forget_on_failure=False)
         return run
 

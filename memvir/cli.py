@@ -22,81 +22,55 @@ from pathlib import Path
 _UNTYPED = object()
 """The default of every train option in `build_parser(mark_untyped=True)`: what the user did not type."""
 
-_SETTING_OF_FLAG = {"store_dtype": "memvir_store_dtype"}
-"""Train options (dests) whose TrainConfig setting has another name."""
-
-_LOSS_FLAGS = ("scale", "margin", "alpha")
+_LOSS_FLAGS = {"scale": "loss scale s (default: the loss's own)",
+               "margin": "loss margin (default: the loss's own)",
+               "alpha": "Proxy-Anchor alpha (default: the loss's own)"}
 """Train options that together make the setting loss_params."""
 
 _NOT_SETTINGS = {"command", "out", "resume", "overwrite"}
 
 
-def _train_defaults():
-    from memvir.train import TrainConfig
+def _setting_fields():
+    """The TrainConfig fields offered on the command line, each with its flag."""
+    import dataclasses
 
-    return TrainConfig()
+    from memvir.config import TrainConfig
+
+    return [(f, f.metadata["flag"] or "--" + f.name.replace("_", "-"))
+            for f in dataclasses.fields(TrainConfig) if f.metadata["cli"]]
+
+
+def _add_setting_options(train: argparse.ArgumentParser) -> None:
+    """One option per TrainConfig setting, from the setting's own default, type and help (memvir/config.py)."""
+    import dataclasses
+
+    for setting, flag in _setting_fields():
+        default = setting.default_factory() if setting.default_factory is not dataclasses.MISSING else setting.default
+        help_text = setting.metadata["help"]
+        if isinstance(default, bool):  # a flag that flips the default
+            train.add_argument(flag, dest=setting.name, action="store_false" if default else "store_true",
+                               default=default, help=help_text)
+            continue
+        kind = setting.type.replace(" | None", "")
+        options = {"type": {"int": int, "float": float, "str": str}.get(kind, setting.metadata["item_type"])}
+        if kind == "list":
+            options["nargs"] = "+"
+        if setting.metadata["choices"]:
+            options["choices"] = setting.metadata["choices"]
+        shown = " (default %(default)s)" if default not in (None, []) else ""
+        train.add_argument(flag, dest=setting.name, default=default, help=help_text + shown, **options)
+    for name, help_text in _LOSS_FLAGS.items():
+        train.add_argument(f"--{name}", type=float, default=None, help=help_text)
 
 
 def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
     """The CLI's parser. `mark_untyped`: every train option defaults to _UNTYPED, to tell typed options apart."""
-    defaults = _train_defaults()
     parser = argparse.ArgumentParser(prog="python -m memvir", description="MemVir Studio: deep metric learning with "
                                      "memory-based virtual classes (Ko, Gu, Kim; ICCV 2021).")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train a model; writes a run folder (Hub files, metrics.jsonl, state)")
-    train.add_argument("--dataset", default=defaults.dataset,
-                       help="glyphs | glyphs-mini | cub200 | cars196 | sop | folder:PATH (default %(default)s)")
-    train.add_argument("--data-root", default=None, help="folder of cub200 / cars196 / sop")
-    train.add_argument("--image-size", type=int, default=None, help="input size (default: the dataset's own)")
-    train.add_argument("--backbone", default=defaults.backbone,
-                       help="convnet | convnet-gn | resnet18 | resnet50 | googlenet")
-    train.add_argument("--pretrained", action="store_true", help="start from ImageNet weights (cached or online)")
-    train.add_argument("--embedding-dim", type=int, default=defaults.embedding_dim)
-    train.add_argument("--loss", default=defaults.loss, help="one of memvir.LOSSES (default %(default)s)")
-    train.add_argument("--scale", type=float, default=None, help="loss scale s (default: the loss's own)")
-    train.add_argument("--margin", type=float, default=None, help="loss margin (default: the loss's own)")
-    train.add_argument("--alpha", type=float, default=None, help="Proxy-Anchor alpha")
-    train.add_argument("--memvir-n", type=int, default=defaults.memvir_n, help="N past steps used; 0 = baseline")
-    train.add_argument("--memvir-m", type=int, default=defaults.memvir_m, help="M, the gap between used steps")
-    train.add_argument("--warmup-epochs", type=float, default=defaults.warmup_epochs, help="U, in epochs")
-    train.add_argument("--store-dtype", default=defaults.memvir_store_dtype, help="float32 | float16 | bfloat16")
-    train.add_argument("--memvir-schedule", default=defaults.memvir_schedule,
-                       help="curriculum (the paper's staircase) | all-at-once (all N sets when the warm-up ends)")
-    train.add_argument("--memvir-reduction", default=defaults.memvir_reduction, choices=("official", "balanced"),
-                       help="official: the loss is the mean over all (k+1)B rows, as the reference code (the live "
-                       "batch weighs 1/(k+1)); balanced: each set averaged on its own and the means summed "
-                       "(default %(default)s)")
-    train.add_argument("--loss-scale-after-warmup", type=float, default=defaults.loss_scale_after_warmup,
-                       help="ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
-                       "MemVir(1, M)'s official dilution without virtual classes; default %(default)g)")
-    train.add_argument("--no-augment", dest="augment", action="store_false",
-                       help="train on the clean images, without random augmentation")
-    train.add_argument("--val-classes", type=int, default=defaults.val_classes,
-                       help="training classes held out as validation, scored as val_* metrics (default none)")
-    train.add_argument("--epochs", type=int, default=None, help=f"default {defaults.epochs}")
-    train.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    train.add_argument("--sampler", default=defaults.sampler, help="random | balanced")
-    train.add_argument("--samples-per-class", type=int, default=defaults.samples_per_class)
-    train.add_argument("--lr", type=float, default=defaults.lr, help="network learning rate")
-    train.add_argument("--class-lr", type=float, default=defaults.class_lr, help="class-weight learning rate")
-    train.add_argument("--lr-decay", default=defaults.lr_decay, help="none | cosine | step (default %(default)s)")
-    train.add_argument("--lr-decay-epochs", type=int, nargs="+", default=defaults.lr_decay_epochs,
-                       help="with --lr-decay step: the (1-based) epochs at whose start the learning rates drop")
-    train.add_argument("--lr-decay-rate", type=float, default=defaults.lr_decay_rate,
-                       help="with --lr-decay step: the factor of each drop (default %(default)g)")
-    train.add_argument("--adam-eps", type=float, default=defaults.adam_eps,
-                       help="Adam's epsilon (default %(default)g, the reference's; with it many parameters take steps "
-                       "that scale with their gradient)")
-    train.add_argument("--freeze-bn", action="store_true",
-                       help="keep BatchNorm layers in eval mode (fixed running statistics) while training, as the "
-                       "reference's --freeze_BN (for pretrained backbones; off for the from-scratch CPU ones)")
-    train.add_argument("--seed", type=int, default=defaults.seed)
-    train.add_argument("--device", default=None, help="auto | cpu | cuda (default auto)")
-    train.add_argument("--num-workers", type=int, default=None, help="data loader processes (default 0)")
-    train.add_argument("--compile", action="store_true", default=None, help="torch.compile the network (GPU runs)")
-    train.add_argument("--eval-every", type=int, default=None, help="epochs between evaluations")
+    _add_setting_options(train)
     train.add_argument("--out", required=True, help="run folder")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --out from its checkpoint; flags typed with it may change its "
@@ -146,23 +120,8 @@ def _train_run(args) -> int:
     if args.resume:
         trainer = _resume(args)
     else:
-        loss_params = {k: v for k, v in (("scale", args.scale), ("margin", args.margin), ("alpha", args.alpha))
-                       if v is not None}
-        defaults = TrainConfig()
-        config = TrainConfig(
-            dataset=args.dataset, data_root=args.data_root, image_size=args.image_size, backbone=args.backbone,
-            pretrained=args.pretrained, embedding_dim=args.embedding_dim, loss=args.loss, loss_params=loss_params,
-            memvir_n=args.memvir_n, memvir_m=args.memvir_m, warmup_epochs=args.warmup_epochs,
-            memvir_store_dtype=args.store_dtype, memvir_schedule=args.memvir_schedule, val_classes=args.val_classes,
-            memvir_reduction=args.memvir_reduction, loss_scale_after_warmup=args.loss_scale_after_warmup,
-            adam_eps=args.adam_eps, freeze_bn=args.freeze_bn, augment=args.augment,
-            epochs=defaults.epochs if args.epochs is None else args.epochs,
-            batch_size=args.batch_size, sampler=args.sampler, samples_per_class=args.samples_per_class, lr=args.lr,
-            class_lr=args.class_lr, lr_decay=args.lr_decay, lr_decay_epochs=list(args.lr_decay_epochs),
-            lr_decay_rate=args.lr_decay_rate, seed=args.seed, device=args.device or "auto",
-            num_workers=args.num_workers or 0, eval_every=defaults.eval_every if args.eval_every is None
-            else args.eval_every, max_steps=args.max_steps, compile=bool(args.compile),
-        )
+        loss_params = {k: getattr(args, k) for k in _LOSS_FLAGS if getattr(args, k) is not None}
+        config = TrainConfig(loss_params=loss_params, **{s.name: getattr(args, s.name) for s, _ in _setting_fields()})
         _check_new_run_folder(Path(args.out), args.overwrite)
         trainer = Trainer(config, args.out)
         trainer.command = command_line(args.argv, launcher=trainer.world.launch_command())
@@ -209,21 +168,21 @@ def _train_run(args) -> int:
 
 
 def _resume(args):
-    """Trainer.resume with the settings typed on the command line; says which changed, or which may not."""
+    """Trainer.from_run_folder with the settings typed on the command line; says which changed, or which may not."""
     from memvir.train import RESUMABLE, ResumeConflict, Trainer
 
     typed = _typed_options(args.argv) - _NOT_SETTINGS
-    settings = {_SETTING_OF_FLAG.get(dest, dest): getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
+    settings = {dest: getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
     loss_params = {dest: getattr(args, dest) for dest in sorted(typed & set(_LOSS_FLAGS))}
     if loss_params:
         settings["loss_params"] = loss_params
     try:
-        trainer = Trainer.resume(args.out, **settings)
+        trainer = Trainer.from_run_folder(args.out, **settings)
     except ResumeConflict as conflict:
         flags = ", ".join(_flags_of(name) for name in conflict.changes)
         values = ", ".join(f"{name} {old!r} -> {new!r}" for name, (old, new) in conflict.changes.items())
         options = set(vars(args))
-        may = ", ".join(_flags_of(name) for name in sorted(RESUMABLE) if _dest_of(name) in options)
+        may = ", ".join(_flags_of(name) for name in sorted(RESUMABLE) if name in options)
         raise ValueError(
             f"{flags} cannot change when resuming {args.out} ({values}): its checkpoint holds a model, optimizer and "
             f"memory made for the run's settings. Leave these flags out, or start a new run with a new --out to "
@@ -242,14 +201,11 @@ def _typed_options(argv: list[str]) -> set[str]:
     return {dest for dest, value in vars(typed).items() if value is not _UNTYPED}
 
 
-def _dest_of(setting: str) -> str:
-    return {value: key for key, value in _SETTING_OF_FLAG.items()}.get(setting, setting)
-
-
 def _flags_of(setting: str) -> str:
     """The train flag(s) that set a TrainConfig setting, e.g. --batch-size for batch_size."""
-    dests = _LOSS_FLAGS if setting == "loss_params" else (_dest_of(setting),)
-    return "/".join("--" + dest.replace("_", "-") for dest in dests)
+    if setting == "loss_params":
+        return "/".join("--" + name for name in _LOSS_FLAGS)
+    return dict((s.name, flag) for s, flag in _setting_fields()).get(setting, "--" + setting.replace("_", "-"))
 
 
 def _check_new_run_folder(out: Path, overwrite: bool) -> None:

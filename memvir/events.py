@@ -86,7 +86,6 @@ class StatusEvent:
     step: int
     message: str = ""
     checkpoint: str | None = None
-    extra: dict = field(default_factory=dict)
 
     def record(self) -> dict:
         return {"type": "status", "state": self.state, "step": self.step, "message": self.message}

@@ -17,11 +17,9 @@ and live changes is broadcast between steps, so every rank takes the same steps 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -29,166 +27,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, Sampler
 
 from memvir import checkpoint, serving
-from memvir.data.transforms import sample_seed
+from memvir.config import FOCUS_CLASSES, LIVE_SETTINGS, RESUMABLE, TrainConfig
+from memvir.data.batches import TrainingBatches
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
-from memvir.losses import LOSSES, build_loss
-from memvir.memory import SCHEDULES, MemVir, NonFiniteError, check_ring
+from memvir.losses import build_loss
+from memvir.memory import MemVir, NonFiniteError, check_ring
 from memvir.spread import class_weight_spread, virtual_spread
 
 _STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_SAMPLERS = ("random", "balanced")
-_LR_DECAYS = ("none", "cosine", "step")
-# How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over
-# all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
-# weight it has without MemVir.
-REDUCTIONS = ("official", "balanced")
-_MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed + 1, which torch takes as an int64
-_MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
 _STATE_KEYS = ("config", "step", "model", "class_weights", "optimizer", "memvir", "loss", "rng", "history",
                "last_metrics")
-_LIVE_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "lr", "class_lr", "focus_classes")  # `Trainer.update`'s
-FOCUS_CLASSES = 8  # the few-class view's default: few enough to tell apart by colour, enough to show a spread
-MAX_FOCUS_CLASSES = 20
-RESUMABLE = frozenset({*_LIVE_SETTINGS, "epochs", "max_steps", "device", "num_workers", "eval_every", "log_every",
-                       "snapshot_every", "checkpoint_every", "data_root", "eval_at_start", "compile"})
-"""Settings a resumed run may change: its length, the live hyper-parameters, and where and how it runs. The others
-(data, model, loss, batch, sampler, seed, reduction...) made the model, optimizer and memory its checkpoint holds."""
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run needs; JSON round-trips. Defaults: the embedded glyphs on a laptop CPU."""
-
-    dataset: str = "glyphs"
-    data_root: str | None = None
-    image_size: int | None = None
-    backbone: str = "convnet"
-    pretrained: bool = False
-    embedding_dim: int = 128
-    loss: str = "norm-softmax"
-    loss_params: dict = field(default_factory=dict)
-    # Defaults chosen on glyphs (docs/benchmarks.md): at a CPU budget of 8 epochs a gentle curriculum costs the least
-    # Recall@1 while two virtual sets still arrive within a couple of minutes (paper's CARS setting: N=45, M=10).
-    memvir_n: int = 2  # N: past steps used as virtual classes (0 = the baseline)
-    memvir_m: int = 50  # M: gap between used steps
-    warmup_epochs: float = 2.0  # U in epochs, converted to steps
-    memvir_store_dtype: str = "float32"
-    memvir_schedule: str = "curriculum"  # the paper's staircase; "all-at-once" is its Fig. 3 ablation
-    memvir_reduction: str = "official"  # "official" (mean over all rows) | "balanced" (sum of the sets' means)
-    # An ablation: multiply the loss by this from the warm-up's end on. 0.5 in a baseline imitates MemVir(1, M)'s
-    # official 1/(k+1) dilution of the live batch's gradient, without any virtual class.
-    loss_scale_after_warmup: float = 1.0
-    epochs: int = 8
-    batch_size: int = 128
-    sampler: str = "random"  # the reference's choice; "balanced" = P classes x K images
-    samples_per_class: int = 4  # K for the balanced sampler
-    lr: float = 1e-3  # network
-    class_lr: float = 1e-2  # class weights (proxies)
-    weight_decay: float = 1e-4
-    adam_eps: float = 0.01
-    freeze_bn: bool = False  # BatchNorm in eval mode while training (fixed statistics), as the reference's --freeze_BN
-    lr_decay: str = "none"  # no decay with MemVir (docs/method.md, "Reference settings"); "cosine" or "step"
-    # "step": the learning rates are multiplied by lr_decay_rate at the start of each of these (1-based) epochs, as
-    # the reference code's baselines do at epoch 50
-    lr_decay_epochs: list = field(default_factory=list)
-    lr_decay_rate: float = 0.1
-    seed: int = 0
-    device: str = "auto"
-    num_workers: int = 0
-    eval_every: int = 1  # epochs between evaluations (0: only at the end)
-    log_every: int = 10  # steps between metrics.jsonl step records
-    snapshot_every: int = 25  # steps between embedding snapshots (0: none)
-    checkpoint_every: int = 200  # steps between checkpoints, besides epoch ends and stops
-    probe_classes: int = 8  # test classes in the fixed probe set of snapshots
-    # training classes of the snapshots' few-class view (their clean images, live and virtual weights, stored
-    # embeddings); empty: FOCUS_CLASSES of them drawn with the run's seed. A live setting.
-    focus_classes: list = field(default_factory=list)
-    val_classes: int = 0  # training classes held out and scored as "val_*" metrics, for choices made without test
-    augment: bool = True  # random augmentation of training images; off, a network can over-fit few classes
-    max_steps: int | None = None  # stop early (tests, quick looks)
-    eval_at_start: bool = True  # the untrained model's recall as the first point of the curve
-    compile: bool = False  # torch.compile the network for training (pays off on a GPU over long runs)
-
-    def validate(self) -> None:
-        def need(condition, message):
-            if not condition:
-                raise ValueError(f"TrainConfig: {message}")
-
-        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed",
-                     "val_classes"):
-            value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                 f"{name} must be an integer >= 0, got {value!r}")
-        for name in ("epochs", "batch_size", "embedding_dim", "samples_per_class", "checkpoint_every", "probe_classes"):
-            value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                 f"{name} must be an integer >= 1, got {value!r}")
-        need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
-        need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
-             f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
-        need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
-             f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
-        for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
-            value = getattr(self, name)
-            need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
-                 f"{name} must be > 0 and finite, got {value!r}")
-        need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
-             f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
-        from memvir.models import MAX_EMBEDDING_DIM
-
-        need(self.embedding_dim <= MAX_EMBEDDING_DIM,
-             f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
-        need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
-        need(self.memvir_store_dtype in _STORE_DTYPES,
-             f"memvir_store_dtype must be one of {', '.join(_STORE_DTYPES)}, got {self.memvir_store_dtype!r}")
-        need(self.memvir_schedule in SCHEDULES,
-             f"memvir_schedule must be one of {', '.join(SCHEDULES)}, got {self.memvir_schedule!r}")
-        need(self.sampler in _SAMPLERS, f"sampler must be one of {', '.join(_SAMPLERS)}, got {self.sampler!r}")
-        need(self.memvir_reduction in REDUCTIONS,
-             f"memvir_reduction must be one of {', '.join(REDUCTIONS)}, got {self.memvir_reduction!r}")
-        need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
-             and len(set(self.focus_classes)) == len(self.focus_classes) and all(
-                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
-             f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
-             f"got {self.focus_classes!r}")
-        need(self.lr_decay in _LR_DECAYS, f"lr_decay must be one of {', '.join(_LR_DECAYS)}, got {self.lr_decay!r}")
-        need(isinstance(self.lr_decay_epochs, list | tuple) and all(
-            isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in self.lr_decay_epochs),
-            f"lr_decay_epochs must be a list of epochs >= 1, got {self.lr_decay_epochs!r}")
-        need(self.lr_decay != "step" or self.lr_decay_epochs,
-             "lr_decay 'step' needs lr_decay_epochs, the epochs at whose start the learning rates drop")
-        need(isinstance(self.lr_decay_rate, int | float) and not isinstance(self.lr_decay_rate, bool)
-             and 0 < self.lr_decay_rate <= 1, f"lr_decay_rate must be in (0, 1], got {self.lr_decay_rate!r}")
-        need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
-             f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
-             "for the balanced sampler")
-        need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
-        for name in ("compile", "freeze_bn", "pretrained", "augment"):
-            need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
-        build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"TrainConfig: unknown setting(s) {', '.join(unknown)}")
-        return cls(**values)
-
-    @classmethod
-    def from_json(cls, text: str) -> TrainConfig:
-        return cls.from_dict(json.loads(text))
 
 
 def pick_device(name: str) -> torch.device:
@@ -201,72 +53,6 @@ def pick_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} asked for, but this machine has no CUDA GPU; use --device cpu or auto")
     return device
-
-
-def _sample_seed(run_seed: int, epoch: int, position: int) -> int:
-    return ((run_seed * 1_000_003 + epoch) * 10_000_019 + position) % (2**63 - 1)
-
-
-class _KeyedSamples(Dataset):
-    """Items looked up by (index, seed) keys, so that randomness depends on the key, never on what came before.
-
-    Per item (raw=False): the item's augmentation is drawn from its own seed. For a split that augments whole batches
-    (raw=True): the un-augmented item, with its batch's seed passed along to `_AugmentBatch`.
-    """
-
-    def __init__(self, dataset, raw: bool):
-        self.dataset = dataset
-        self.raw = raw
-
-    def __len__(self):
-        return len(self.dataset)
-
-    def __getitem__(self, key):
-        index, seed = key
-        if self.raw:
-            return (*self.dataset.raw(index), seed)
-        with sample_seed(seed):
-            return self.dataset[index]
-
-
-class _AugmentBatch:
-    """collate_fn: stack raw items, then augment the batch with randomness drawn from the batch's own seed.
-
-    The draws cover the whole batch at once, so a rank given only its share would draw other numbers than a single
-    process: each rank loads the whole global batch, augments it, and keeps its `rows`.
-    """
-
-    def __init__(self, batch_transform, rows: slice):
-        self.batch_transform = batch_transform
-        self.rows = rows
-
-    def __call__(self, items):
-        pixels = torch.stack([item[0] for item in items])
-        labels = torch.tensor([item[1] for item in items], dtype=torch.long)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # small tensors: a second thread only adds hand-off cost, dearly on a busy CPU
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(items[0][2])
-                return self.batch_transform(pixels)[self.rows], labels[self.rows]
-        finally:
-            torch.set_num_threads(threads)
-
-
-class _EpochBatches(Sampler):
-    """The batch sampler of the Trainer's one DataLoader: the keyed batches the Trainer set for the current epoch.
-
-    One loader for the whole run lets its worker processes persist from epoch to epoch instead of starting again.
-    """
-
-    def __init__(self):
-        self.batches: list[list] = []
-
-    def __iter__(self):
-        return iter(self.batches)
-
-    def __len__(self):
-        return len(self.batches)
 
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
@@ -294,12 +80,11 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
-        from memvir.data import ClassBalancedSampler, load_dataset
+        from memvir.data import load_dataset
         from memvir.data.splits import without_augmentation
         from memvir.data.validation import hold_out_validation
         from memvir.models import EmbeddingModel
 
-        config.validate()
         self.config = config
         self.world = World.from_environment()
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
@@ -322,15 +107,11 @@ class Trainer:
         if config.val_classes:
             self.data, self.validation = hold_out_validation(self.data, config.val_classes)
         info = self.data.info
-        train_size = len(self.data.train)
-        if config.batch_size > train_size:
-            raise ValueError(f"batch_size {config.batch_size} is larger than the training split of {config.dataset} "
-                             f"({train_size} images); use --batch-size {train_size} or less")
-        self._balanced = None
-        if config.sampler == "balanced":
-            self._balanced = ClassBalancedSampler(self.data.train.labels, config.batch_size // config.samples_per_class,
-                                                  config.samples_per_class, seed=config.seed)
-        self.steps_per_epoch = len(self._balanced) if self._balanced else train_size // config.batch_size
+        self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
+                                       sampler=config.sampler, samples_per_class=config.samples_per_class,
+                                       num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+                                       name=config.dataset)
+        self.steps_per_epoch = self.batches.steps_per_epoch
         self.total_steps = config.epochs * self.steps_per_epoch
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
@@ -368,12 +149,10 @@ class Trainer:
         self._speed = None
         self.command: str | None = None  # the command line that started the run, for the model card
         self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
-        self._epoch_batches = _EpochBatches()
-        self._loader = self._train_loader()
 
     # -------------------------------------------------------------------------------------- construction helpers
     @classmethod
-    def resume(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
+    def from_run_folder(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
         """Continue the run in `out_dir` from its checkpoint: same config, model, optimizer, MemVir memory and step.
 
         `overrides` (None: keep) may change the settings in RESUMABLE. N, M, the warm-up and the learning rates
@@ -402,9 +181,9 @@ class Trainer:
                 "memory made for the run's settings. Start a new run in a new folder to train with other settings",
                 {name: changes[name] for name in refused},
             )
-        live = {name: new for name, (_, new) in changes.items() if name in _LIVE_SETTINGS}
+        live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
-        trainer = cls(TrainConfig.from_dict({**stored.to_dict(), **values}), out_dir, listeners)
+        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
         try:
             trainer._load_state(state)
         except (KeyError, TypeError, ValueError, RuntimeError) as error:
@@ -430,17 +209,6 @@ class Trainer:
         if self.config.compile:
             network = torch.compile(network)  # around DDP, as torch documents: it splits graphs at gradient buckets
         return network
-
-    def _train_loader(self) -> DataLoader:
-        """The run's one training loader; `_batches` sets which keyed batches it yields each epoch."""
-        train = self.data.train
-        if train.batch_transform is not None:  # e.g. glyphs: one augmentation call per batch is far cheaper
-            dataset, collate = _KeyedSamples(train, raw=True), _AugmentBatch(train.batch_transform, self._local_rows)
-        else:
-            dataset, collate = _KeyedSamples(train, raw=False), None
-        workers = self.config.num_workers
-        return DataLoader(dataset, batch_sampler=self._epoch_batches, collate_fn=collate, num_workers=workers,
-                          pin_memory=self.device.type == "cuda", persistent_workers=workers > 0)
 
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
@@ -496,8 +264,7 @@ class Trainer:
 
     def _check_changes(self, changes: dict) -> None:
         """Validate the config that `changes` would make, its memory against the limit included, before any applies."""
-        candidate = TrainConfig.from_dict({**self.config.to_dict(), **changes})
-        candidate.validate()
+        candidate = dataclasses.replace(self.config, **changes)  # validated as it is made
         self._check_memory(candidate)
         self._focus(candidate.focus_classes)
 
@@ -534,8 +301,7 @@ class Trainer:
         if not changes:
             return
         old = {k: getattr(self.config, k) for k in changes}
-        for key, value in changes.items():
-            setattr(self.config, key, value)
+        self.config = dataclasses.replace(self.config, **changes)
         self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
                                 warmup_steps=self._warmup_steps(self.config.warmup_epochs))
         self._set_learning_rates()
@@ -573,7 +339,7 @@ class Trainer:
             self.evaluate()
         while self.step < self.total_steps:
             epoch, position = divmod(self.step, self.steps_per_epoch)
-            for images, labels in self._batches(epoch, position):
+            for images, labels in self.batches.epoch(epoch, position):
                 if self._between_steps():
                     return self._finish("stopped", f"stopped at step {self.step}")
                 self._train_step(images, labels, epoch)
@@ -589,27 +355,6 @@ class Trainer:
             if not last:
                 self.save_checkpoint()
         return self._finish("finished", f"finished {self.step} steps")
-
-    def _batches(self, epoch: int, position: int):
-        """This epoch's batches from `position` on, this rank's rows of each; every sample carries its own
-        augmentation seed, so the ranks' rows together are exactly the single-process batch."""
-        if self._balanced is not None:
-            self._balanced.set_epoch(epoch)
-            batches = list(self._balanced)
-        else:
-            order = torch.randperm(len(self.data.train),
-                                   generator=torch.Generator().manual_seed(_sample_seed(self.config.seed, epoch, 0)))
-            size = self.config.batch_size
-            batches = [order[i * size:(i + 1) * size].tolist() for i in range(self.steps_per_epoch)]
-        first = epoch * self.steps_per_epoch
-        if self.data.train.batch_transform is not None:  # one seed per batch; _AugmentBatch keeps this rank's rows
-            keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536)) for index in batch]
-                     for b, batch in enumerate(batches)]
-        else:
-            keyed = [[(index, _sample_seed(self.config.seed, epoch, 1 + (first + b) * 65_536 + slot))
-                      for slot, index in enumerate(batch)][self._local_rows] for b, batch in enumerate(batches)]
-        self._epoch_batches.batches = keyed[position:]
-        return iter(self._loader)
 
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
         started = time.perf_counter()
@@ -776,7 +521,7 @@ class Trainer:
 
     def _finish(self, state: str, message: str) -> str:
         saved = self.save_checkpoint()
-        self._loader = self._train_loader()  # a fresh loader: the persistent workers end with the old one
+        self.batches.release_workers()
         self.state = state
         self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
         return state

@@ -92,7 +92,7 @@ TRAINERS = textwrap.dedent("""
         pid = os.fork()
         if pid == 0:
             print("child", os.getpid(), flush=True)
-            trainer = Trainer.resume(sys.argv[1], checkpoint_every=1, epochs=1000, max_steps=100_000,
+            trainer = Trainer.from_run_folder(sys.argv[1], checkpoint_every=1, epochs=1000, max_steps=100_000,
                                      snapshot_every=0, eval_every=0)
             # each step is announced just before its checkpoint is written
             trainer.add_listener(lambda e: print("step", e.step, flush=True) if isinstance(e, StepEvent) else None)

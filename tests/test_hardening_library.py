@@ -40,7 +40,7 @@ def test_the_trainer_stops_on_non_finite_embeddings_and_keeps_the_last_checkpoin
     with pytest.raises(TrainingDiverged, match="embeddings or class weights became NaN or infinite at step 4"):
         trainer.run()
     assert trainer.state == "failed" and trainer.step == 3
-    resumed = Trainer.resume(tmp_path)
+    resumed = Trainer.from_run_folder(tmp_path)
     assert resumed.step == 2
     for memory in (trainer.memvir, resumed.memvir):
         stored = memory.state_dict()["_extra_state"]

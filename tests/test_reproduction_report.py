@@ -133,12 +133,14 @@ def test_every_study_gets_a_png_with_something_drawn(tmp_path):
                 for i, row in enumerate(studies.study_rows("dilution", records)[1:]) for s in range(3)]
     records += [record("overfit-probe", row.label, 0, 0.70, 0.60, epochs=100, steps=900)
                 for row in studies.study_rows("overfit-probe", records)]
+    records += [record("overfit", row.label, s, 0.40, 0.43, epochs=60, steps=540)
+                for row in studies.study_rows("overfit", records) for s in range(3)]
     records += [record("preset", row.label, s, 0.92, 0.95, epochs=12, steps=1032)
                 for row in studies.study_rows("preset", records) for s in range(3)]
     paths = draw_all(records, tmp_path)
     assert sorted(p.name for p in paths) == ["batch.png", "budget.png", "dilution.png", "few-classes.png", "grid.png",
-                                             "long.png", "losses.png", "overfit-probe.png", "preset.png",
-                                             "schedule.png"]
+                                             "long.png", "losses.png", "overfit-probe.png", "overfit.png",
+                                             "preset.png", "schedule.png"]
     for path in paths:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.width >= 500 and image.height >= 350

@@ -122,7 +122,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert first.run() == "stopped" and first.step == stop_at
     assert first.memvir.num_stored > 0
 
-    resumed = Trainer.resume(tmp_path / "interrupted")
+    resumed = Trainer.from_run_folder(tmp_path / "interrupted")
     assert resumed.step == stop_at
     assert resumed.run() == "finished"
     for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
@@ -140,18 +140,18 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
 
 def test_resume_can_extend_epochs_but_not_change_the_model(tmp_path):
     Trainer(small_config(epochs=1), tmp_path).run()
-    longer = Trainer.resume(tmp_path, epochs=2)
+    longer = Trainer.from_run_folder(tmp_path, epochs=2)
     assert longer.total_steps == 2 * longer.steps_per_epoch and longer.step == longer.steps_per_epoch
     with pytest.raises(ValueError, match="cannot change embedding_dim"):
-        Trainer.resume(tmp_path, embedding_dim=64)
+        Trainer.from_run_folder(tmp_path, embedding_dim=64)
 
 
 def test_resume_without_a_checkpoint_says_so(tmp_path):
     with pytest.raises(ValueError, match="no checkpoint"):
-        Trainer.resume(tmp_path / "nothing-here")
+        Trainer.from_run_folder(tmp_path / "nothing-here")
     (tmp_path / "trainer_state.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot read the checkpoint"):
-        Trainer.resume(tmp_path)
+        Trainer.from_run_folder(tmp_path)
 
 
 def test_live_update_applies_at_the_next_step():
@@ -209,7 +209,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
         trainer.run()
     assert trainer.state == "failed"
     assert any(isinstance(e, StatusEvent) and e.state == "failed" for e in events)
-    resumed = Trainer.resume(tmp_path)
+    resumed = Trainer.from_run_folder(tmp_path)
     assert resumed.step == 3  # the last good checkpoint, untouched by the failure
     assert all(torch.isfinite(p).all() for p in resumed.model.parameters())
 
@@ -246,7 +246,7 @@ def test_sample_seed_fixes_the_augmentation_of_a_sample():
 
 def test_balanced_sampler_batches_hold_p_classes_of_k():
     trainer = Trainer(small_config(sampler="balanced", batch_size=32, samples_per_class=4))
-    batch_labels = next(iter(trainer._batches(0, 0)))[1]
+    batch_labels = next(iter(trainer.batches.epoch(0, 0)))[1]
     counts = torch.bincount(batch_labels)
     assert sorted(counts[counts > 0].tolist()) == [4] * 8
 

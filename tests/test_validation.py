@@ -105,12 +105,12 @@ def test_training_without_augmentation_reads_clean_renders():
         return [divmod(index, 12) for index in order.tolist()]
 
     for epoch in (0, 1):
-        images, labels = next(trainer._batches(epoch, 0))
+        images, labels = next(trainer.batches.epoch(epoch, 0))
         assert images.shape == (32, 1, 32, 32)
         for row, (label, face) in enumerate(first_batch_items(epoch)):
             assert labels[row] == label
             torch.testing.assert_close(images[row], clean_pixels(renders[kept[label], face]))
     augmented = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, val_classes=6, max_steps=1))
-    images, _ = next(augmented._batches(0, 0))
+    images, _ = next(augmented.batches.epoch(0, 0))
     label, face = first_batch_items(0)[0]
     assert not torch.allclose(images[0], clean_pixels(renders[kept[label], face]))

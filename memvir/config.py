@@ -1,0 +1,193 @@
+"""TrainConfig: everything a training run needs, in one frozen, validated, JSON round-tripping dataclass.
+
+Each setting is declared once, with its default and its help text (field metadata): the command line builds its
+`train` options from them (memvir/cli.py), the app takes its defaults from them, and a checkpoint stores the config
+as JSON. Which settings may change while a run trains (`LIVE_SETTINGS`) or when it is resumed (`RESUMABLE`) is
+declared here too. A config is frozen: a change is a new config (`dataclasses.replace`), validated as it is made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+from memvir.losses import LOSSES, build_loss
+from memvir.memory import SCHEDULES
+
+STORE_DTYPES = ("float32", "float16", "bfloat16")
+SAMPLERS = ("random", "balanced")
+LR_DECAYS = ("none", "cosine", "step")
+# How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over
+# all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
+# weight it has without MemVir.
+REDUCTIONS = ("official", "balanced")
+FOCUS_CLASSES = 8  # the few-class view's default: few enough to tell apart by colour, enough to show a spread
+MAX_FOCUS_CLASSES = 20
+_MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed + 1, which torch takes as an int64
+_MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
+
+
+def _setting(default=None, help: str = "", *, factory=None, flag: str | None = None, cli: bool = True,
+             live: bool = False, resumable: bool = False, choices: tuple | None = None, item_type=None):
+    """A TrainConfig field with what the command line and the app need to offer it.
+
+    flag: its command-line option (default --name-with-dashes); cli=False keeps it off the command line (the app's
+    own settings). live: `Trainer.update` may change it while the run trains (and a resume may too). resumable: a
+    resumed run may change it. choices: argparse's choices. item_type: the type of a list's items.
+    """
+    metadata = {"help": help, "flag": flag, "cli": cli, "live": live, "resumable": resumable or live,
+                "choices": choices, "item_type": item_type}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs; JSON round-trips. Defaults: the embedded glyphs on a laptop CPU."""
+
+    dataset: str = _setting("glyphs", "glyphs | glyphs-mini | cub200 | cars196 | sop | folder:PATH")
+    data_root: str | None = _setting(None, "folder of cub200 / cars196 / sop", resumable=True)
+    image_size: int | None = _setting(None, "input size (default: the dataset's own)")
+    backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet")
+    pretrained: bool = _setting(False, "start from ImageNet weights (cached or online)")
+    embedding_dim: int = _setting(128, "embedding dimension")
+    loss: str = _setting("norm-softmax", "one of memvir.LOSSES")
+    loss_params: dict = _setting(factory=dict, help="the loss's hyper-parameters (--scale, --margin, --alpha)",
+                                 cli=False)
+    # Defaults chosen on glyphs (docs/benchmarks.md): at a CPU budget of 8 epochs a gentle curriculum costs the least
+    # Recall@1 while two virtual sets still arrive within a couple of minutes (paper's CARS setting: N=45, M=10).
+    memvir_n: int = _setting(2, "N, the past steps used as virtual classes; 0 = the baseline", live=True)
+    memvir_m: int = _setting(50, "M, the gap between used steps", live=True)
+    warmup_epochs: float = _setting(2.0, "U, the warm-up in epochs, converted to steps", live=True)
+    memvir_store_dtype: str = _setting("float32", "float32 | float16 | bfloat16: the memory's precision",
+                                       flag="--store-dtype")
+    memvir_schedule: str = _setting(
+        "curriculum", "curriculum (the paper's staircase) | all-at-once (all N sets when the warm-up ends)")
+    memvir_reduction: str = _setting(
+        "official", "official: the loss is the mean over all (k+1)B rows, as the reference code (the live batch "
+        "weighs 1/(k+1)); balanced: each set averaged on its own and the means summed", choices=REDUCTIONS)
+    loss_scale_after_warmup: float = _setting(
+        1.0, "ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
+        "MemVir(1, M)'s official dilution without virtual classes)")
+    epochs: int = _setting(8, "epochs to train", resumable=True)
+    batch_size: int = _setting(128, "images per step")
+    sampler: str = _setting("random", "random (the reference's) | balanced (P classes x K images)")
+    samples_per_class: int = _setting(4, "K, images of each class in a batch of the balanced sampler")
+    lr: float = _setting(1e-3, "network learning rate", live=True)
+    class_lr: float = _setting(1e-2, "class-weight learning rate", live=True)
+    weight_decay: float = _setting(1e-4, "Adam's weight decay")
+    adam_eps: float = _setting(
+        0.01, "Adam's epsilon (the reference's; with it many parameters take steps that scale with their gradient)")
+    freeze_bn: bool = _setting(
+        False, "keep BatchNorm layers in eval mode (fixed running statistics) while training, as the reference's "
+        "--freeze_BN (for pretrained backbones; off for the from-scratch CPU ones)")
+    lr_decay: str = _setting("none", "none (MemVir's: docs/method.md, \"Reference settings\") | cosine | step")
+    lr_decay_epochs: list = _setting(
+        factory=list, help="with --lr-decay step: the (1-based) epochs at whose start the learning rates drop",
+        item_type=int)
+    lr_decay_rate: float = _setting(0.1, "with --lr-decay step: the factor of each drop")
+    seed: int = _setting(0, "seeds the model, the batches and the augmentation")
+    device: str = _setting("auto", "auto | cpu | cuda | cuda:N", resumable=True)
+    num_workers: int = _setting(0, "data loader processes", resumable=True)
+    eval_every: int = _setting(1, "epochs between evaluations (0: only at the end)", resumable=True)
+    log_every: int = _setting(10, "steps between the step records of metrics.jsonl", resumable=True)
+    snapshot_every: int = _setting(25, "steps between embedding snapshots (0: none)", cli=False, resumable=True)
+    checkpoint_every: int = _setting(200, "steps between checkpoints, besides epoch ends and stops", resumable=True)
+    probe_classes: int = _setting(8, "test classes in the snapshots' fixed probe set", cli=False)
+    focus_classes: list = _setting(
+        factory=list, help="training classes of the snapshots' few-class view (their clean images, live and "
+        f"virtual weights, stored embeddings); empty: {FOCUS_CLASSES} drawn with the run's seed", cli=False,
+        live=True, item_type=int)
+    val_classes: int = _setting(0, "training classes held out as validation, scored as val_* metrics (for choices "
+                                   "made without the test classes)")
+    augment: bool = _setting(True, "train on the clean images, without random augmentation", flag="--no-augment")
+    max_steps: int | None = _setting(None, "stop after this many steps", resumable=True)
+    eval_at_start: bool = _setting(True, "the untrained model's metrics as the first point of the curve", cli=False,
+                                   resumable=True)
+    compile: bool = _setting(False, "torch.compile the network (pays off on a GPU over long runs)", resumable=True)
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """ValueError naming the first setting that is out of range."""
+        def need(condition, message):
+            if not condition:
+                raise ValueError(f"TrainConfig: {message}")
+
+        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed",
+                     "val_classes"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                 f"{name} must be an integer >= 0, got {value!r}")
+        for name in ("epochs", "batch_size", "embedding_dim", "samples_per_class", "checkpoint_every", "probe_classes"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                 f"{name} must be an integer >= 1, got {value!r}")
+        need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
+        need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
+             f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
+        need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
+             f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
+        for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
+            value = getattr(self, name)
+            need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
+                 f"{name} must be > 0 and finite, got {value!r}")
+        need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
+             f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
+        from memvir.models import MAX_EMBEDDING_DIM
+
+        need(self.embedding_dim <= MAX_EMBEDDING_DIM,
+             f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
+        need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
+                              ("sampler", SAMPLERS), ("memvir_reduction", REDUCTIONS), ("lr_decay", LR_DECAYS)):
+            need(getattr(self, name) in choices,
+                 f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
+             and len(set(self.focus_classes)) == len(self.focus_classes) and all(
+                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
+             f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
+             f"got {self.focus_classes!r}")
+        need(isinstance(self.lr_decay_epochs, list | tuple) and all(
+            isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in self.lr_decay_epochs),
+            f"lr_decay_epochs must be a list of epochs >= 1, got {self.lr_decay_epochs!r}")
+        need(self.lr_decay != "step" or self.lr_decay_epochs,
+             "lr_decay 'step' needs lr_decay_epochs, the epochs at whose start the learning rates drop")
+        need(isinstance(self.lr_decay_rate, int | float) and not isinstance(self.lr_decay_rate, bool)
+             and 0 < self.lr_decay_rate <= 1, f"lr_decay_rate must be in (0, 1], got {self.lr_decay_rate!r}")
+        need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
+             f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
+             "for the balanced sampler")
+        need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
+        for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
+            need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
+        build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown setting(s) {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        return cls.from_dict(json.loads(text))
+
+
+LIVE_SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["live"])
+"""What `Trainer.update` changes while a run trains."""
+RESUMABLE = frozenset(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resumable"])
+"""Settings a resumed run may change: its length, the live hyper-parameters, and where and how it runs. The others
+(data, model, loss, batch, sampler, seed, reduction...) made the model, optimizer and memory its checkpoint holds."""

@@ -1,0 +1,40 @@
+"""RunFolder reading files written here by hand: a records file with a line cut off by a crash, a config, markers."""
+
+import json
+
+import pytest
+
+from memvir.checkpoint import CheckpointError
+from memvir.config import TrainConfig
+from memvir.run_folder import RunFolder
+
+
+def test_records_skip_a_cut_line_and_give_the_state_and_final_metrics(tmp_path):
+    lines = [{"type": "status", "state": "running", "step": 0},
+             {"type": "eval", "step": 10, "epoch": 1, "recall@1": 0.5, "val_map@r": 0.25},
+             {"type": "step", "step": 20, "loss": 1.5},
+             {"type": "eval", "step": 20, "epoch": 2, "recall@1": 0.75, "val_map@r": 0.5},
+             {"type": "status", "state": "finished", "step": 20}]
+    text = "".join(json.dumps(r) + "\n" for r in lines[:3]) + '{"type": "eval", "ste\n' + "".join(
+        json.dumps(r) + "\n" for r in lines[3:])
+    (tmp_path / "metrics.jsonl").write_text(text)
+    run = RunFolder(tmp_path)
+    assert run.records() == lines
+    assert run.state() == "finished" and run.is_finished()
+    assert run.final_metrics() == {"recall@1": 0.75, "val_map@r": 0.5}
+
+
+def test_a_folder_without_records_is_no_run_and_has_no_state(tmp_path):
+    run = RunFolder(tmp_path / "nothing")
+    assert run.records() == [] and run.state() is None and not run.is_finished() and run.final_metrics() == {}
+    assert not run.is_run() and not run.has_model()
+
+
+def test_config_round_trips_and_a_damaged_one_is_a_checkpoint_error(tmp_path):
+    config = TrainConfig(dataset="glyphs-mini", memvir_n=3, memvir_reduction="balanced")
+    (tmp_path / "train_config.json").write_text(config.to_json())
+    run = RunFolder(tmp_path)
+    assert run.is_run() and run.config() == config
+    (tmp_path / "train_config.json").write_text('{"memvir_n": -1}')
+    with pytest.raises(CheckpointError, match="holds no readable run config"):
+        run.config()
