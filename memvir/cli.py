@@ -134,7 +134,9 @@ def _train_run(args) -> int:
     def show(event):
         if isinstance(event, StepEvent):
             bar.update(event.step - bar.n)
-            postfix = {"loss": f"{event.loss:.3f}", "classes": event.num_classes, "img/s": f"{event.images_per_s:.0f}"}
+            postfix = {"classes": event.num_classes, "img/s": f"{event.images_per_s:.0f}"}
+            if event.loss is not None:
+                postfix = {"loss": f"{event.loss:.3f}", **postfix}
             if recall["value"] is not None:
                 postfix["R@1"] = f"{recall['value']:.3f}"
             bar.set_postfix(postfix, refresh=False)

@@ -14,10 +14,10 @@ class StepEvent:
 
     step: int  # steps done, this one included
     epoch: int  # 0-based epoch this step belongs to
-    loss: float
+    loss: float | None  # None on a GPU between the steps the Trainer checks (memvir/train.py, `_checked`)
     num_classes: int  # s(i): real plus virtual classes the loss saw (paper Fig. 3)
     num_virtual_sets: int  # k, the past steps used as virtual classes
-    mean_target_cosine: float  # mean cos(x, W_y) of the live rows (paper Fig. 5a)
+    mean_target_cosine: float | None  # mean cos(x, W_y) of the live rows (paper Fig. 5a); None as loss
     images_per_s: float  # moving average
     lr: float
     warmup: bool  # True while MemVir is still in its warm-up

@@ -3,7 +3,7 @@
 One call is one training step t. After the warm-up, the call looks up the steps t - j(M+1) for
 j = 1..k, k = min(N, floor(L / (M+1))) with L the number of steps stored so far, appends their detached
 embeddings (labels shifted by j*C) and class-weight matrices (as C new classes each) after the live ones, then
-stores detached copies of this call's inputs. See PAPER.md "Algorithm" for the facts this follows.
+stores detached copies of this call's inputs, as docs/method.md ("Algorithm") describes.
 
 The store is a ring buffer with room for N(M+1) steps, allocated once (grown once more only if a larger
 batch arrives), so a full memory costs no allocation per step: the reference code's Python lists re-allocate
@@ -123,13 +123,17 @@ class MemVir(nn.Module):
         max_memory_bytes: the largest ring allowed (see `memory_limit`): None reads MEMVIR_MAX_MEMORY_BYTES, else
             16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams`, and at the first step,
             once the batch, class count and dimension are known, always before anything is allocated.
+        check_values: check every call's labels against the class count and what it stores for NaN/inf. The check
+            costs a host sync per call (a GPU waits for it); a training loop that checks its labels on the CPU and its
+            loss at its own cadence may turn it off, and must then throw the memory away with a run that diverged
+            (the Trainer does so on a GPU: it stops the run and keeps its last good checkpoint).
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
     """
 
     def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
-                 schedule: str = "curriculum", max_memory_bytes: int | None = None):
+                 schedule: str = "curriculum", max_memory_bytes: int | None = None, check_values: bool = True):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
@@ -141,6 +145,7 @@ class MemVir(nn.Module):
         self.warmup_steps = _check_count("warmup_steps (U)", warmup_steps)
         self.store_dtype = store_dtype
         self.max_memory_bytes = memory_limit(max_memory_bytes)
+        self.check_values = check_values
         self.step = 0  # calls made so far; the next call is step `self.step`
         self.num_virtual_sets = 0  # k used by the last call
         self._reset_store()
@@ -265,6 +270,19 @@ class MemVir(nn.Module):
             )
         if num_classes == 0:
             raise ValueError("MemVir: class_weights has 0 classes")
+        if self.check_values:
+            self._check_values(embeddings, labels, class_weights, storing)
+        if self._embeddings is not None:
+            stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
+            if (dim, num_classes) != (stored_dim, stored_classes):
+                raise ValueError(
+                    f"MemVir: the memory holds {stored_classes} classes of dimension {stored_dim}, but this step has "
+                    f"{num_classes} classes of dimension {dim}; call reset() before changing either"
+                )
+
+    def _check_values(self, embeddings, labels, class_weights, storing: bool) -> None:
+        """Labels within the class count; NaN/inf refused in a step that will be stored. One host sync for both."""
+        batch, num_classes = embeddings.shape[0], class_weights.shape[0]
         checks = [((labels < 0) | (labels >= num_classes)).any()]
         if storing:
             checks += [~torch.isfinite(embeddings).all(), ~torch.isfinite(class_weights).all()]
@@ -283,13 +301,6 @@ class MemVir(nn.Module):
                 "The network or the class weights diverged: lower the learning rate or the loss scale, or skip this "
                 "batch"
             )
-        if self._embeddings is not None:
-            stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
-            if (dim, num_classes) != (stored_dim, stored_classes):
-                raise ValueError(
-                    f"MemVir: the memory holds {stored_classes} classes of dimension {stored_dim}, but this step has "
-                    f"{num_classes} classes of dimension {dim}; call reset() before changing either"
-                )
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
         step = self.step
@@ -356,35 +367,12 @@ class MemVir(nn.Module):
         return self.warmup_steps
 
     def num_classes_at(self, step: int, num_classes: int) -> int:
-        """s(i), the class count at call `step` under the current N, M, U (PAPER.md eq. 4 for the curriculum)."""
+        """s(i), the class count at call `step` under the current N, M, U (for the curriculum: docs/method.md,
+        "Class count s(i)")."""
         if step < self.warmup_steps or self.num_steps == 0:
             return num_classes
         stored = min(step - self._store_from(), self.capacity)
         return num_classes * (min(stored // (self.margin + 1), self.num_steps) + 1)
-
-    def virtual_sets(self) -> list[dict]:
-        """The stored steps the next call would use, j = 1..k: detached copies for plots and projections.
-
-        Each entry: ``{"age": j, "steps_ago": j*(M+1), "embeddings": [B_j, D], "labels": [B_j],
-        "class_weights": [C, D]}``.
-        """
-        if self._count == 0 or self.num_steps == 0:
-            return []
-        num_sets = min(self.num_steps, self._count // (self.margin + 1))
-        sets = []
-        for j in range(1, num_sets + 1):
-            slot = self._slot(j * (self.margin + 1))
-            size = self._batch_sizes[slot]
-            sets.append(
-                {
-                    "age": j,
-                    "steps_ago": j * (self.margin + 1),
-                    "embeddings": self._embeddings[slot, :size].clone(),
-                    "labels": self._labels[slot, :size].clone(),
-                    "class_weights": self._weights[slot].clone(),
-                }
-            )
-        return sets
 
     def memory_bytes(self) -> int:
         """Bytes held by the allocated ring (0 before the first stored step)."""

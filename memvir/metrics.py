@@ -1,6 +1,6 @@
 """Retrieval metrics for embeddings: Recall@K, P@1, R-Precision, MAP@R and NMI, plus the one kNN search behind them.
 
-Definitions follow PAPER.md "Evaluation" (MLRC: Musgrave et al., "A Metric Learning Reality Check", ECCV 2020).
+Definitions follow docs/method.md, "Evaluation" (MLRC: Musgrave et al., "A Metric Learning Reality Check", ECCV 2020).
 Similarity is cosine: every vector is L2-normalised here, whatever the caller passed.
 
 The search is exact (every similarity is computed) and has two backends that return the same neighbours: faiss's

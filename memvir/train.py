@@ -131,9 +131,17 @@ class Trainer:
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
         self.class_weights = nn.Parameter(weights.to(self.device))
+        # On a GPU, checking every step's values would make the GPU wait for the host at every step: there the
+        # labels are checked on the CPU, where the loader made them, and the losses of the steps between where the
+        # Trainer logs or saves are checked together when it next does (`_checked`), so a NaN stops the run before
+        # any checkpoint holds it. On the CPU a check costs nothing, and every step is checked as it is taken.
+        self._checks_every_step = self.device.type != "cuda"
+        self._unchecked: list[tuple[int, torch.Tensor]] = []  # (step, [loss, mean target cosine]) not yet checked
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
+        self.loss_fn.check_values = self._checks_every_step
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
-                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule)
+                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
+                             check_values=self._checks_every_step)
         self.optimizer = torch.optim.Adam(
             [{"params": self.model.parameters(), "lr": config.lr},
              {"params": [self.class_weights], "lr": config.class_lr}],
@@ -362,6 +370,8 @@ class Trainer:
         if self.config.freeze_bn:
             for module in _batch_norms(self.model):
                 module.eval()
+        if not self._checks_every_step:
+            self._check_labels(labels)
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
@@ -382,9 +392,11 @@ class Trainer:
             loss = self.loss_fn(all_embeddings, all_labels, all_weights)
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
-            loss_value, cosine_value = torch.stack([loss.detach(), target_cosine.mean()]).tolist()
-        if not math.isfinite(loss_value):
-            self._diverge(f"the loss became {loss_value} at step {self.step + 1}")
+            stats = torch.stack([loss.detach(), target_cosine.mean()])
+        self._unchecked.append((self.step + 1, stats))
+        loss_value = cosine_value = None  # known on the steps that are checked
+        if self._checks_every_step or self._reports_at(self.step + 1):
+            loss_value, cosine_value = self._checked()
         if after_warmup and self.config.loss_scale_after_warmup != 1.0:
             loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
@@ -420,6 +432,30 @@ class Trainer:
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
             self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
+
+    def _reports_at(self, step: int) -> bool:
+        """Whether step `step` logs, snapshots, evaluates or saves anything (what needs its values checked)."""
+        every = [self.config.log_every, self.config.checkpoint_every, self.steps_per_epoch,
+                 self.config.snapshot_every]
+        return step in (1, self.total_steps) or any(n and step % n == 0 for n in every)
+
+    def _checked(self) -> tuple[float, float] | tuple[None, None]:
+        """Check the unchecked steps' losses in one host sync; TrainingDiverged at the first NaN or inf, else the
+        latest step's (loss, mean target cosine)."""
+        if not self._unchecked:
+            return None, None
+        pending, self._unchecked = self._unchecked, []
+        values = torch.stack([stats for _, stats in pending]).tolist()
+        for (step, _), (loss, _) in zip(pending, values, strict=True):
+            if not math.isfinite(loss):
+                self._diverge(f"the loss became {loss} at step {step}")
+        return values[-1][0], values[-1][1]
+
+    def _check_labels(self, labels: torch.Tensor) -> None:
+        """Labels within the class count, on the CPU tensor the loader made (no device sync)."""
+        count = self.class_weights.shape[0]
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= count):
+            raise ValueError(f"the batch holds labels outside [0, {count}): the dataset's labels are damaged")
 
     def _diverge(self, what: str) -> NoReturn:
         message = (f"{what}; the run stopped and the last good checkpoint is kept. Try a lower learning rate or a "
@@ -497,6 +533,7 @@ class Trainer:
         any moment leaves the folder loadable (`checkpoint.staged`)."""
         if self.out_dir is None:
             return None
+        self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
             checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
             self.model.save_pretrained(stage, metrics=self.last_metrics or None,

@@ -694,3 +694,13 @@ def test_other_integer_label_dtypes_are_accepted():
     torch.testing.assert_close(
         loss(embeddings, labels.int(), class_weights), loss(embeddings, labels, class_weights), rtol=0, atol=0
     )
+
+
+def test_without_value_checks_labels_are_not_range_checked_but_shapes_are():
+    embeddings, labels, class_weights = make_inputs(seed=16)
+    checked = build_loss("norm-softmax")(embeddings, labels, class_weights)
+    loss = build_loss("norm-softmax")
+    loss.check_values = False
+    assert torch.equal(loss(embeddings, labels, class_weights), checked)
+    with pytest.raises(ValueError, match="labels must be 1-D"):
+        loss(embeddings, labels[:2], class_weights)

@@ -1,4 +1,4 @@
-"""MemVir against a brute-force, list-based model of PAPER.md's algorithm, written here independently."""
+"""MemVir against a brute-force, list-based model of the algorithm (docs/method.md), written here independently."""
 
 import io
 import random
@@ -10,7 +10,7 @@ from memvir import MemVir
 
 
 class ReferenceMemVir:
-    """PAPER.md "Algorithm" as plainly as it reads: a list of every stored step, trimmed from the front."""
+    """docs/method.md "Algorithm" as plainly as it reads: a list of every stored step, trimmed from the front."""
 
     def __init__(self, n, m, u):
         self.n, self.m, self.u = n, m, u
@@ -54,7 +54,7 @@ def random_step(gen, batch, num_classes=5, dim=3):
 
 
 def paper_class_count(i, c, n, m, u):
-    """s(i) of PAPER.md eq. 4."""
+    """s(i) of docs/method.md, "Class count s(i)" (the paper's eq. 4)."""
     if i < u:
         return c
     return c * (min((i - u) // (m + 1), n) + 1)
@@ -207,10 +207,11 @@ def test_gradient_flows_only_into_live_inputs():
     ((ox * coeff_x).sum() + (ow * coeff_w).sum()).backward()
     assert torch.equal(x.grad, coeff_x[:3]) and torch.equal(w.grad, coeff_w[:5])
     assert not mv._embeddings.requires_grad and not mv._weights.requires_grad
-    stored = mv.virtual_sets()[0]["embeddings"].clone()
+    stored = x.detach().clone()
     with torch.no_grad():
         x.add_(100.0)  # the memory holds copies: changing the live tensor later changes nothing stored
-    assert torch.equal(mv.virtual_sets()[0]["embeddings"], stored)
+    next_x, _, _ = mv(*random_step(gen, 3))
+    assert torch.equal(next_x[3:6], stored)  # the previous step, as the next call's first virtual set (M = 0)
 
 
 def test_full_memory_is_written_in_place():
@@ -225,25 +226,12 @@ def test_full_memory_is_written_in_place():
 
 
 def test_reference_geometry_memory_size():
-    # PAPER.md: N(M+1) * (B*D + C*D) floats, about 229 MB at N=45, M=10, B=128, C=98, D=512.
+    # docs/method.md, "Memory cost": N(M+1) * (B*D + C*D) floats, about 229 MB at N=45, M=10, B=128, C=98, D=512.
     mv = MemVir(45, 10)
     mv(torch.zeros(128, 512), torch.zeros(128, dtype=torch.long), torch.zeros(98, 512))
     float_bytes = 45 * 11 * (128 * 512 + 98 * 512) * 4
     assert mv._embeddings.numel() * 4 + mv._weights.numel() * 4 == float_bytes
     assert 228e6 < float_bytes < 230e6
-
-
-def test_virtual_sets_lists_what_the_next_call_uses():
-    gen = torch.Generator().manual_seed(6)
-    mv = MemVir(2, 1)
-    for _ in range(5):
-        mv(*random_step(gen, 3))
-    sets = mv.virtual_sets()
-    x, y, w = random_step(gen, 3)
-    ox, oy, ow = mv(x, y, w)
-    assert [s["age"] for s in sets] == [1, 2] and [s["steps_ago"] for s in sets] == [2, 4]
-    assert torch.equal(torch.cat([x] + [s["embeddings"] for s in sets]), ox)
-    assert torch.equal(torch.cat([w] + [s["class_weights"] for s in sets]), ow)
 
 
 def test_raising_warmup_past_the_current_step_restarts_the_curriculum():
@@ -393,3 +381,14 @@ def test_ring_bytes_counts_a_full_memory_before_allocating():
     for _ in range(9):
         mv(*random_step(gen, 6))
     assert mv.memory_bytes() == ring_bytes(2, 3, 6, 5, 3)
+
+
+def test_without_value_checks_the_memory_takes_what_it_is_given():
+    """check_values=False (a training loop that checks elsewhere): no host sync for the labels or NaN, so a NaN step
+    is stored as given; the shapes are still checked."""
+    mv = MemVir(1, 0, check_values=False)
+    x = torch.full((2, 3), float("nan"))
+    mv(x, torch.tensor([0, 1]), torch.zeros(2, 3))
+    assert torch.isnan(mv(torch.zeros(2, 3), torch.tensor([0, 1]), torch.zeros(2, 3))[0][2:]).all()
+    with pytest.raises(ValueError, match="labels has 1 entries but embeddings has 2 rows"):
+        mv(torch.zeros(2, 3), torch.tensor([0]), torch.zeros(2, 3))

@@ -433,3 +433,25 @@ def test_focus_classes_default_to_a_seeded_draw_and_change_live():
         first.update(focus_classes=[2, 24])
     with pytest.raises(ValueError, match="focus_classes must be at most 20 distinct"):
         first.update(focus_classes=list(range(21)))
+
+
+def test_on_a_gpu_the_losses_are_checked_where_the_trainer_reports():
+    """What the Trainer does on a GPU (checks every step's values only where it logs or saves, one host sync for
+    the steps between), forced here on the CPU: a NaN at step 3 is found at step 5, the next logged step, before
+    that step's update and before any checkpoint."""
+    trainer = Trainer(small_config(log_every=5, snapshot_every=0, checkpoint_every=1000))
+    trainer._checks_every_step = trainer.memvir.check_values = trainer.loss_fn.check_values = False
+    events = collect(trainer)
+    original = trainer.loss_fn.forward
+
+    def poisoned(embeddings, labels, weights):
+        loss = original(embeddings, labels, weights)
+        return loss * float("nan") if trainer.step >= 2 else loss
+
+    trainer.loss_fn.forward = poisoned
+    with pytest.raises(TrainingDiverged, match="the loss became nan at step 3"):
+        trainer.run()
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    assert [e.step for e in steps] == [1, 2, 3, 4] and trainer.step == 4
+    assert steps[0].loss is not None and [e.loss for e in steps[1:]] == [None, None, None]
+    assert trainer.state == "failed"

@@ -3,8 +3,8 @@
 `glyphs` holds every character that survives the checks in `glyph_render` (about 2,000 classes); `glyphs-mini` is
 48 characters drawn from the same candidates by a fixed shuffle and checked the same way, for fast tests. Classes,
 not images, are split: half train, half test, by a fixed project seed. The clean renders are cached on disk (one
-.npz per variant and image size), so only the first start renders (about 1.5 s for `glyphs` at 32 px on this
-project's 2-core machines); later starts load the file in a few hundredths of a second.
+.npz per variant and image size), so only the first start renders (about 1.5 s for `glyphs` at 32 px on
+a 2-core laptop); later starts load the file in a few hundredths of a second.
 """
 
 import hashlib
