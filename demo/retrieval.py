@@ -4,12 +4,15 @@ A checkpoint is a folder in the Hub layout (config.json + model.safetensors): bu
 folder of this app, or a Hub repo id pulled by `memvir.hub.pull` (which fails within seconds when offline). A
 gallery is the checkpoint's own test split or images a visitor uploaded. Embedding a gallery is the slow part, so the
 `GalleryIndex` of each (checkpoint, gallery) pair is built once and kept; a query then costs one forward pass and
-one search.
+one search. A test split's index is kept beside its checkpoint too (memvir/checkpoint_gallery.py): bundled
+checkpoints ship theirs, a run's is built in the background when it finishes, so a first search need not embed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +24,7 @@ from PIL import Image, ImageOps
 
 from demo import upload_store
 from demo.allowed_paths import checkpoint_source
+from demo.index_builds import IndexBuilds
 from demo.settings import AppSettings
 from demo.uploads import UploadError, is_zip, load_image, unpack_upload
 
@@ -28,6 +32,8 @@ EMBED_BATCH = 512
 THUMBNAIL_SIZE = 96
 SAMPLE_SIZE = 48
 _CACHE_ENTRIES = 4
+
+log = logging.getLogger(__name__)
 
 
 class RetrievalError(ValueError):
@@ -63,6 +69,7 @@ class Gallery:
     labels: list[int] | None = None
     class_names: list[str] | None = None
     glyphs: bool = False  # white ink on black: shown inverted, as print
+    split: object | None = None  # a test split's dataset split (memvir.data.SplitDataset), embedded as evaluated
 
     def class_of(self, index: int) -> str | None:
         return None if self.labels is None else self.class_names[self.labels[index]]
@@ -175,6 +182,7 @@ class RetrievalService:
         self._models = _Cache(_CACHE_ENTRIES)
         self._galleries = _Cache(_CACHE_ENTRIES)
         self._indexes = _Cache(_CACHE_ENTRIES)
+        self._builds = IndexBuilds()
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def checkpoint_choices(self) -> list[tuple[str, str]]:
@@ -231,7 +239,7 @@ class RetrievalService:
                 ) from None
             return Gallery(key=key, description=f"the {dataset} test split", size=len(split), image=split.image,
                            labels=split.labels.tolist(), class_names=split.class_names,
-                           glyphs=checkpoint.is_glyph_model)
+                           glyphs=checkpoint.is_glyph_model, split=split)
 
         with self._lock:
             return self._galleries.get_or_make(key, load)
@@ -298,24 +306,100 @@ class RetrievalService:
 
     # ------------------------------------------------------------------------------------------ index and search
     def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
-        """The gallery embedded by the checkpoint, indexed; built on first use, then cached."""
-        with self._lock:
-            return self._indexes.get_or_make((checkpoint.key, gallery.key),
-                                             lambda: self._build_index(checkpoint, gallery))
+        """The gallery embedded by the checkpoint, indexed; built on first use, then cached.
 
-    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
+        A test split's index is read from the checkpoint's folder when a fresh one is there, and otherwise embedded
+        and, for bundled checkpoints and the app's runs, saved there for later starts. A request for an index that
+        is being built waits for that build instead of starting another.
+        """
+        key = (checkpoint.key, gallery.key)
+
+        def build(report):
+            cached = self._cached_index(key)  # built by a request that finished just before this one began
+            if cached is None:
+                cached = self._build_index(checkpoint, gallery, report)
+                with self._lock:
+                    self._indexes.get_or_make(key, lambda: cached)
+            return cached
+
+        return self._cached_index(key) or self._builds.run(key, build)
+
+    def index_in_background(self, choice: str) -> threading.Thread:
+        """Index the checkpoint's test split on a thread of its own (for a run that just finished), so that its
+        first search need not embed and the index is saved beside it; `indexing_progress` follows it. Returns the
+        thread; what stops it is logged, and `indexing_progress(choice)` reports it."""
+
+        def work():
+            try:
+                checkpoint = self.load_checkpoint(choice)
+                self.index(checkpoint, self.test_split_gallery(checkpoint))
+            except Exception:
+                log.exception("indexing the gallery of %s failed", choice)
+
+        thread = threading.Thread(target=work, name=f"index-gallery-{Path(choice).name}", daemon=True)
+        thread.start()
+        return thread
+
+    def indexing_progress(self, choice: str) -> float | None:
+        """How far the index of the checkpoint's test split has got: 1.0 when it is ready, the fraction embedded
+        while it is built, None when no build of it has started in this process. RetrievalError when the build (or
+        loading the checkpoint or its dataset) failed, with the reason."""
+        checkpoint = self.load_checkpoint(choice)
+        key = (checkpoint.key, self.test_split_gallery(checkpoint).key)
+        if self._cached_index(key) is not None:
+            return 1.0
+        state = self._builds.progress(key)
+        if state is None:
+            return None
+        fraction, error = state
+        if error is not None:
+            raise RetrievalError(f"indexing the gallery of {checkpoint.name} failed: {error}")
+        return fraction
+
+    def _cached_index(self, key) -> IndexedGallery | None:
+        with self._lock:
+            if key not in self._indexes:
+                return None
+            self._indexes.move_to_end(key)
+            return self._indexes[key]
+
+    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        if gallery.size == 0:
+            raise RetrievalError("the gallery is empty")
+        if gallery.split is not None:
+            return self._test_split_index(checkpoint, gallery, report)
+        return self._uploaded_index(checkpoint, gallery, report)
+
+    def _test_split_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        """From the checkpoint's folder when fresh, else embedded through memvir.serving (as evaluation does)."""
+        from memvir import checkpoint_gallery
+
+        saved = checkpoint_gallery.load(checkpoint.folder, gallery.split)
+        if saved is None:
+            saved = checkpoint_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
+                                             model=checkpoint.model, save=self._may_write(checkpoint.folder),
+                                             batch_size=EMBED_BATCH, on_progress=report)
+        return IndexedGallery(saved.index, saved.metrics)
+
+    def _may_write(self, folder: Path) -> bool:
+        """A checkpoint folder the app may keep an index in: a bundled checkpoint or one of its runs (not a Hub
+        cache, not a folder of the machine a visitor may only read)."""
+        homes = (self.settings.checkpoints_dir.resolve(), self.settings.runs_dir.resolve())
+        return folder.resolve().parent in homes and os.access(folder, os.W_OK)
+
+    def _uploaded_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        """Uploaded images through the query path (glyph polarity and framing), as a query would be."""
         import torch
 
         from memvir.index import GalleryIndex
         from memvir.metrics import retrieval_metrics
 
-        if gallery.size == 0:
-            raise RetrievalError("the gallery is empty")
         chunks = []
         for start in range(0, gallery.size, EMBED_BATCH):
-            batch = [self.model_input(checkpoint, gallery.image(i), fit_ink=False)
-                     for i in range(start, min(start + EMBED_BATCH, gallery.size))]
-            chunks.append(checkpoint.model.embed(batch))
+            stop = min(start + EMBED_BATCH, gallery.size)
+            chunks.append(checkpoint.model.embed([self.model_input(checkpoint, gallery.image(i), fit_ink=False)
+                                                  for i in range(start, stop)]))
+            report(stop / gallery.size)
         embeddings = torch.cat(chunks)
         metrics = {}
         if gallery.labels is not None and len(set(gallery.labels)) < gallery.size:
