@@ -6,6 +6,8 @@ gallery is the checkpoint's own test split or images a visitor uploaded. Embeddi
 `GalleryIndex` of each (checkpoint, gallery) pair is built once and kept; a query then costs one forward pass and
 one search. A test split's index is kept beside its checkpoint too (memvir/checkpoint_gallery.py): bundled
 checkpoints ship theirs, a run's is built in the background when it finishes, so a first search need not embed.
+Besides searching, the service says which checkpoint and query class to offer first, and zips a checkpoint for
+download.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
+import string
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +28,7 @@ from PIL import Image, ImageOps
 
 from demo import upload_store
 from demo.allowed_paths import checkpoint_source
+from demo.checkpoint_download import write_zip
 from demo.index_builds import IndexBuilds
 from demo.settings import AppSettings
 from demo.uploads import UploadError, is_zip, load_image, unpack_upload
@@ -32,6 +37,8 @@ EMBED_BATCH = 512
 THUMBNAIL_SIZE = 96
 SAMPLE_SIZE = 48
 _CACHE_ENTRIES = 4
+# A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train writes the row).
+_MEMVIR_CARD_ROW = re.compile(r"^\| MemVir \| N=[1-9]", re.MULTILINE)
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +200,16 @@ class RetrievalService:
                 for path in reversed(_checkpoint_folders(self.settings.runs_dir, need_weights=True))]
         return bundled + runs
 
+    def default_checkpoint(self) -> str | None:
+        """The checkpoint the Retrieve tab starts on: the bundled one trained with MemVir (as its model card says),
+        else the first listed; None when none is listed."""
+        for folder in _checkpoint_folders(self.settings.checkpoints_dir, need_weights=True):
+            card = folder / "README.md"
+            if card.is_file() and _MEMVIR_CARD_ROW.search(card.read_text(encoding="utf-8", errors="replace")):
+                return str(folder)
+        choices = self.checkpoint_choices()
+        return choices[0][1] if choices else None
+
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
         """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
         a path outside the places visitors may name (demo/allowed_paths.py)."""
@@ -218,6 +235,17 @@ class RetrievalService:
 
         with self._lock:
             return self._models.get_or_make(key, load)
+
+    def download_zip(self, choice: str) -> Path:
+        """A zip of the checkpoint's config.json, model.safetensors and README.md, in the app's downloads folder
+        (bounded and pruned: demo/checkpoint_download.py), for the page to offer as a file."""
+        checkpoint = self.load_checkpoint(choice)  # refuses what a visitor may not name, and what does not load
+        settings = self.settings
+        try:
+            return write_zip(checkpoint.folder, settings.downloads_dir, settings.max_downloads_bytes,
+                             settings.max_upload_age_s)
+        except (ValueError, OSError) as error:
+            raise RetrievalError(f"{checkpoint.name} cannot be downloaded: {error}") from None
 
     # ------------------------------------------------------------------------------------------ galleries
     def test_split_gallery(self, checkpoint: LoadedCheckpoint) -> Gallery:
@@ -303,6 +331,14 @@ class RetrievalService:
         firsts = list(first_of_class.values())
         step = max(1, len(firsts) // count)
         return firsts[::step][:count]
+
+    def example_query_class(self, gallery: Gallery) -> str | None:
+        """A class of the gallery to suggest for "Query's class", as a visitor would type it (a glyph's character):
+        the first that is an ASCII letter, which any keyboard types, else the first; None when it has no classes."""
+        if not gallery.class_names:
+            return None
+        typed = [name.split(" ")[0] if gallery.glyphs else name for name in gallery.class_names]
+        return next((text for text in typed if text in string.ascii_letters), typed[0])
 
     # ------------------------------------------------------------------------------------------ index and search
     def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
