@@ -6,6 +6,7 @@ demo/settings.py. The port opens only once torch and the trainer are imported (a
 """
 
 import importlib
+import importlib.util
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
@@ -20,6 +21,10 @@ HANDLER_MODULES = ("memvir.train", "memvir.models", "memvir.hub", "memvir.data",
 def import_handler_modules() -> None:
     for name in HANDLER_MODULES:
         importlib.import_module(name)
+    # Gradio wraps every request in utils.MatplotlibBackendMananger, whose matplotlib.get_backend() imports pyplot
+    # where matplotlib is installed (requirements-dev.txt has it): 1-2 s of a first request on 2 busy cores.
+    if importlib.util.find_spec("matplotlib") is not None:
+        importlib.import_module("matplotlib.pyplot")
     from memvir.metrics import search_backend
 
     search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
@@ -37,6 +42,7 @@ def main() -> None:
 
     import_handler_modules()
     app = build_app(settings)
+    app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads
     try:
         # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
         app.launch(theme=THEME, css=CSS, max_file_size=settings.max_zip_bytes)

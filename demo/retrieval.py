@@ -360,6 +360,26 @@ class RetrievalService:
 
         return self._cached_index(key) or self._builds.run(key, build)
 
+    def warm_up(self) -> threading.Thread | None:
+        """Load the default checkpoint, its test split and its index, and embed one query, on a thread of its own
+        (when the app starts), so that a visitor's first search costs what any search costs: the model's first
+        forward pass, the dataset's load and the index's read are done by then. None without a default checkpoint."""
+        choice = self.default_checkpoint()
+        if choice is None:
+            return None
+
+        def work():
+            try:
+                checkpoint = self.load_checkpoint(choice)
+                gallery = self.test_split_gallery(checkpoint)
+                self.search(checkpoint, gallery, gallery.image(0), k=1)
+            except Exception:
+                log.exception("warming up retrieval with %s failed", choice)
+
+        thread = threading.Thread(target=work, name="warm-up-retrieval", daemon=True)
+        thread.start()
+        return thread
+
     def index_in_background(self, choice: str) -> threading.Thread:
         """Index the checkpoint's test split on a thread of its own (for a run that just finished), so that its
         first search need not embed and the index is saved beside it; `indexing_progress` follows it. Returns the

@@ -151,3 +151,12 @@ def test_a_background_build_that_fails_leaves_its_error_for_the_progress_query(t
                                              r"images \[B, 3, H, W\], got shape \(288, 1, 32, 32\)"):
         service.indexing_progress(str(run))
     assert not (run / "gallery").exists()
+
+
+def test_warming_up_readies_the_default_checkpoints_gallery_from_its_shipped_index(tmp_path, embed_calls):
+    bundled = shutil.copytree(BUNDLED_MEMVIR, tmp_path / "checkpoints" / BUNDLED_MEMVIR.name)
+    service = _service(tmp_path)
+    assert service.indexing_progress(str(bundled)) is None
+    service.warm_up().join(120)
+    assert service.indexing_progress(str(bundled)) == 1.0 and embed_calls == []
+    assert _service(tmp_path / "nothing").warm_up() is None  # no checkpoint to warm
