@@ -1,8 +1,8 @@
 """AppSettings: where the app keeps its files and how much it allows, read from the environment.
 
 Everything the app writes (run folders, unpacked uploads, checkpoint downloads, Gradio's upload cache) lives under
-one data folder, so a visitor's upload can never land anywhere else, and a Space's persistent storage can be pointed
-at it in one line.
+one data folder, so a visitor's upload can never land anywhere else. On a Hugging Face Space with persistent storage
+(mounted at /data) that folder is on it, so runs survive a restart.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MB = 1024**2
+# Where a Space's persistent storage is mounted (https://huggingface.co/docs/hub/spaces-storage); Spaces set SPACE_ID.
+SPACE_STORAGE = Path("/data")
 
 
 def _int_from_env(name: str, default: int, minimum: int) -> int:
@@ -52,6 +54,15 @@ def _bytes_from_env(name: str) -> int | None:
 def _folders_from_env(name: str) -> tuple[Path, ...]:
     """Folders separated by os.pathsep (':' on Linux); none when unset."""
     return tuple(Path(part).expanduser() for part in (os.environ.get(name) or "").split(os.pathsep) if part.strip())
+
+
+def default_data_dir() -> Path:
+    """MEMVIR_APP_DATA when set; else, on a Space with persistent storage, a folder in it; else runs/app."""
+    if os.environ.get("MEMVIR_APP_DATA"):
+        return Path(os.environ["MEMVIR_APP_DATA"]).expanduser()
+    if os.environ.get("SPACE_ID") and SPACE_STORAGE.is_dir() and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
+        return SPACE_STORAGE / "memvir-studio"
+    return REPO_ROOT / "runs" / "app"
 
 
 def _flag_from_env(name: str, default: bool) -> bool:
@@ -125,11 +136,11 @@ class AppSettings:
 
     @classmethod
     def from_env(cls) -> AppSettings:
-        """MEMVIR_APP_DATA (default runs/app), MEMVIR_CHECKPOINTS (default checkpoints/),
+        """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
         MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none)."""
         return cls(
-            data_dir=Path(os.environ.get("MEMVIR_APP_DATA") or REPO_ROOT / "runs" / "app").expanduser(),
+            data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
             max_active_runs=_int_from_env("MEMVIR_MAX_RUNS", 1, 1),
             umap=_flag_from_env("MEMVIR_UMAP", True),
