@@ -11,11 +11,12 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
 
-# What request handlers import on first use. Imported here, before the port opens: two threads importing
-# torchvision at once (a first request and a warm-up thread, or two first requests) can each see the other's
-# partially initialised module and fail with ImportError.
+# What request handlers (and the retrieval warm-up thread) import on first use. Imported here, before the port opens:
+# two threads importing torchvision at once (a first request and a warm-up thread, or two first requests) can each
+# see the other's partially initialised module and fail with ImportError.
 HANDLER_MODULES = ("memvir.train", "memvir.models", "memvir.hub", "memvir.data", "memvir.index", "memvir.metrics",
-                   "memvir.projection", "memvir.checkpoint", "demo.figures")
+                   "memvir.projection", "memvir.checkpoint", "memvir.serving", "memvir.checkpoint_gallery",
+                   "demo.figures")
 
 
 def import_handler_modules() -> None:
