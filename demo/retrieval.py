@@ -433,15 +433,18 @@ class RetrievalService:
         saved = checkpoint_gallery.load(checkpoint.folder, gallery.split)
         if saved is None:
             saved = checkpoint_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
-                                             model=checkpoint.model, save=self._may_write(checkpoint.folder),
+                                             model=checkpoint.model, save=self._may_save_beside(checkpoint),
                                              batch_size=EMBED_BATCH, on_progress=report)
         return IndexedGallery(saved.index, saved.metrics)
 
-    def _may_write(self, folder: Path) -> bool:
-        """A checkpoint folder the app may keep an index in: a bundled checkpoint or one of its runs (not a Hub
-        cache, not a folder of the machine a visitor may only read)."""
+    def _may_save_beside(self, checkpoint: LoadedCheckpoint) -> bool:
+        """Whether the index embedded by this loaded model may be kept in the checkpoint's folder: a bundled
+        checkpoint or one of the app's runs (not a Hub cache, not a folder a visitor may only read), whose weights
+        are still the ones the model was loaded from (a run may have saved new ones since)."""
+        folder = checkpoint.folder
         homes = (self.settings.checkpoints_dir.resolve(), self.settings.runs_dir.resolve())
-        return folder.resolve().parent in homes and os.access(folder, os.W_OK)
+        return (folder.resolve().parent in homes and os.access(folder, os.W_OK)
+                and _folder_key(folder) == checkpoint.key)
 
     def _uploaded_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
         """Uploaded images through the query path (glyph polarity and framing), as a query would be."""

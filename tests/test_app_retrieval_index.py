@@ -160,3 +160,13 @@ def test_warming_up_readies_the_default_checkpoints_gallery_from_its_shipped_ind
     service.warm_up().join(120)
     assert service.indexing_progress(str(bundled)) == 1.0 and embed_calls == []
     assert _service(tmp_path / "nothing").warm_up() is None  # no checkpoint to warm
+
+
+def test_an_index_embedded_with_weights_since_replaced_is_not_saved(tmp_path, embed_calls):
+    run = tmp_path / "data" / "runs" / "20260104-run"
+    _tiny_model(0).save_pretrained(run)
+    service = _service(tmp_path)
+    loaded_before = service.load_checkpoint(str(run))
+    _tiny_model(1).save_pretrained(run)  # the run saved again after its model was loaded
+    service.index(loaded_before, service.test_split_gallery(loaded_before))
+    assert embed_calls == [288] and not (run / "gallery").exists()  # it would not match the stamp's weights
