@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: demo test bench venv chromium clean
+.PHONY: demo test bench venv chromium clean gallery-index checkpoints
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,5 +31,22 @@ test: venv chromium
 bench: venv
 	$(PY) bench/run_all.py
 
-clean:
-	rm -rf $(VENV) .pytest_cache
+# Each bundled checkpoint ships its test split's gallery index (checkpoints/NAME/gallery/), so the app's first search
+# needs no embedding. Rebuilt only where missing or stale: its stamp records the sha256 of the weights it was built
+# from (memvir/checkpoint_gallery.py).
+gallery-index: venv
+	$(PY) -m memvir.checkpoint_gallery checkpoints/*/
+
+# Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
+# files in, then index their galleries.
+BUNDLED := glyphs-norm-softmax-baseline glyphs-norm-softmax-memvir
+checkpoints: venv
+	rm -rf $(addprefix runs/,$(BUNDLED))
+	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 0 --memvir-m 10 --warmup-epochs 1 \
+	    --epochs 8 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-baseline
+	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 2 --memvir-m 50 --warmup-epochs 2 \
+	    --epochs 8 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-memvir
+	for name in $(BUNDLED); do \
+	  cp runs/$$name/config.json runs/$$name/model.safetensors runs/$$name/README.md checkpoints/$$name/ || exit 1; \
+	done
+	$(MAKE) gallery-index

@@ -6,20 +6,26 @@ demo/settings.py. The port opens only once torch and the trainer are imported (a
 """
 
 import importlib
+import importlib.util
 import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
 
-# What request handlers import on first use. Imported here, before the port opens: two threads importing
-# torchvision at once (a first request and a warm-up thread, or two first requests) can each see the other's
-# partially initialised module and fail with ImportError.
+# What request handlers (and the retrieval warm-up thread) import on first use. Imported here, before the port opens:
+# two threads importing torchvision at once (a first request and a warm-up thread, or two first requests) can each
+# see the other's partially initialised module and fail with ImportError.
 HANDLER_MODULES = ("memvir.train", "memvir.models", "memvir.hub", "memvir.data", "memvir.index", "memvir.metrics",
-                   "memvir.projection", "memvir.checkpoint", "demo.figures")
+                   "memvir.projection", "memvir.checkpoint", "memvir.serving", "memvir.checkpoint_gallery",
+                   "demo.figures")
 
 
 def import_handler_modules() -> None:
     for name in HANDLER_MODULES:
         importlib.import_module(name)
+    # Gradio wraps every request in utils.MatplotlibBackendMananger, whose matplotlib.get_backend() imports pyplot
+    # where matplotlib is installed (requirements-dev.txt has it): 1-2 s of a first request on 2 busy cores.
+    if importlib.util.find_spec("matplotlib") is not None:
+        importlib.import_module("matplotlib.pyplot")
     from memvir.metrics import search_backend
 
     search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
@@ -37,6 +43,7 @@ def main() -> None:
 
     import_handler_modules()
     app = build_app(settings)
+    app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads
     try:
         # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
         app.launch(max_file_size=settings.max_zip_bytes)

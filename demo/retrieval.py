@@ -4,12 +4,19 @@ A checkpoint is a folder in the Hub layout (config.json + model.safetensors): bu
 folder of this app, or a Hub repo id pulled by `memvir.hub.pull` (which fails within seconds when offline). A
 gallery is the checkpoint's own test split or images a visitor uploaded. Embedding a gallery is the slow part, so the
 `GalleryIndex` of each (checkpoint, gallery) pair is built once and kept; a query then costs one forward pass and
-one search.
+one search. A test split's index is kept beside its checkpoint too (memvir/checkpoint_gallery.py): bundled
+checkpoints ship theirs, a run's is built in the background when it finishes, so a first search need not embed.
+Besides searching, the service says which checkpoint and query class to offer first, and zips a checkpoint for
+download.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import re
+import string
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -21,6 +28,8 @@ from PIL import Image, ImageOps
 
 from demo import upload_store
 from demo.allowed_paths import checkpoint_source
+from demo.checkpoint_download import write_zip
+from demo.index_builds import IndexBuilds
 from demo.settings import AppSettings
 from demo.uploads import UploadError, is_zip, load_image, unpack_upload
 
@@ -28,6 +37,10 @@ EMBED_BATCH = 512
 THUMBNAIL_SIZE = 96
 SAMPLE_SIZE = 48
 _CACHE_ENTRIES = 4
+# A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train writes the row).
+_MEMVIR_CARD_ROW = re.compile(r"^\| MemVir \| N=[1-9]", re.MULTILINE)
+
+log = logging.getLogger(__name__)
 
 
 class RetrievalError(ValueError):
@@ -63,6 +76,7 @@ class Gallery:
     labels: list[int] | None = None
     class_names: list[str] | None = None
     glyphs: bool = False  # white ink on black: shown inverted, as print
+    split: object | None = None  # a test split's dataset split (memvir.data.SplitDataset), embedded as evaluated
 
     def class_of(self, index: int) -> str | None:
         return None if self.labels is None else self.class_names[self.labels[index]]
@@ -175,6 +189,7 @@ class RetrievalService:
         self._models = _Cache(_CACHE_ENTRIES)
         self._galleries = _Cache(_CACHE_ENTRIES)
         self._indexes = _Cache(_CACHE_ENTRIES)
+        self._builds = IndexBuilds()
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def checkpoint_choices(self) -> list[tuple[str, str]]:
@@ -184,6 +199,16 @@ class RetrievalService:
         runs = [(f"run: {path.name}", str(path))
                 for path in reversed(_checkpoint_folders(self.settings.runs_dir, need_weights=True))]
         return bundled + runs
+
+    def default_checkpoint(self) -> str | None:
+        """The checkpoint the Retrieve tab starts on: the bundled one trained with MemVir (as its model card says),
+        else the first listed; None when none is listed."""
+        for folder in _checkpoint_folders(self.settings.checkpoints_dir, need_weights=True):
+            card = folder / "README.md"
+            if card.is_file() and _MEMVIR_CARD_ROW.search(card.read_text(encoding="utf-8", errors="replace")):
+                return str(folder)
+        choices = self.checkpoint_choices()
+        return choices[0][1] if choices else None
 
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
         """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
@@ -211,6 +236,17 @@ class RetrievalService:
         with self._lock:
             return self._models.get_or_make(key, load)
 
+    def download_zip(self, choice: str) -> Path:
+        """A zip of the checkpoint's config.json, model.safetensors and README.md, in the app's downloads folder
+        (bounded and pruned: demo/checkpoint_download.py), for the page to offer as a file."""
+        checkpoint = self.load_checkpoint(choice)  # refuses what a visitor may not name, and what does not load
+        settings = self.settings
+        try:
+            return write_zip(checkpoint.folder, settings.downloads_dir, settings.max_downloads_bytes,
+                             settings.max_upload_age_s)
+        except (ValueError, OSError) as error:
+            raise RetrievalError(f"{checkpoint.name} cannot be downloaded: {error}") from None
+
     # ------------------------------------------------------------------------------------------ galleries
     def test_split_gallery(self, checkpoint: LoadedCheckpoint) -> Gallery:
         """The test split of the dataset the checkpoint was trained on (glyphs are re-rendered, no download)."""
@@ -231,7 +267,7 @@ class RetrievalService:
                 ) from None
             return Gallery(key=key, description=f"the {dataset} test split", size=len(split), image=split.image,
                            labels=split.labels.tolist(), class_names=split.class_names,
-                           glyphs=checkpoint.is_glyph_model)
+                           glyphs=checkpoint.is_glyph_model, split=split)
 
         with self._lock:
             return self._galleries.get_or_make(key, load)
@@ -296,26 +332,133 @@ class RetrievalService:
         step = max(1, len(firsts) // count)
         return firsts[::step][:count]
 
+    def example_query_class(self, gallery: Gallery) -> str | None:
+        """A class of the gallery to suggest for "Query's class", as a visitor would type it (a glyph's character):
+        the first that is an ASCII letter, which any keyboard types, else the first; None when it has no classes."""
+        if not gallery.class_names:
+            return None
+        typed = [name.split(" ")[0] if gallery.glyphs else name for name in gallery.class_names]
+        return next((text for text in typed if text in string.ascii_letters), typed[0])
+
     # ------------------------------------------------------------------------------------------ index and search
     def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
-        """The gallery embedded by the checkpoint, indexed; built on first use, then cached."""
-        with self._lock:
-            return self._indexes.get_or_make((checkpoint.key, gallery.key),
-                                             lambda: self._build_index(checkpoint, gallery))
+        """The gallery embedded by the checkpoint, indexed; built on first use, then cached.
 
-    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
+        A test split's index is read from the checkpoint's folder when a fresh one is there, and otherwise embedded
+        and, for bundled checkpoints and the app's runs, saved there for later starts. A request for an index that
+        is being built waits for that build instead of starting another.
+        """
+        key = (checkpoint.key, gallery.key)
+
+        def build(report):
+            cached = self._cached_index(key)  # built by a request that finished just before this one began
+            if cached is None:
+                cached = self._build_index(checkpoint, gallery, report)
+                with self._lock:
+                    self._indexes.get_or_make(key, lambda: cached)
+            return cached
+
+        return self._cached_index(key) or self._builds.run(key, build)
+
+    def warm_up(self) -> threading.Thread | None:
+        """Load the default checkpoint, its test split and its index, and embed one query, on a thread of its own
+        (when the app starts), so that a visitor's first search costs what any search costs: the model's first
+        forward pass, the dataset's load and the index's read are done by then. None without a default checkpoint."""
+        choice = self.default_checkpoint()
+        if choice is None:
+            return None
+
+        def work():
+            try:
+                checkpoint = self.load_checkpoint(choice)
+                gallery = self.test_split_gallery(checkpoint)
+                self.search(checkpoint, gallery, gallery.image(0), k=1)
+            except Exception:
+                log.exception("warming up retrieval with %s failed", choice)
+
+        thread = threading.Thread(target=work, name="warm-up-retrieval", daemon=True)
+        thread.start()
+        return thread
+
+    def index_in_background(self, choice: str) -> threading.Thread:
+        """Index the checkpoint's test split on a thread of its own (for a run that just finished), so that its
+        first search need not embed and the index is saved beside it; `indexing_progress` follows it. Returns the
+        thread; what stops it is logged, and `indexing_progress(choice)` reports it."""
+
+        def work():
+            try:
+                checkpoint = self.load_checkpoint(choice)
+                self.index(checkpoint, self.test_split_gallery(checkpoint))
+            except Exception:
+                log.exception("indexing the gallery of %s failed", choice)
+
+        thread = threading.Thread(target=work, name=f"index-gallery-{Path(choice).name}", daemon=True)
+        thread.start()
+        return thread
+
+    def indexing_progress(self, choice: str) -> float | None:
+        """How far the index of the checkpoint's test split has got: 1.0 when it is ready, the fraction embedded
+        while it is built, None when no build of it has started in this process. RetrievalError when the build (or
+        loading the checkpoint or its dataset) failed, with the reason."""
+        checkpoint = self.load_checkpoint(choice)
+        key = (checkpoint.key, self.test_split_gallery(checkpoint).key)
+        if self._cached_index(key) is not None:
+            return 1.0
+        state = self._builds.progress(key)
+        if state is None:
+            return None
+        fraction, error = state
+        if error is not None:
+            raise RetrievalError(f"indexing the gallery of {checkpoint.name} failed: {error}")
+        return fraction
+
+    def _cached_index(self, key) -> IndexedGallery | None:
+        with self._lock:
+            if key not in self._indexes:
+                return None
+            self._indexes.move_to_end(key)
+            return self._indexes[key]
+
+    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        if gallery.size == 0:
+            raise RetrievalError("the gallery is empty")
+        if gallery.split is not None:
+            return self._test_split_index(checkpoint, gallery, report)
+        return self._uploaded_index(checkpoint, gallery, report)
+
+    def _test_split_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        """From the checkpoint's folder when fresh, else embedded through memvir.serving (as evaluation does)."""
+        from memvir import checkpoint_gallery
+
+        saved = checkpoint_gallery.load(checkpoint.folder, gallery.split)
+        if saved is None:
+            saved = checkpoint_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
+                                             model=checkpoint.model, save=self._may_save_beside(checkpoint),
+                                             batch_size=EMBED_BATCH, on_progress=report)
+        return IndexedGallery(saved.index, saved.metrics)
+
+    def _may_save_beside(self, checkpoint: LoadedCheckpoint) -> bool:
+        """Whether the index embedded by this loaded model may be kept in the checkpoint's folder: a bundled
+        checkpoint or one of the app's runs (not a Hub cache, not a folder a visitor may only read), whose weights
+        are still the ones the model was loaded from (a run may have saved new ones since)."""
+        folder = checkpoint.folder
+        homes = (self.settings.checkpoints_dir.resolve(), self.settings.runs_dir.resolve())
+        return (folder.resolve().parent in homes and os.access(folder, os.W_OK)
+                and _folder_key(folder) == checkpoint.key)
+
+    def _uploaded_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        """Uploaded images through the query path (glyph polarity and framing), as a query would be."""
         import torch
 
         from memvir.index import GalleryIndex
         from memvir.metrics import retrieval_metrics
 
-        if gallery.size == 0:
-            raise RetrievalError("the gallery is empty")
         chunks = []
         for start in range(0, gallery.size, EMBED_BATCH):
-            batch = [self.model_input(checkpoint, gallery.image(i), fit_ink=False)
-                     for i in range(start, min(start + EMBED_BATCH, gallery.size))]
-            chunks.append(checkpoint.model.embed(batch))
+            stop = min(start + EMBED_BATCH, gallery.size)
+            chunks.append(checkpoint.model.embed([self.model_input(checkpoint, gallery.image(i), fit_ink=False)
+                                                  for i in range(start, stop)]))
+            report(stop / gallery.size)
         embeddings = torch.cat(chunks)
         metrics = {}
         if gallery.labels is not None and len(set(gallery.labels)) < gallery.size:

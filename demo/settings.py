@@ -1,7 +1,8 @@
 """AppSettings: where the app keeps its files and how much it allows, read from the environment.
 
-Everything the app writes (run folders, unpacked uploads, Gradio's upload cache) lives under one data folder, so a
-visitor's upload can never land anywhere else, and a Space's persistent storage can be pointed at it in one line.
+Everything the app writes (run folders, unpacked uploads, checkpoint downloads, Gradio's upload cache) lives under
+one data folder, so a visitor's upload can never land anywhere else. On a Hugging Face Space with persistent storage
+(mounted at /data) that folder is on it, so runs survive a restart.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MB = 1024**2
+# Where a Space's persistent storage is mounted (https://huggingface.co/docs/hub/spaces-storage); Spaces set SPACE_ID.
+SPACE_STORAGE = Path("/data")
 
 
 def _int_from_env(name: str, default: int, minimum: int) -> int:
@@ -53,6 +56,15 @@ def _folders_from_env(name: str) -> tuple[Path, ...]:
     return tuple(Path(part).expanduser() for part in (os.environ.get(name) or "").split(os.pathsep) if part.strip())
 
 
+def default_data_dir() -> Path:
+    """MEMVIR_APP_DATA when set; else, on a Space with persistent storage, a folder in it; else runs/app."""
+    if os.environ.get("MEMVIR_APP_DATA"):
+        return Path(os.environ["MEMVIR_APP_DATA"]).expanduser()
+    if os.environ.get("SPACE_ID") and SPACE_STORAGE.is_dir() and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
+        return SPACE_STORAGE / "memvir-studio"
+    return REPO_ROOT / "runs" / "app"
+
+
 def _flag_from_env(name: str, default: bool) -> bool:
     text = os.environ.get(name)
     if text is None or text.strip() == "":
@@ -68,13 +80,15 @@ def _flag_from_env(name: str, default: bool) -> bool:
 class AppSettings:
     """The app's folders and limits.
 
-    data_dir: the app's own folder: ``runs/`` (one folder per training run), ``uploads/`` (unpacked zips) and
-        ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled checkpoints, one sub-folder each.
+    data_dir: the app's own folder: ``runs/`` (one folder per training run), ``uploads/`` (unpacked zips),
+        ``downloads/`` (checkpoint zips) and ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled
+        checkpoints, one sub-folder each.
     max_active_runs: training runs allowed at once on this machine (one by default: runs share the device).
     umap: compute UMAP projections of snapshots in the background (PCA is always shown at once).
     max_gallery_uploads / max_training_images: images in a gallery upload / a training zip (counted before a zip is
         unpacked). max_uploads_bytes / max_upload_age_s: the unpacked zips kept in ``uploads/`` (the least recently
-        used go first; a zip in use by a training run stays).
+        used go first; a zip in use by a training run stays). max_downloads_bytes: the checkpoint zips kept in
+        ``downloads/`` (the same age limit; the least recently used go first).
     memory_budget: bytes MemVir's memory may take (demo/memory_budget.py); None: half the free memory at the time.
     allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
         the bundled checkpoints and the app's runs (demo/allowed_paths.py); none by default.
@@ -92,6 +106,7 @@ class AppSettings:
     max_training_images: int = 50_000
     max_uploads_bytes: int = 2048 * MB
     max_upload_age_s: float = 24 * 3600.0
+    max_downloads_bytes: int = 512 * MB
     snapshot_history: int = 60
     memory_budget: int | None = None
     allowed_folders: tuple[Path, ...] = ()
@@ -112,16 +127,20 @@ class AppSettings:
         return self.data_dir / "uploads"
 
     @property
+    def downloads_dir(self) -> Path:
+        return self.data_dir / "downloads"
+
+    @property
     def gradio_dir(self) -> Path:
         return self.data_dir / "gradio"
 
     @classmethod
     def from_env(cls) -> AppSettings:
-        """MEMVIR_APP_DATA (default runs/app), MEMVIR_CHECKPOINTS (default checkpoints/), MEMVIR_MAX_RUNS (1),
-        MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
+        """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
+        MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none)."""
         return cls(
-            data_dir=Path(os.environ.get("MEMVIR_APP_DATA") or REPO_ROOT / "runs" / "app").expanduser(),
+            data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
             max_active_runs=_int_from_env("MEMVIR_MAX_RUNS", 1, 1),
             umap=_flag_from_env("MEMVIR_UMAP", True),

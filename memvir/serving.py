@@ -7,7 +7,7 @@ the K values of the dataset (docs/method.md, "Evaluation").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -24,11 +24,13 @@ def retrieval_ks(dataset_name: str, num_items: int) -> tuple[int, ...]:
 
 @torch.no_grad()
 def embed(model: torch.nn.Module, split, indices: Sequence[int] | None = None, batch_size: int = 256,
-          num_workers: int = 0, progress: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+          num_workers: int = 0, progress: bool = False,
+          on_progress: Callable[[float], None] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """L2-normalised embeddings (CPU float32) and labels of a dataset split (or of its `indices`), in eval mode.
 
     The model's training flag is restored afterwards, so this is safe between training steps. On a GPU the forward
-    pass runs under bfloat16 autocast, as training does. `progress` shows a tqdm bar (for terminals).
+    pass runs under bfloat16 autocast, as training does. `progress` shows a tqdm bar (for terminals);
+    `on_progress` is called after each batch with the fraction of the items embedded so far (for a page's bar).
     """
     device = next(model.parameters()).device
     subset = split if indices is None else Subset(split, list(indices))
@@ -40,11 +42,15 @@ def embed(model: torch.nn.Module, split, indices: Sequence[int] | None = None, b
     was_training = model.training
     model.eval()
     chunks, labels = [], []
+    embedded = 0
     try:
         for images, batch_labels in loader:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 chunks.append(model(images.to(device, non_blocking=True)).float().cpu())
             labels.append(torch.as_tensor(batch_labels))
+            embedded += len(batch_labels)
+            if on_progress is not None:
+                on_progress(embedded / len(subset))
     finally:
         model.train(was_training)
     if not chunks:

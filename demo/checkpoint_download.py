@@ -1,0 +1,75 @@
+"""Checkpoint downloads: a zip of a checkpoint's Hub files in the app's downloads folder, bounded in size and age.
+
+A model leaves the app as the files `EmbeddingModel.from_pretrained` reads and a person reads (config.json,
+model.safetensors and the README.md model card), in one folder named after the checkpoint inside the zip. Each zip
+is written once, atomically, under ``<digest of its files>/<checkpoint>.zip``: asking again for unchanged weights
+reuses it, while a run saved since gets a new one. Every request prunes the folder: zips unused for longer than
+the age limit go, then the least recently used until the rest fit the size limit (the zip just asked for stays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import time
+import uuid
+import zipfile
+from pathlib import Path
+
+from memvir.hub import HUB_FILES
+
+_CHUNK_BYTES = 1024**2
+# One app process serves every visitor: a zip is never pruned while another request writes or reuses it.
+_LOCK = threading.Lock()
+
+
+def _digest(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.name}\0".encode())
+        with open(path, "rb") as file:
+            while chunk := file.read(_CHUNK_BYTES):
+                digest.update(chunk)
+    return digest.hexdigest()[:24]
+
+
+def write_zip(checkpoint_dir: Path, downloads_dir: Path, max_bytes: int, max_age_s: float) -> Path:
+    """The zip of the checkpoint's Hub files (config.json, model.safetensors, README.md), written when missing.
+
+    ValueError when the folder lacks one of them.
+    """
+    files = [checkpoint_dir / name for name in HUB_FILES]
+    missing = [path.name for path in files if not path.is_file()]
+    if missing:
+        raise ValueError(f"{checkpoint_dir.name} has no {', '.join(missing)} to download yet")
+    path = downloads_dir / _digest(files) / f"{checkpoint_dir.name}.zip"
+    with _LOCK:
+        if path.is_file():
+            os.utime(path)  # its last use: pruning goes by it
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{uuid.uuid4().hex}.partial")
+            try:
+                with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                    for file in files:
+                        archive.write(file, f"{checkpoint_dir.name}/{file.name}")
+                partial.rename(path)
+            finally:
+                partial.unlink(missing_ok=True)
+        _prune(downloads_dir, max_bytes, max_age_s, keep=path)
+    return path
+
+
+def _prune(downloads_dir: Path, max_bytes: int, max_age_s: float, keep: Path) -> None:
+    now = time.time()
+    zips = sorted((zip_path.stat().st_mtime, zip_path) for zip_path in downloads_dir.glob("*/*.zip"))
+    total = sum(zip_path.stat().st_size for _, zip_path in zips)
+    for last_use, zip_path in zips:
+        if zip_path == keep or (now - last_use <= max_age_s and total <= max_bytes):
+            continue
+        total -= zip_path.stat().st_size
+        zip_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may hold the same files zipped under another name
+            zip_path.parent.rmdir()
