@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from PIL import Image, ImageOps
 
 from demo import upload_store
@@ -32,6 +31,8 @@ from demo.checkpoint_download import write_zip
 from demo.index_builds import IndexBuilds
 from demo.settings import AppSettings
 from demo.uploads import UploadError, is_zip, load_image, unpack_upload
+from memvir.data.errors import DatasetError
+from memvir.data.glyph_query import flatten_alpha, glyph_query
 
 EMBED_BATCH = 512
 THUMBNAIL_SIZE = 96
@@ -123,41 +124,6 @@ def thumbnail(image: Image.Image, glyphs: bool, size: int = THUMBNAIL_SIZE) -> I
     scale = size / max(shown.size)
     return shown.resize((max(1, round(shown.width * scale)), max(1, round(shown.height * scale))),
                         Image.Resampling.LANCZOS)
-
-
-def _flatten_alpha(image: Image.Image) -> Image.Image:
-    """RGB on white: a sketch's transparent background must read as paper, not as black."""
-    if image.mode in ("RGBA", "LA") or (image.mode == "P" and "transparency" in image.info):
-        rgba = image.convert("RGBA")
-        paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        return Image.alpha_composite(paper, rgba).convert("RGB")
-    return image.convert("RGB")
-
-
-def glyph_query(image: Image.Image, image_size: int, fit_ink: bool) -> Image.Image:
-    """A query as the glyph renders are: white ink on black, grayscale.
-
-    Polarity follows the border (the background): a dark-on-light upload or sketch is inverted. With `fit_ink`
-    (a sketch, drawn at any size on a large canvas) the ink is cropped and centred with the renderer's margin, so it
-    fills the frame as a rendered glyph does.
-    """
-    gray = np.asarray(_flatten_alpha(image).convert("L"), dtype=np.uint8)
-    border = np.concatenate([gray[0], gray[-1], gray[:, 0], gray[:, -1]])
-    if np.median(border) > 127:
-        gray = 255 - gray
-    if not fit_ink:
-        return Image.fromarray(gray)
-    rows, columns = np.flatnonzero((gray > 32).any(axis=1)), np.flatnonzero((gray > 32).any(axis=0))
-    if rows.size == 0:
-        raise RetrievalError("the drawing is empty: draw a character on the sketchpad first")
-    ink = gray[rows[0]: rows[-1] + 1, columns[0]: columns[-1] + 1]
-    # The renderer fits ink into the canvas less max(1, size // 16) pixels on each side; keep that proportion.
-    fit_size = image_size - 2 * max(1, image_size // 16)
-    side = int(np.ceil(max(ink.shape) * image_size / fit_size))
-    canvas = np.zeros((side, side), dtype=np.uint8)
-    top, left = (side - ink.shape[0]) // 2, (side - ink.shape[1]) // 2
-    canvas[top: top + ink.shape[0], left: left + ink.shape[1]] = ink
-    return Image.fromarray(canvas)
 
 
 class _Cache(OrderedDict):
@@ -468,9 +434,12 @@ class RetrievalService:
 
     def model_input(self, checkpoint: LoadedCheckpoint, image: Image.Image, fit_ink: bool) -> Image.Image:
         """The image as it goes into the model's own preprocessing (glyph polarity and framing; RGB on white)."""
-        if checkpoint.is_glyph_model:
+        if not checkpoint.is_glyph_model:
+            return flatten_alpha(image)
+        try:
             return glyph_query(image, checkpoint.config["image_size"], fit_ink)
-        return _flatten_alpha(image)
+        except DatasetError as error:  # an empty drawing
+            raise RetrievalError(str(error)) from error
 
     def search(self, checkpoint: LoadedCheckpoint, gallery: Gallery, image: Image.Image, k: int,
                drawn: bool = False, exclude: int | None = None, query_class: str | None = None) -> list[Hit]:

@@ -117,7 +117,9 @@ def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save
                                        on_progress=on_progress)
     # Metrics need a class with two items or more (each item queries all others).
     metrics = serving.score(embeddings, labels, dataset_name) if len(labels) > len(set(labels.tolist())) else {}
-    gallery = CheckpointGallery(GalleryIndex.build(embeddings, labels=labels), metrics)
+    # A plain array (vectors.npy on disk), which every machine reads, with faiss or without (the GPU machines have
+    # none), whichever machine built it; `load` then picks the faster search where it runs.
+    gallery = CheckpointGallery(GalleryIndex.build(embeddings, labels=labels, backend="torch"), metrics)
     if save and checkpoint_digest(checkpoint_dir) == digest:
         _save(checkpoint_dir, gallery, {
             "format": _FORMAT,

@@ -26,6 +26,7 @@ from torchvision.transforms import v2
 from memvir import checkpoint
 from memvir.checkpoint import CheckpointError
 from memvir.data.registry import MAX_IMAGE_SIZE
+from memvir.data.transforms import eval_transform
 
 MAX_EMBEDDING_DIM = 65_536
 """Widest embedding a model may have: far above any metric-learning use (64 to 2048), low enough that a wrong value
@@ -430,18 +431,8 @@ class EmbeddingModel(
 
     def _query_transform(self) -> v2.Compose:
         config = self._hub_mixin_config
-        size = config["image_size"]
-        if config["image_kind"] == "photo":
-            # The usual evaluation crop: resize the short side to size*256/224 (256 for 224), keep the centre.
-            resize = [v2.Resize(round(size * 256 / 224)), v2.CenterCrop(size)]
-        else:
-            resize = [v2.Resize((size, size))]  # glyphs fill the frame; a crop would cut strokes off
-        return v2.Compose([
-            *resize,
-            v2.ToImage(),
-            v2.ToDtype(torch.float32, scale=config["normalization"] is None),
-            v2.Normalize(mean=config["mean"], std=config["std"]),
-        ])
+        return eval_transform(config["image_kind"], config["image_size"], config["mean"], config["std"],
+                              config["normalization"])
 
     def save_pretrained(
         self,

@@ -41,7 +41,7 @@ def test_a_built_index_holds_the_evaluations_embeddings_and_metrics(checkpoint, 
     model = EmbeddingModel.from_pretrained(checkpoint)
     built = checkpoint_gallery.build(checkpoint, split, "glyphs-mini")
     assert sorted(path.name for path in (checkpoint / "gallery").iterdir()) == [
-        "checkpoint.json", "gallery.json", "index.faiss"]
+        "checkpoint.json", "gallery.json", "vectors.npy"]
 
     embeddings, labels = serving.embed(model, split)
     loaded = checkpoint_gallery.load(checkpoint, split)
@@ -90,7 +90,7 @@ def test_a_missing_or_damaged_index_reads_as_none(checkpoint, split):
     assert checkpoint_gallery.staleness(checkpoint, split) == "there is no gallery/checkpoint.json"
     assert checkpoint_gallery.load(checkpoint, split) is None
     checkpoint_gallery.build(checkpoint, split, "glyphs-mini")
-    (checkpoint / "gallery" / "index.faiss").write_bytes(b"not a faiss index")
+    (checkpoint / "gallery" / "vectors.npy").write_bytes(b"not a numpy array")
     assert checkpoint_gallery.load(checkpoint, split) is None
     (checkpoint / "gallery" / "checkpoint.json").write_text("{")
     assert checkpoint_gallery.staleness(checkpoint, split).endswith("cannot be read (Expecting property name "

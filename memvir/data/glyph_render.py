@@ -99,6 +99,12 @@ def class_name(code_point: int) -> str:
     return f"{chr(code_point)} U+{code_point:04X}"
 
 
+def fit_size(image_size: int) -> int:
+    """The side of the box a glyph's ink is fitted into: the canvas less a margin of max(1, size // 16) pixels on
+    each side (queries drawn by hand are framed the same way: memvir/data/glyph_query.py)."""
+    return image_size - 2 * max(1, image_size // 16)
+
+
 class GlyphRenderer:
     """Renders one character in all twelve faces onto square canvases of `image_size` pixels (uint8, ink = 255).
 
@@ -111,7 +117,7 @@ class GlyphRenderer:
     def __init__(self, image_size: int):
         self.image_size = image_size
         self.font_size = round(image_size * 0.75)
-        self.fit_size = image_size - 2 * max(1, image_size // 16)
+        self.fit_size = fit_size(image_size)
         self.fonts = [self._load_font(FONT_DIR / file_name) for file_name in FACE_FILES]
         self.missing_glyphs = [self._ink(font, _MISSING_CODE_POINT) for font in self.fonts]
 

@@ -127,7 +127,8 @@ def load_glyphs(variant: str, image_size: int = GLYPH_IMAGE_SIZE, seed: int = 0)
     train_classes, test_classes = split_glyph_classes(len(code_points))
     augment = GlyphAugment(image_size, GLYPH_MEAN, GLYPH_STD)
     train = GlyphDataset(code_points[train_classes], renders[train_classes], SeededTransform(augment, seed), augment)
-    test = GlyphDataset(code_points[test_classes], renders[test_classes], glyph_test_transform(GLYPH_MEAN, GLYPH_STD))
+    test = GlyphDataset(code_points[test_classes], renders[test_classes],
+                        glyph_test_transform(image_size, GLYPH_MEAN, GLYPH_STD))
     info = DatasetInfo(
         name=variant,
         kind="glyph",

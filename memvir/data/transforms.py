@@ -86,11 +86,26 @@ class GlyphAugment:
                 f"stroke=[-{self.max_thinning}, +{self.max_thickening}], noise={self.noise})")
 
 
-def glyph_test_transform(mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
+def eval_transform(image_kind: str, image_size: int, mean, std, normalization: str | None = None) -> v2.Compose:
+    """A model's deterministic input, the one transform of every test split and every query: an image (PIL or
+    uint8 tensor) -> float [C, size, size], normalised.
+
+    image_kind: "glyph" (resized to the square: glyphs fill the frame, a crop would cut strokes off) or "photo"
+    (the short side resized to size * 256/224, the centre cropped, the usual evaluation crop). normalization, as in
+    `EmbeddingModel`'s config and `DatasetInfo`: None scales pixels to [0, 1] before (x - mean) / std; "caffe" keeps
+    them on the 0-255 scale, with mean and std given on that scale.
+    """
+    if image_kind == "photo":
+        resize = [v2.Resize(photo_resize_size(image_size)), v2.CenterCrop(image_size)]
+    else:
+        resize = [v2.Resize((image_size, image_size))]
+    return v2.Compose([*resize, v2.ToImage(), v2.ToDtype(torch.float32, scale=normalization is None),
+                       v2.Normalize(mean=list(mean), std=list(std)), v2.ToPureTensor()])
+
+
+def glyph_test_transform(image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> v2.Compose:
     """The deterministic glyph transform: uint8 [1, H, W] -> float in [0, 1] -> normalised."""
-    return v2.Compose(
-        [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean=list(mean), std=list(std)), v2.ToPureTensor()]
-    )
+    return eval_transform("glyph", image_size, mean, std)
 
 
 def photo_normalization(normalization: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -126,10 +141,10 @@ def photo_resize_size(image_size: int) -> int:
 
 
 def photo_test_transform(image_size: int, normalization: str = "imagenet") -> v2.Compose:
-    """The DML evaluation recipe for RGB photos: Resize(256/224 * image_size) + CenterCrop(image_size), normalised."""
-    return v2.Compose(
-        [v2.Resize(photo_resize_size(image_size)), v2.CenterCrop(image_size), *_to_normalised_tensor(normalization)]
-    )
+    """The DML evaluation recipe for RGB photos: Resize(256/224 * image_size) + CenterCrop(image_size), normalised
+    by the preset `normalization` ("imagenet" or "caffe")."""
+    mean, std = photo_normalization(normalization)
+    return eval_transform("photo", image_size, mean, std, "caffe" if normalization == "caffe" else None)
 
 
 _SAMPLE_SEED: contextvars.ContextVar[int | None] = contextvars.ContextVar("memvir_sample_seed", default=None)
