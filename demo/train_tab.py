@@ -21,8 +21,8 @@ from demo.live_view import FigureBuilder
 from demo.runs import RunManager
 from demo.train_poll import PollState, poll, recolor, show_snapshot
 from demo.uploads import unpack_upload
+from memvir.backbones import available_backbones
 from memvir.losses import LOSSES
-from memvir.models import available_backbones
 from memvir.train import TrainConfig
 
 FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"

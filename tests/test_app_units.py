@@ -27,8 +27,8 @@ def _png(path, size=(8, 8), color=200):
 def test_choices_written_into_the_page_match_the_library():
     from demo.train_tab import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
     from memvir import LOSSES
+    from memvir.backbones import available_backbones
     from memvir.memory import SCHEDULES
-    from memvir.models import available_backbones
 
     assert tuple(LOSS_CHOICES) == tuple(LOSSES)
     assert tuple(BACKBONE_CHOICES) == available_backbones()

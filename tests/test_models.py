@@ -17,16 +17,15 @@ from hub_cache import COMMIT, hub_cache_snapshot
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from memvir import models
-from memvir.models import (
-    CheckpointError,
-    EmbeddingModel,
+from memvir import backbones
+from memvir.backbones import (
     PretrainedWeightsUnavailable,
     adapt_stem_weight,
     available_backbones,
     build_backbone,
     register_backbone,
 )
+from memvir.models import CheckpointError, EmbeddingModel
 
 FEATURE_DIMS = {"convnet": 256, "convnet-gn": 256, "resnet18": 512, "resnet50": 2048, "googlenet": 1024}
 RESNET18_FILE = "resnet18-f37072fd.pth"  # the file name in ResNet18_Weights.IMAGENET1K_V1's URL
@@ -81,11 +80,11 @@ def test_every_backbone_gives_unit_norm_embeddings(backbone, channels):
 
 
 def test_a_registered_backbone_is_buildable_by_name(monkeypatch):
-    monkeypatch.setattr(models, "_BACKBONES", dict(models._BACKBONES))  # leave the real registry untouched
+    monkeypatch.setattr(backbones, "_BACKBONES", dict(backbones._BACKBONES))  # leave the real registry untouched
 
     @register_backbone("flat-test")
     def build_flat(in_channels, pretrained):
-        return models.Backbone(torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()), in_channels)
+        return backbones.Backbone(torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()), in_channels)
 
     assert "flat-test" in available_backbones()
     model = EmbeddingModel(backbone="flat-test", embedding_dim=4)
