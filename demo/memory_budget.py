@@ -1,7 +1,7 @@
 """MemVir's memory against a budget: a setting whose full memory would not fit is refused before it is tried.
 
 The memory keeps N(M+1) past steps, each a batch of embeddings, its labels and a copy of the class weights
-(`memvir.memory.ring_bytes`): on the default dataset N = 50, M = 200 needs some 6 GB. Allocating that on a machine
+(`memvir.memory_size.ring_bytes`): on the default dataset N = 50, M = 200 needs some 6 GB. Allocating that on a machine
 without it ends the run (and, live, loses what it trained since its last checkpoint), so the app computes the size
 first and refuses a start or a live change past the budget, naming the size, the budget, and the float16 memory when
 that would fit. The budget is MEMVIR_MEMORY_BUDGET when set, else half of the memory free on the run's device at the
@@ -40,7 +40,7 @@ class RingShape:
     def bytes(self, num_steps: int, margin: int, store_dtype: str | None = None) -> int:
         import torch
 
-        from memvir.memory import ring_bytes
+        from memvir.memory_size import ring_bytes
 
         dtype = getattr(torch, store_dtype or self.store_dtype)
         return ring_bytes(num_steps, margin, self.batch_size, self.num_classes, self.dim, dtype)

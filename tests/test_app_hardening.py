@@ -327,7 +327,7 @@ def _ring_mb(num_steps, margin, dtype="float32") -> float:
     """MemVir's full memory on glyphs-mini (24 training classes, 128-d, batch 32), computed by the library."""
     import torch
 
-    from memvir.memory import ring_bytes
+    from memvir.memory_size import ring_bytes
 
     return ring_bytes(num_steps, margin, 32, 24, 128, getattr(torch, dtype)) / 1e6
 

@@ -12,7 +12,7 @@ import torch
 from memvir import checkpoint, models
 from memvir.checkpoint import CheckpointError
 from memvir.hub import load_model
-from memvir.memory import MemoryLimitError
+from memvir.memory_size import MemoryLimitError
 from memvir.models import MAX_EMBEDDING_DIM, EmbeddingModel
 from memvir.train import TrainConfig, Trainer, TrainingDiverged
 

@@ -11,14 +11,8 @@ import pytest
 import torch
 
 from memvir.losses import build_loss
-from memvir.memory import (
-    DEFAULT_MAX_MEMORY_BYTES,
-    MemoryLimitError,
-    MemVir,
-    NonFiniteError,
-    memory_limit,
-    ring_bytes,
-)
+from memvir.memory import MemVir, NonFiniteError
+from memvir.memory_size import DEFAULT_MAX_MEMORY_BYTES, MemoryLimitError, memory_limit, ring_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +146,7 @@ def test_a_state_that_does_not_fit_is_refused_and_leaves_the_memory_as_it_was():
 REBUILD_PEAK = textwrap.dedent("""
     import torch
     from memvir import MemVir
-    from memvir.memory import ring_bytes
+    from memvir.memory_size import ring_bytes
 
     def peak_resident_kib():  # this process's own peak: unlike ru_maxrss, it does not count the parent's before exec
         with open("/proc/self/status") as status:

@@ -371,7 +371,7 @@ def test_schedule_survives_state_dict_and_rejects_unknown():
 
 
 def test_ring_bytes_counts_a_full_memory_before_allocating():
-    from memvir.memory import ring_bytes
+    from memvir.memory_size import ring_bytes
 
     # by hand: N(M+1) = 2 * 4 = 8 steps of (6 x 3 float32 embeddings + 6 int64 labels + 5 x 3 float32 weights)
     assert ring_bytes(2, 3, batch_size=6, num_classes=5, dim=3) == 8 * (6 * 3 * 4 + 6 * 8 + 5 * 3 * 4)
