@@ -4,7 +4,7 @@ Bad input (an unknown dataset, N < 0, a missing checkpoint, no Hub token...) end
 was wrong and what to do, and exit status 2; a diverged run exits with 1 and keeps its last good checkpoint.
 
 `train --resume` takes only the flags typed on its command line as requests (defaults are none): those that a
-resumed run may change (train.RESUMABLE) are applied and reported, a changed data, model, loss or batch setting is
+resumed run may change (config.RESUMABLE) are applied and reported, a changed data, model, loss or batch setting is
 refused.
 
 `torchrun --nproc-per-node G -m memvir train ...` trains on G processes (docs/distributed.md); rank 0 alone shows
@@ -171,7 +171,8 @@ def _train_run(args) -> int:
 
 def _resume(args):
     """Trainer.from_run_folder with the settings typed on the command line; says which changed, or which may not."""
-    from memvir.train import RESUMABLE, ResumeConflict, Trainer
+    from memvir.config import RESUMABLE, ResumeConflict
+    from memvir.train import Trainer
 
     typed = _typed_options(args.argv) - _NOT_SETTINGS
     settings = {dest: getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}

@@ -191,3 +191,35 @@ LIVE_SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metad
 RESUMABLE = frozenset(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["resumable"])
 """Settings a resumed run may change: its length, the live hyper-parameters, and where and how it runs. The others
 (data, model, loss, batch, sampler, seed, reduction...) made the model, optimizer and memory its checkpoint holds."""
+
+
+class ResumeConflict(ValueError):
+    """A resume was asked to change settings outside RESUMABLE; `changes` holds them as {setting: (old, new)}."""
+
+    def __init__(self, message: str, changes: dict):
+        super().__init__(message)
+        self.changes = changes
+
+
+def resume_changes(stored: TrainConfig, overrides: dict, where) -> dict:
+    """{setting: (old, new)} for the `overrides` (None: keep) that differ from the run's `stored` config; a value
+    equal to the run's is no change, `loss_params` merge into the run's. ResumeConflict for a change outside
+    RESUMABLE (`where`: the run folder, for the message)."""
+    known = stored.to_dict()
+    changes = {}
+    for name, value in overrides.items():
+        if name not in known:
+            raise ValueError(f"TrainConfig: unknown setting {name}")
+        old = known[name]
+        new = {**old, **value} if name == "loss_params" and isinstance(value, dict) else value
+        if value is not None and new != old:
+            changes[name] = (old, new)
+    refused = sorted(set(changes) - RESUMABLE)
+    if refused:
+        described = ", ".join(f"{name} ({changes[name][0]!r} -> {changes[name][1]!r})" for name in refused)
+        raise ResumeConflict(
+            f"cannot change {described} when resuming {where}: its checkpoint holds a model, optimizer and memory "
+            "made for the run's settings. Start a new run in a new folder to train with other settings",
+            {name: changes[name] for name in refused},
+        )
+    return changes

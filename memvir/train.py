@@ -29,13 +29,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from memvir import checkpoint, serving
-from memvir.config import FOCUS_CLASSES, LIVE_SETTINGS, RESUMABLE, TrainConfig
+from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
 from memvir.data.batches import TrainingBatches
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory import MemVir, NonFiniteError
 from memvir.memory_size import check_ring
+from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
 
 _STATE_FORMAT = 1
@@ -62,14 +63,6 @@ def _batch_norms(model: nn.Module) -> list[nn.Module]:
 
 class TrainingDiverged(RuntimeError):
     """The loss, the embeddings or the class weights became NaN or infinite; the last good checkpoint is kept."""
-
-
-class ResumeConflict(ValueError):
-    """A resume was asked to change settings outside RESUMABLE; `changes` holds them as {setting: (old, new)}."""
-
-    def __init__(self, message: str, changes: dict):
-        super().__init__(message)
-        self.changes = changes
 
 
 class Trainer:
@@ -152,9 +145,8 @@ class Trainer:
         self._set_learning_rates()
         self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
         self.last_metrics: dict = {}
-        self._probe = self._choose_probe()
-        self._focus_source = without_augmentation(self.data).train  # clean reads of the training images
-        self._focus_classes, self._focus_items = self._focus(config.focus_classes)
+        self.snapshots = SnapshotMaker(self.data, config.seed, config.probe_classes, config.focus_classes,
+                                       config.dataset)
         self._speed = None
         self.command: str | None = None  # the command line that started the run, for the model card
         self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
@@ -173,23 +165,7 @@ class Trainer:
         path = out_dir / checkpoint.TRAINER_STATE
         state = checkpoint.load_state(path)
         stored = _stored_config(state, path)
-        known = stored.to_dict()
-        changes = {}
-        for name, value in overrides.items():
-            if name not in known:
-                raise ValueError(f"TrainConfig: unknown setting {name}")
-            old = known[name]
-            new = {**old, **value} if name == "loss_params" and isinstance(value, dict) else value
-            if value is not None and new != old:
-                changes[name] = (old, new)
-        refused = sorted(set(changes) - RESUMABLE)
-        if refused:
-            described = ", ".join(f"{name} ({changes[name][0]!r} -> {changes[name][1]!r})" for name in refused)
-            raise ResumeConflict(
-                f"cannot change {described} when resuming {out_dir}: its checkpoint holds a model, optimizer and "
-                "memory made for the run's settings. Start a new run in a new folder to train with other settings",
-                {name: changes[name] for name in refused},
-            )
+        changes = resume_changes(stored, overrides, out_dir)
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
         trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
@@ -222,28 +198,6 @@ class Trainer:
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
 
-    def _focus(self, classes: list) -> tuple[torch.Tensor, list[int]]:
-        """The few-class view's training classes (those asked for, else FOCUS_CLASSES drawn with the run's seed) and
-        the indices of their training images; ValueError naming the range for a class the dataset lacks."""
-        count = self.data.info.num_train_classes
-        if classes:
-            outside = [c for c in classes if c >= count]
-            if outside:
-                raise ValueError(f"focus_classes {outside} are not training classes of {self.config.dataset}, which "
-                                 f"has {count} (0 to {count - 1})")
-            chosen = torch.tensor(classes, dtype=torch.long)
-        else:
-            generator = torch.Generator().manual_seed(self.config.seed + 2)
-            chosen = torch.randperm(count, generator=generator)[:FOCUS_CLASSES].sort().values
-        items = torch.nonzero(torch.isin(torch.as_tensor(self._focus_source.labels), chosen)).flatten().tolist()
-        return chosen, items
-
-    def _choose_probe(self):
-        labels = torch.as_tensor(self.data.test.labels)
-        classes = torch.randperm(self.data.test.num_classes, generator=torch.Generator().manual_seed(self.config.seed))
-        chosen = classes[: self.config.probe_classes]
-        return torch.nonzero(torch.isin(labels, chosen)).flatten().tolist()
-
     def add_listener(self, listener) -> None:
         self._listeners.append(listener)
 
@@ -275,7 +229,7 @@ class Trainer:
         """Validate the config that `changes` would make, its memory against the limit included, before any applies."""
         candidate = dataclasses.replace(self.config, **changes)  # validated as it is made
         self._check_memory(candidate)
-        self._focus(candidate.focus_classes)
+        self.snapshots.focus(candidate.focus_classes)
 
     def _check_memory(self, config: TrainConfig) -> None:
         """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
@@ -315,7 +269,7 @@ class Trainer:
                                 warmup_steps=self._warmup_steps(self.config.warmup_epochs))
         self._set_learning_rates()
         if "focus_classes" in changes:
-            self._focus_classes, self._focus_items = self._focus(self.config.focus_classes)
+            self.snapshots.set_focus(self.config.focus_classes)
         described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
         self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
 
@@ -432,7 +386,8 @@ class Trainer:
             self._log(event.record())
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
-            self._emit(self._snapshot(all_embeddings, all_labels, all_weights))
+            self._emit(self.snapshots.make(self.model, self.step, self.memvir.margin, all_embeddings, all_labels,
+                                           all_weights, self.class_weights.shape[0]))
 
     def _reports_at(self, step: int) -> bool:
         """Whether step `step` logs, snapshots, evaluates or saves anything (what needs its values checked)."""
@@ -484,21 +439,6 @@ class Trainer:
         labels = self.world.gather_shards(labels, total, self.device)
         metrics = serving.score(embeddings, labels, self.config.dataset) if self.world.is_main else None
         return self.world.agree(metrics)
-
-    def _snapshot(self, embeddings, labels, weights) -> SnapshotEvent:
-        num_classes = self.class_weights.shape[0]
-        probe_embeddings, probe_labels = serving.embed(self.model, self.data.test, self._probe)
-        focus_embeddings, focus_labels = serving.embed(self.model, self._focus_source, self._focus_items)
-        weight_rows = torch.arange(weights.shape[0])
-        return SnapshotEvent(
-            step=self.step, margin=self.memvir.margin,
-            embeddings=embeddings.detach().float().cpu(), labels=(labels % num_classes).cpu(),
-            ages=(labels // num_classes).cpu(),  # MemVir's labels are y + j*C: the age is the quotient
-            class_weights=weights.detach().float().cpu(), class_weight_labels=weight_rows % num_classes,
-            class_weight_ages=weight_rows // num_classes,
-            probe_embeddings=probe_embeddings, probe_labels=probe_labels,
-            focus_classes=self._focus_classes.clone(), focus_embeddings=focus_embeddings, focus_labels=focus_labels,
-        )
 
     # -------------------------------------------------------------------------------------- state on disk
     def state_dict(self) -> dict:

@@ -420,8 +420,8 @@ def test_snapshots_carry_the_few_class_view_of_clean_training_images():
 def test_focus_classes_default_to_a_seeded_draw_and_change_live():
     first = Trainer(small_config(seed=4, max_steps=4, snapshot_every=2))
     again = Trainer(small_config(seed=4))
-    default = first._focus_classes.tolist()
-    assert len(default) == 8 and default == sorted(default) and default == again._focus_classes.tolist()
+    default = first.snapshots.focus_classes.tolist()
+    assert len(default) == 8 and default == sorted(default) and default == again.snapshots.focus_classes.tolist()
     events = collect(first)
     first.add_listener(lambda e: first.update(focus_classes=[3, 1]) if isinstance(e, StepEvent) and e.step == 2
                        else None)
