@@ -107,20 +107,22 @@ def continue_from(study: str, row: Row, seed: int, out: Path, results: list[dict
         shutil.copytree(source, out)
 
 
-def run_one(study: str, row: Row, seed: int, results: Results, threads: int) -> None:
+def run_one(study: str, row: Row, seed: int, results: Results, threads: int, device: str) -> None:
     out = row.folder(study, seed)
     continue_from(study, row, seed, out, results.records)
     args = row.args(seed) + ["--out", str(out)]
+    if device != "cpu":  # a GPU's steps outrun one process's augmentation: loader workers feed it
+        args += ["--device", device, "--num-workers", str(max(1, threads - 1))]
     resume = ["--resume"] if RunFolder(out).state_file.exists() else []
     print(f"[{study}] {row.label}, seed {seed}: python {' '.join(args)}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
     subprocess.run([sys.executable, *args, *resume], cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
     command = "python " + " ".join(args).replace(str(ROOT) + "/", "")
     results.add({"study": study, "label": row.label, "seed": seed, "epochs": row.epochs, "batch": row.batch,
-                 "command": command, **read_run(out)})
+                 "device": device, "command": command, **read_run(out)})
 
 
-def run_studies(studies: list[str], jobs: int) -> None:
+def run_studies(studies: list[str], jobs: int, device: str = "cpu") -> None:
     results = Results()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     for study in studies:
@@ -129,7 +131,7 @@ def run_studies(studies: list[str], jobs: int) -> None:
         # runs stopped half-way first, so that a restarted runner finishes what it had started
         todo.sort(key=lambda job: not RunFolder(job[0].folder(study, job[1])).state_file.exists())
         with ThreadPoolExecutor(jobs) as pool:
-            for future in [pool.submit(run_one, study, row, seed, results, threads) for row, seed in todo]:
+            for future in [pool.submit(run_one, study, row, seed, results, threads, device) for row, seed in todo]:
                 future.result()
 
 
@@ -186,9 +188,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("studies", nargs="+", choices=[*STUDIES, "report"])
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cpu_count / jobs threads)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda: every run of these studies on the GPU (bfloat16 autocast, so a study's "
+                             "rows are compared on one device only; each result records its device)")
     args = parser.parse_args()
     studies = [s for s in args.studies if s != "report"]
-    run_studies(studies, args.jobs)
+    run_studies(studies, args.jobs, args.device)
     report(Results().records)
 
 
