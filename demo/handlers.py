@@ -38,9 +38,11 @@ def visitor_key(visitor: str | None, request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
-def reporting(message_slot: int, outputs: int):
+def reporting(message_slot: int, outputs: int, cleared: dict | None = None):
     """Turn a refused request into a warning toast and a message in output `message_slot`; other outputs keep
-    their values. Unexpected errors are logged with their traceback for the operator, shown as one line."""
+    their values, except those `cleared` maps (output index -> value) to what they show instead: an earlier answer
+    left beside a refusal would read as its answer. Unexpected errors are logged with their traceback for the
+    operator, shown as one line."""
 
     def decorate(handler):
         @functools.wraps(handler)
@@ -54,6 +56,8 @@ def reporting(message_slot: int, outputs: int):
                 message = f"Something went wrong ({type(error).__name__}: {error})."
             gr.Warning(message)
             values = [gr.skip()] * outputs
+            for slot, value in (cleared or {}).items():
+                values[slot] = value
             values[message_slot] = f"⚠️ {message}"
             return tuple(values) if outputs > 1 else values[0]
 

@@ -202,8 +202,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     """The Train tab, inside the page's gr.Tabs, with its events; `timer` drives its live view."""
     with gr.Tab("Train", id="train"):
         state = gr.State(PollState())
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=1, min_width=320):
+        # The classes and #start-row place the status line and the loss chart under Start on a phone (page.css).
+        with gr.Row(equal_height=False, elem_classes="train-layout"):
+            with gr.Column(scale=1, min_width=320, elem_classes="train-controls"):
                 dataset = gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
                                          info="One sub-folder of images per class; the first half of the "
@@ -229,7 +230,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                          label="M: steps between the past steps used")
                     warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5,
                                        label="Warm-up (epochs) before virtual classes")
-                with gr.Row():
+                with gr.Row(elem_id="start-row"):
                     start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
                     pause_button = gr.Button("Pause", min_width=80, elem_id="pause")
                     resume_button = gr.Button("Resume", min_width=80, elem_id="resume")
@@ -253,7 +254,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
                     push_note = gr.Markdown("", elem_classes="small-note")
-            with gr.Column(scale=3):
+            with gr.Column(scale=3, elem_classes="train-view"):
                 status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
                 notice = gr.Markdown("", elem_id="notice")
                 curves_plot = gr.Plot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")

@@ -1,5 +1,5 @@
 """The page: a header and two tabs (demo/train_tab.py, demo/retrieve_tab.py), the visitor's key, the poll timer and
-the load event, assembled into an `App` with what serves it.
+the load event, assembled into an `App` with what serves it; its styles (demo/page.css) and script (demo/page.js).
 
 Every event has an explicit api_name, so the page is also a public API (gradio_client).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -19,11 +20,8 @@ from demo.runs import RunManager
 from demo.settings import AppSettings
 from demo.train_poll import POLL_SECONDS
 
-CSS = """
-#run-status {min-height: 3.2em}
-#notice {min-height: 1.6em; color: var(--body-text-color-subdued)}
-.small-note {font-size: 0.9em; color: var(--body-text-color-subdued)}
-"""
+CSS = Path(__file__).with_name("page.css").read_text(encoding="utf-8")
+JS = Path(__file__).with_name("page.js").read_text(encoding="utf-8")
 THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
 HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
           "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "
@@ -33,7 +31,7 @@ HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual cla
 @dataclass(frozen=True)
 class App:
     """The page and what serves it: the runs, the retrieval service, the settings, and the figures' drawing thread.
-    Gradio 6 takes the theme and the CSS at launch, so `launch` passes them."""
+    Gradio 6 takes the theme, the CSS and the script at launch, so `launch` passes them."""
 
     blocks: gr.Blocks
     run_manager: RunManager
@@ -42,8 +40,11 @@ class App:
     figure_builder: FigureBuilder
 
     def launch(self, **options) -> None:
-        """Serve the page (gr.Blocks.launch's options)."""
-        self.blocks.launch(theme=THEME, css=CSS, **options)
+        """Serve the page (gr.Blocks.launch's options). The checkpoint zips offered for download lie in the app's
+        downloads folder, and Gradio serves no file outside the working and temporary folders unless allowed: a
+        Space keeps the app's data folder in its persistent storage, /data, outside both."""
+        allowed = [*(options.pop("allowed_paths", None) or []), str(self.settings.downloads_dir)]
+        self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, **options)
 
     def close(self) -> None:
         """Close the server if it runs, then stop the figures' thread and every run (which saves a checkpoint)."""

@@ -3,6 +3,7 @@ state machine over a run with stand-in figures, the Train tab's refusals and a r
 scrubber, the Retrieve tab's searches on a tiny checkpoint, and the page assembled with every api_name and the
 parameter names clients send."""
 
+import html
 import inspect
 import re
 import time
@@ -233,6 +234,11 @@ def test_a_page_opened_gets_a_visitor_key_and_the_checkpoints(runs, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the Retrieve tab
+def _captions(tiles_html: str) -> list[str]:
+    """The result tiles' captions as plain text (each image's alternative text, demo/result_tiles.py)."""
+    return [html.unescape(text) for text in re.findall(r'<img [^>]*alt="([^"]*)"', tiles_html)]
+
+
 @pytest.fixture(scope="module")
 def retrieval(tmp_path_factory):
     root = tmp_path_factory.mktemp("retrieve-tab")
@@ -255,17 +261,19 @@ def test_searches_from_the_retrieve_tab(retrieval, tmp_path):
     split = load_dataset("glyphs-mini").test
     query = tmp_path / "query.png"
     split.image(40).save(query)
-    character = split.class_names[split.labels[40]].split(" ")[0]
-    about, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, character, str(query))
-    assert [caption for _, caption in tiles][0] == f"#1 1.000 ✅ {character}"  # the query's own copy in the gallery
-    assert len(tiles) == 3 and isinstance(seen, Image.Image)
-    assert about.endswith(f"3 nearest of 288 images in the glyphs-mini test split, with their cosine similarity (✅ "
-                          f"same class as the query, ❌ different) · {sum('✅' in c for _, c in tiles)} of 3 share "
-                          f"the query's class ({split.class_names[split.labels[40]]}).")
+    class_name = split.class_names[split.labels[40]]
+    about, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, class_name.split(" ")[0],
+                                                    str(query))
+    captions = _captions(tiles)
+    assert captions[0] == f"#1 1.000 {class_name} same class"  # the query's own copy in the gallery, named in full
+    assert len(captions) == 3 and isinstance(seen, Image.Image)
+    assert about.endswith(f"3 nearest of 288 images in the glyphs-mini test split, with their cosine similarity · "
+                          f"{sum(c.endswith(' same class') for c in captions)} of 3 share the query's class "
+                          f"({class_name}).")
 
     about, tiles, _ = retrieve_tab.search_gallery_item(service, checkpoint, "test split", 2, picked,
                                                        evt=SimpleNamespace(index=1))
-    assert len(tiles) == 2 and "share the query's class" in about
+    assert len(_captions(tiles)) == 2 and "share the query's class" in about
 
 
 @pytest.mark.parametrize(("handler", "arguments", "message"), [
@@ -310,6 +318,8 @@ API = {
     "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files"],
     "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files"],
     "/search_gallery_item": ["checkpoint_choice", "source", "k", "files"],
+    "/query_class_hint": ["checkpoint_choice", "source", "files"], "/download_checkpoint": ["checkpoint_choice"],
+    "/clear_sketch": [],
 }
 
 

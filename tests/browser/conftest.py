@@ -1,8 +1,9 @@
 """Browser tests: Playwright for Python driving Debian's chromium (never Playwright's own browser download).
 
 With CI=true these tests must run: a missing chromium fails them with the command that installs it. Elsewhere they
-skip when chromium is missing. The app runs in-process on a free port with a tiny checkpoint of its own, and the
-screenshots land in test-output/browser/ for people to look at.
+skip when chromium is missing. The app runs in-process on a free port with a tiny checkpoint of its own (`app_url`),
+or as `python app.py` serves it, with the bundled checkpoints and their warm-up (`bundled_app_url`); the screenshots
+land in test-output/browser/ for people to look at.
 """
 
 import os
@@ -32,6 +33,15 @@ def browser():
         browser.close()
 
 
+def _serve(app):
+    """Launch `app` on a free port of 127.0.0.1 (with the page's theme, styles and script); its URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return f"http://127.0.0.1:{port}/"
+
+
 @pytest.fixture(scope="session")
 def app_url(tmp_path_factory):
     from demo.settings import AppSettings
@@ -43,32 +53,60 @@ def app_url(tmp_path_factory):
                         embedding_dim=32), root / "checkpoints" / "glyphs-mini-tiny").run()
     settings = AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False)
     app = build_app(settings)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)  # with the theme
     try:
-        yield f"http://127.0.0.1:{port}/"
+        yield _serve(app)
+    finally:
+        app.close()
+
+
+@pytest.fixture(scope="session")
+def bundled_app_url(tmp_path_factory):
+    """The app as app.py starts it: the repository's bundled checkpoints, the retrieval warm-up begun as it
+    launches."""
+    from app import import_handler_modules
+    from demo.settings import REPO_ROOT, AppSettings
+    from demo.ui import build_app
+
+    import_handler_modules()
+    settings = AppSettings(data_dir=tmp_path_factory.mktemp("bundled-app") / "data",
+                           checkpoints_dir=REPO_ROOT / "checkpoints", umap=False)
+    app = build_app(settings)
+    app.retrieval_service.warm_up()
+    try:
+        yield _serve(app)
     finally:
         app.close()
 
 
 @pytest.fixture
-def page(browser, app_url):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    page.goto(app_url)
-    yield page
-    context.close()
+def open_page(browser):
+    """open_page(url, width, height): a page of its own at that viewport, open at `url`; closed after the test."""
+    contexts = []
+
+    def open_(url: str, width: int = 1400, height: int = 1000):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        contexts.append(context)
+        page = context.new_page()
+        page.goto(url)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
 
 
 @pytest.fixture
-def screenshot(page):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def page(open_page, app_url):
+    return open_page(app_url)
 
-    def save(name: str) -> Path:
+
+@pytest.fixture
+def screenshot(request):
+    def save(name: str, shown=None, full_page: bool = True) -> Path:
+        """`shown` (default: the test's `page`) as test-output/browser/<name>.png, whole or the viewport."""
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        (shown or request.getfixturevalue("page")).screenshot(path=str(path), full_page=full_page)
         return path
 
     return save

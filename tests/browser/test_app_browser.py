@@ -58,8 +58,8 @@ def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
     page.get_by_role("tab", name="Retrieve").click()
     page.locator("#query-file input[type=file]").set_input_files(str(query))
     page.locator("#search-upload").click()
-    results = page.locator("#results .thumbnail-item")
-    page.wait_for_function("() => document.querySelectorAll('#results .thumbnail-item').length >= 8",
+    results = page.locator("#results .result-tile")
+    page.wait_for_function("() => document.querySelectorAll('#results .result-tile').length >= 8",
                            timeout=WAIT_MS)
     assert results.count() == 8  # k defaults to 8
     assert "similarity" in page.locator("#results").inner_text() or results.first.is_visible()
@@ -68,10 +68,11 @@ def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
 
 
 def test_search_with_a_drawing(page, screenshot):
-    """The browser's editor sends the drawing as blobs; the app decodes it only after checking its size."""
+    """The browser's editor sends the drawing as blobs; the app decodes it only after checking its size. The brush
+    is chosen from the start: the stroke draws without a tool picked first."""
     page.get_by_role("tab", name="Retrieve").click()
-    page.get_by_role("tab", name="Draw a query").click()
-    page.locator("#sketch").get_by_role("button", name="Brush").click()
+    page.get_by_role("tab", name="Draw").click()
+    page.locator("#sketch button[aria-label='Brush'].highlight").wait_for(timeout=WAIT_MS)  # chosen, not clicked
     box = page.locator("#sketch canvas").first.bounding_box()
     middle_x, middle_y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2  # the paper sits in the middle
     page.mouse.move(middle_x, middle_y - 80)
@@ -80,7 +81,7 @@ def test_search_with_a_drawing(page, screenshot):
     page.mouse.move(middle_x + 50, middle_y + 80, steps=6)
     page.mouse.up()
     page.locator("#search-drawing").click()
-    page.wait_for_function("() => document.querySelectorAll('#results .thumbnail-item').length >= 8",
+    page.wait_for_function("() => document.querySelectorAll('#results .result-tile').length >= 8",
                            timeout=WAIT_MS)
     assert "nearest of" in page.locator("#retrieval-summary").inner_text()
     screenshot("retrieval-drawing")
