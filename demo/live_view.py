@@ -18,6 +18,8 @@ def _figures():
 
     return figures
 
+# A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
+STARTING_NOTE = "its training process is loading the dataset and the model"
 STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}
 
@@ -57,7 +59,8 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
     if run is None:
         return "**Ready.** Choose the settings and press **Start**; the curves and embeddings appear as it trains."
     with run.lock:
-        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress_line(run)}"]
+        progress = STARTING_NOTE if run.state == "starting" else progress_line(run)
+        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress}"]
         if run.state in ("stopped", "failed", "finished") and run.message:
             lines.append(run.message + (" · press **Resume** to continue" if run.can_resume else ""))
         if run.control_message:
