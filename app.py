@@ -33,9 +33,11 @@ def main() -> None:
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))
 
+    from demo.cores import limit_server_threads
     from demo.ui import build_app
 
     import_handler_modules()
+    limit_server_threads()  # training has processes of its own (demo/run_process.py)
     app = build_app(settings)
     try:
         # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
