@@ -67,7 +67,7 @@ class LiveRun:
     # ---------------------------------------------------------------------------------------------- state
     @property
     def training(self) -> bool:
-        """True while its process is alive (running, paused, or about to start)."""
+        """True from Start until its Trainer's last word (running, paused, or about to start)."""
         return self.reserved or (self.process is not None and self.process.alive)
 
     @property

@@ -51,7 +51,7 @@ class _Pending:
 
 class RunProcess:
     """Starts the process at once; `wait_ready`, then `go` to train (or `stop` not to). `stop`, `pause`, `resume`
-    and `update` steer it from any thread; `alive` is True until its last message has been handled."""
+    and `update` steer it from any thread."""
 
     def __init__(self, spec: LaunchSpec, listener, name: str = "memvir-run"):
         import torch.multiprocessing
@@ -137,9 +137,18 @@ class RunProcess:
 
     @property
     def alive(self) -> bool:
-        return self._reader.is_alive()
+        """True until its run has ended: the Trainer's last word (finished, stopped, failed) has reached the listener,
+        or the process is gone. A process may take a second to exit after its last word, its checkpoint saved: the
+        run need not hold its training slot meanwhile."""
+        return self._last_word is None and self._reader.is_alive()
+
+    @property
+    def exited(self) -> bool:
+        """True once the process has exited and its every message has been handled."""
+        return not self._reader.is_alive()
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait until it has `exited`."""
         self._reader.join(timeout)
 
     def kill(self) -> None:
@@ -178,8 +187,8 @@ class RunProcess:
         else:
             event = snapshot_transport.from_message(message) if isinstance(
                 message, snapshot_transport.EventFile) else message
-            self._note(event)
             self._tell(event)
+            self._note(event)  # after the listener has it: a run is shown ended before it counts as ended
 
     def _note(self, event) -> None:
         from memvir.events import StatusEvent, StepEvent
@@ -204,9 +213,9 @@ class RunProcess:
         for pending in list(self._pending.values()):
             pending.error = "the run ended before it took the change"
             pending.answered.set()
+        snapshot_transport.remove_files(self._folder, self.pid)
         if went and self._last_word is None:
             self._report_failure()
-        snapshot_transport.remove_folder(self._folder)
 
     def _report_failure(self) -> None:
         from memvir.checkpoint import METRICS_LOG, TRAINER_STATE, CheckpointError, append_record

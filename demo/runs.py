@@ -319,7 +319,7 @@ class RunManager:
         for run in runs:
             run.join(max(0.0, deadline - time.monotonic()))
         for run in runs:
-            if run.process.alive:
+            if not run.process.exited:
                 run.process.kill()
                 run.join(5.0)
         if self._umap_worker is not None:

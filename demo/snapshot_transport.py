@@ -6,14 +6,14 @@ sending thread and read once by the server. Generic over the event's dataclass f
 the file, every other field travels in the message as it is, so a field added to `SnapshotEvent` needs nothing here.
 
 Files are written beside their final name and renamed (the server never reads a part), named in the message, and
-deleted by the server once read; the folder goes when the run's process ends (`remove_folder`).
+deleted by the server once read; those of a process that ended with some on their way go then (`remove_files`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +47,7 @@ def to_message(event, run_folder: Path):
     folder = Path(run_folder) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     step = values.get("step", 0)
-    path = folder / f"{type(event).__name__.lower()}-{step:09d}-{os.getpid()}.pt"
+    path = folder / f"{type(event).__name__.lower()}-{step:09d}{_suffix(os.getpid())}"
     partial = path.with_name(f".{path.name}.tmp")
     torch.save(tensors, partial)
     os.replace(partial, path)  # atomic: the message names a whole file
@@ -67,6 +67,18 @@ def from_message(message: EventFile):
     return message.event_type(**message.fields, **tensors)
 
 
-def remove_folder(run_folder: Path) -> None:
-    """The run's snapshot files left unread (its process ended, or was killed, with some on their way)."""
-    shutil.rmtree(Path(run_folder) / FOLDER, ignore_errors=True)
+def _suffix(pid: int) -> str:
+    return f"-{pid}.pt"
+
+
+def remove_files(run_folder: Path, pid: int) -> None:
+    """The files process `pid` wrote and nobody read (it ended, or was killed, with some on their way), whole or
+    partial; the folder too once empty. A resumed run's new process may be writing beside them already."""
+    folder = Path(run_folder) / FOLDER
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if path.name.endswith((_suffix(pid), _suffix(pid) + ".tmp")):
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: another process of the run writes there
+        folder.rmdir()
