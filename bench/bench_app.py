@@ -88,7 +88,8 @@ def app_round(data_dir: Path, epochs: int) -> dict:
         page_s = time.perf_counter() - started
         time.sleep(3)  # let the background import of the trainer finish, as for a visitor reading the page
 
-        client = Client(url, verbose=False)
+        # A slow poll on a busy machine is a figure to record, not a failure (httpx gives up after 5 s by default)
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
         server_idle_mb = _status_kb(server.pid, "VmRSS") / 1024
         clicked = time.perf_counter()
         client.predict(dataset="glyphs", epochs=epochs, batch_size=128, snapshot_every=25, eval_every=1,
