@@ -39,9 +39,11 @@ def main() -> None:
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))
 
+    from demo.cores import limit_server_threads
     from demo.ui import build_app
 
     import_handler_modules()
+    limit_server_threads()  # training has processes of its own (demo/run_process.py)
     app = build_app(settings)
     app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads
     try:

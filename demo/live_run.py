@@ -1,10 +1,11 @@
 """LiveRun: one training run as the page sees it, kept from the Trainer's events, and thread-safe to read.
 
-The trainer thread reports through a listener (`LiveRun._on_event`) that keeps what the page shows, built from the
-events alone: the records of metrics.jsonl (each event's `record()`), the latest step, the state, and each snapshot
-projected to 2-D at once with PCA. Raw snapshot embeddings are not kept, except the latest, which the UMAP worker may
-project when the run is not training (UMAP takes seconds of CPU that training would otherwise get). A finished run
-is read back from its folder alike (`from_folder`).
+The run trains in a process of its own (demo/run_process.py), whose reader thread hands the Trainer's events to
+`LiveRun._on_event`, which keeps what the page shows, built from the events alone: the records of metrics.jsonl (each
+event's `record()`), the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot
+embeddings are not kept, except the latest, which the UMAP worker may project when the run is not training (UMAP
+takes seconds of CPU that training would otherwise get). A finished run is read back from its folder alike
+(`from_folder`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from demo.run_messages import Ready
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +34,9 @@ class SnapshotView:
 
 
 class LiveRun:
-    """One training run as the page sees it. The trainer thread writes through `_on_event`; page handlers read
-    under `lock`. `snapshot_version` grows with every change to the snapshots (the page redraws the picture)."""
+    """One training run as the page sees it. The reader thread of its process writes through `_on_event`; page
+    handlers read under `lock`. `snapshot_version` grows with every change to the snapshots (the page redraws the
+    picture)."""
 
     def __init__(self, run_id: str, owner: str, folder: Path, config, kind: str = "main"):
         self.id = run_id
@@ -53,17 +57,18 @@ class LiveRun:
         self.total_steps = 0
         self.baseline: LiveRun | None = None
         self.started_at = time.time()
-        self.trainer = None
-        self.reserved = False  # holds a training slot while its trainer is being built
-        self._thread: threading.Thread | None = None
+        self.process = None  # the RunProcess training it (demo/run_process.py), the latest one when resumed
+        self.ready: Ready | None = None  # what its process said of its Trainer once built
+        self.reserved = False  # holds a training slot while its process is being started
+        self.resumable_failure = False  # it failed by losing its process, and its last checkpoint is kept
         self._project = None
         self._snapshot_history = 60
 
     # ---------------------------------------------------------------------------------------------- state
     @property
     def training(self) -> bool:
-        """True while the trainer thread is alive (running, paused, or about to start)."""
-        return self.reserved or (self._thread is not None and self._thread.is_alive())
+        """True from Start until its Trainer's last word (running, paused, or about to start)."""
+        return self.reserved or (self.process is not None and self.process.alive)
 
     @property
     def busy(self) -> bool:
@@ -74,7 +79,8 @@ class LiveRun:
     def can_resume(self) -> bool:
         from memvir.checkpoint import TRAINER_STATE
 
-        return not self.training and self.state == "stopped" and (self.folder / TRAINER_STATE).is_file()
+        resting = self.state == "stopped" or (self.state == "failed" and self.resumable_failure)
+        return not self.training and resting and (self.folder / TRAINER_STATE).is_file()
 
     def snapshot_at(self, step: int | None) -> SnapshotView | None:
         """The last snapshot taken at or before `step` (the latest when None; the first when all are later)."""
@@ -86,42 +92,34 @@ class LiveRun:
             earlier = [view for view in self.snapshots if view.step <= step]
             return earlier[-1] if earlier else self.snapshots[0]
 
-    # ---------------------------------------------------------------------------------------------- the thread
-    def launch(self, trainer, project, snapshot_history: int) -> None:
-        """Run `trainer` (built with `self._on_event` as a listener) on a daemon thread."""
-        self.trainer = trainer
+    # ---------------------------------------------------------------------------------------------- its process
+    def starting(self) -> tuple[str, str]:
+        """Show the run as starting while its process loads (a few seconds); the (state, message) it had."""
+        with self.lock:
+            previous = self.state, self.message
+            self.state, self.message = "starting", "starting"
+        return previous
+
+    def launch(self, process, ready: Ready, project, snapshot_history: int) -> None:
+        """Follow `process` (a RunProcess whose listener is `self._on_event`), whose Trainer is `ready`: a resumed
+        run continues the records its checkpoint holds, and the listener adds the rest."""
+        self.process = process
+        self.ready = ready
         self._project = project
         self._snapshot_history = snapshot_history
         with self.lock:
-            # Read once, before the trainer's thread starts: a resumed run continues the records its checkpoint holds
-            # (anything the listener got while the trainer was built is among them). The listener adds the rest.
-            self.records = list(trainer.history)
-            self.total_steps = trainer.total_steps
-            self.state, self.message = "starting", "starting"
-        self._thread = threading.Thread(target=self._work, name=f"memvir-run-{self.id}", daemon=True)
-        self._thread.start()
+            self.records = list(ready.history)
+            self.total_steps = ready.total_steps
+            self.resumable_failure = False
         self.reserved = False
 
-    def _work(self) -> None:
-        from memvir.train import TrainingDiverged
-
-        try:
-            self.trainer.run()
-        except TrainingDiverged:
-            pass  # the trainer already said so in a 'failed' StatusEvent
-        except Exception as error:  # noqa: BLE001 - a crash ends this run with a message, never the app
-            log.exception("run %s failed", self.id)
-            with self.lock:
-                self.state, self.message = "failed", f"the run failed: {type(error).__name__}: {error}"
-        finally:
-            self.trainer = None  # the model, optimizer and memory are on disk now; free them
-
     def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Wait until its process has ended and its last event is kept."""
+        if self.process is not None:
+            self.process.join(timeout)
 
     def _on_event(self, event) -> None:
-        """The Trainer's listener (trainer thread): copy what the page shows, quickly."""
+        """The Trainer's listener (its process's reader thread): copy what the page shows, quickly."""
         from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
 
         if isinstance(event, SnapshotEvent):
@@ -134,6 +132,8 @@ class LiveRun:
                 self.last_step = event
             elif isinstance(event, StatusEvent):
                 self.state, self.message = event.state, event.message
+                # only a lost process's failure names a checkpoint (a diverged Trainer's does not): Resume continues it
+                self.resumable_failure = event.state == "failed" and event.checkpoint is not None
             elif isinstance(event, ControlEvent):
                 self.control_message = self._describe_control(event)
                 self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})

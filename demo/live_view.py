@@ -6,6 +6,7 @@ built once per new record and shared by every page watching the run, and nothing
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -18,6 +19,8 @@ def _figures():
 
     return figures
 
+# A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
+STARTING_NOTE = "its training process is loading the dataset and the model"
 STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}
 
@@ -57,7 +60,8 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
     if run is None:
         return "**Ready.** Choose the settings and press **Start**; the curves and embeddings appear as it trains."
     with run.lock:
-        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress_line(run)}"]
+        progress = STARTING_NOTE if run.state == "starting" else progress_line(run)
+        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress}"]
         if run.state in ("stopped", "failed", "finished") and run.message:
             lines.append(run.message + (" · press **Resume** to continue" if run.can_resume else ""))
         if run.control_message:
@@ -95,9 +99,18 @@ def build_curves(run: LiveRun):
             figures.target_cosine_figure(records, baseline=baseline_records))
 
 
+@functools.cache
 def empty_curves():
+    """Built once and shared, as the runs' figures are: building a figure takes tens of milliseconds, which a fresh
+    page's poll would otherwise spend."""
     empty = _figures().empty_figure("Press Start to train; the curves fill in as it trains.")
     return empty, empty, empty
+
+
+@functools.cache
+def _no_snapshot_figure(color_by: str):
+    """The picture saying no snapshot is there yet, built once per colouring (see empty_curves)."""
+    return _figures().embedding_figure(None, color_by)
 
 
 class FigureBuilder:
@@ -191,7 +204,7 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     """(figure, caption) of the snapshot at `step` (the latest when None)."""
     view = None if run is None else run.snapshot_at(step)
     if view is None:
-        return _figures().embedding_figure(None, color_by), "No snapshot yet."
+        return _no_snapshot_figure(color_by), "No snapshot yet."
     with run.lock:
         count = len(run.snapshots)
         position = next((i for i, kept in enumerate(run.snapshots) if kept.step == view.step), count - 1) + 1

@@ -1,10 +1,11 @@
-"""RunManager: the app's training runs, each a memvir Trainer on its own thread, shared by every visitor.
+"""RunManager: the app's training runs, each a memvir Trainer in a process of its own, shared by every visitor.
 
 Gradio's per-tab state is deep-copied and dies with the tab, so runs live here, at module level in the app: a closed
 tab neither stops nor orphans a run, a reloaded page finds it again, and every visitor watches the same runs. A run
 belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
 `max_active_runs` train at once (one by default: runs on one device only slow each other down). What the page knows
-of each run is a `LiveRun` (demo/live_run.py).
+of each run is a `LiveRun` (demo/live_run.py); the process it trains in is a `RunProcess` (demo/run_process.py), so
+that training neither slows the server nor, when it dies, takes the server with it.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
+from demo.cores import training_threads
 from demo.live_run import LiveRun, read_records
 from demo.memory_budget import RingShape, check_memory, memory_budget
+from demo.run_messages import LaunchSpec, Ready
+from demo.run_process import RunProcess
 from demo.settings import AppSettings
 
 FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
@@ -73,6 +77,7 @@ class RunManager:
 
     def __init__(self, settings: AppSettings, project=None, umap_worker=None):
         self.settings = settings
+        self.threads = training_threads(settings.train_threads)  # torch's threads in each run's process
         self._project = project
         self._umap_worker = umap_worker
         self._lock = threading.RLock()
@@ -136,9 +141,9 @@ class RunManager:
 
     # ---------------------------------------------------------------------------------------------- control
     def start(self, config, visitor: str) -> LiveRun:
-        """Validate `config`, build its Trainer (dataset, model) and start it on a thread; RunError if not possible."""
-        from memvir.train import Trainer
-
+        """Validate `config`, start its Trainer in a process of its own and wait until it is built (its dataset and
+        model loaded: the page shows the run as starting meanwhile); RunError, or the Trainer's own ValueError, if
+        it cannot train."""
         config.validate()
         with self._lock:
             self._claim_slot(visitor)
@@ -147,35 +152,46 @@ class RunManager:
             run.reserved = True
             self._runs[run_id] = run
             self._forget_old_runs()
-        def within_budget(trainer):
-            self._check_memory(trainer, config.memvir_n, config.memvir_m)
-            return trainer
-
-        self._launch(run, lambda: within_budget(Trainer(config, run.folder, [run._on_event])), forget_on_failure=True)
+        self._launch(run, self._spec(run, config.to_dict()), forget_on_failure=True,
+                     within_budget=lambda ready: self._check_memory(ready, config.memvir_n, config.memvir_m))
         return run
 
-    def _check_memory(self, trainer, num_steps: int, margin: int, live: bool = False) -> None:
-        """Refuse N, M whose MemVir memory would exceed the budget on the trainer's device (MemoryBudgetExceeded);
-        checked before the trainer starts (or, `live`, before a change reaches it)."""
-        config = trainer.config
-        num_classes, dim = trainer.class_weights.shape
-        shape = RingShape(int(num_classes), int(dim), config.batch_size, config.memvir_store_dtype)
-        dataset = "the folder's classes" if config.dataset.startswith(FOLDER_DATASET) else config.dataset
-        check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, trainer.device), dataset,
-                     running=(config.memvir_n, config.memvir_m) if live else None)
+    def _spec(self, run: LiveRun, config: dict | None, threads: int | None = None) -> LaunchSpec:
+        """How to start `run`'s process: a new run of `config`, or with None, a resume of its folder."""
+        return LaunchSpec(str(run.folder), config, threads or self.threads, self.settings.run_memory_limit)
 
-    def _launch(self, run: LiveRun, make_trainer, forget_on_failure: bool) -> None:
-        """Build the trainer outside the manager's lock (loading a dataset takes a while; pages keep polling),
-        then start it; a failure to build gives the slot back."""
+    def _check_memory(self, ready: Ready, num_steps: int, margin: int, running: tuple[int, int] | None = None) -> None:
+        """Refuse N, M whose MemVir memory would exceed the budget on the run's device (MemoryBudgetExceeded);
+        checked before its process trains, or, `running` (N, M), before a live change reaches it."""
+        import torch
+
+        batch_size, store_dtype, dataset = (ready.config[name] for name in ("batch_size", "memvir_store_dtype",
+                                                                            "dataset"))
+        shape = RingShape(ready.num_classes, ready.dim, batch_size, store_dtype)
+        dataset = "the folder's classes" if dataset.startswith(FOLDER_DATASET) else dataset
+        check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, torch.device(ready.device)),
+                     dataset, running=running)
+
+    def _launch(self, run: LiveRun, spec: LaunchSpec, forget_on_failure: bool, within_budget=None) -> None:
+        """Start `run`'s process and wait until its Trainer is built, outside the manager's lock (pages keep
+        polling); then check it `within_budget` (a callable of the Ready) and let it train. A failure ends the
+        process and gives the slot back."""
+        previous = run.starting(), run.process
+        process = run.process = RunProcess(spec, run._on_event, name=f"memvir-run-{run.id}")
         try:
-            trainer = make_trainer()
+            ready = process.wait_ready()
+            if within_budget is not None:
+                within_budget(ready)
+            run.launch(process, ready, self._projector(), self.settings.snapshot_history)
+            process.go()
         except BaseException:
+            process.stop()  # not started: the process ends without training
+            (run.state, run.message), run.process = previous
             run.reserved = False
             if forget_on_failure:
                 with self._lock:
                     self._runs.pop(run.id, None)
             raise
-        run.launch(trainer, self._projector(), self.settings.snapshot_history)
 
     def _claim_slot(self, visitor: str) -> None:
         busy = self.busy_runs()
@@ -209,8 +225,8 @@ class RunManager:
         if not run.busy:
             raise RunError(f"the run is not training (it is {run.state})")
         for part in (run, run.baseline):
-            if part is not None and part.trainer is not None:
-                part.trainer.stop()
+            if part is not None and part.process is not None:
+                part.process.stop()
         return run
 
     def pause(self, run_id: str | None, visitor: str) -> LiveRun:
@@ -218,49 +234,48 @@ class RunManager:
         if not run.training:
             raise RunError(f"the run is not training (it is {run.state}), so it cannot pause")
         for part in (run, run.baseline):
-            if part is not None and part.trainer is not None:
-                part.trainer.pause()
+            if part is not None and part.process is not None:
+                part.process.pause()
         return run
 
     def resume(self, run_id: str | None, visitor: str) -> LiveRun:
-        """Continue a paused run, or a stopped one from its checkpoint (same config, model, memory and step)."""
-        from memvir.train import Trainer
-
+        """Continue a paused run, or a stopped one (or one whose process died) from its checkpoint in a new process:
+        same config, model, memory and step."""
         run = self._owned(run_id, visitor)
         if run.training:
             for part in (run, run.baseline):
-                if part is not None and part.trainer is not None:
-                    part.trainer.resume_training()
+                if part is not None and part.process is not None:
+                    part.process.resume()
             return run
         if not run.can_resume:
             raise RunError(f"the run {run.state} and has nothing to resume: press Start for a new run")
         with self._lock:
             self._claim_slot(visitor)
             run.reserved = True
-        self._launch(run, lambda: Trainer.from_run_folder(run.folder, [run._on_event]), forget_on_failure=False)
+        self._launch(run, self._spec(run, None), forget_on_failure=False)
         baseline = run.baseline
         if baseline is not None and baseline.can_resume:
-            self._launch(baseline, lambda: Trainer.from_run_folder(baseline.folder, [baseline._on_event]),
-                         forget_on_failure=False)
+            baseline.reserved = True
+            self._launch(baseline, self._spec(baseline, None, self._baseline_threads()), forget_on_failure=False)
         return run
 
     def update(self, run_id: str | None, visitor: str, memvir_n=None, memvir_m=None, warmup_epochs=None) -> LiveRun:
         """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when).
         A change whose memory would exceed the budget is refused, and the run trains on as it was."""
         run = self._owned(run_id, visitor)
-        trainer = run.trainer
-        if trainer is None:
+        if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
-        config = trainer.config
-        self._check_memory(trainer, config.memvir_n if memvir_n is None else memvir_n,
-                           config.memvir_m if memvir_m is None else memvir_m, live=True)
-        trainer.update(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
+        running = run.live_values["memvir_n"], run.live_values["memvir_m"]
+        self._check_memory(run.ready, running[0] if memvir_n is None else memvir_n,
+                           running[1] if memvir_m is None else memvir_m, running=running)
+        changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
+        run.process.update({name: value for name, value in changes.items() if value is not None})
         return run
 
     def compare_with_baseline(self, run_id: str | None, visitor: str) -> LiveRun:
         """Overlay the same configuration without MemVir (N = 0): loaded when such a run finished before, else
         trained beside the run (it shares the run's training slot)."""
-        from memvir.train import TrainConfig, Trainer
+        from memvir.train import TrainConfig
 
         run = self._owned(run_id, visitor)
         if run.baseline is not None:
@@ -282,21 +297,30 @@ class RunManager:
             self._runs[baseline_id] = baseline
             run.baseline = baseline
         try:
-            self._launch(baseline, lambda: Trainer(config, baseline.folder, [baseline._on_event]),
+            self._launch(baseline, self._spec(baseline, config.to_dict(), self._baseline_threads()),
                          forget_on_failure=True)
         except BaseException:
             run.baseline = None
             raise
         return baseline
 
+    def _baseline_threads(self) -> int:
+        """A baseline trains beside its run, on the cores the run already uses: half as many threads."""
+        return max(1, self.threads // 2)
+
     def close(self, timeout: float = 30.0) -> None:
-        """Stop every run and wait for the threads (app shutdown, tests)."""
+        """Stop every run and wait for their processes, which save a checkpoint (app shutdown, tests); a process
+        still running after `timeout` seconds is killed."""
         with self._lock:
-            runs = list(self._runs.values())
+            runs = [run for run in self._runs.values() if run.process is not None]
         for run in runs:
-            if run.trainer is not None:
-                run.trainer.stop()
+            run.process.stop()
+        deadline = time.monotonic() + timeout
         for run in runs:
-            run.join(timeout)
+            run.join(max(0.0, deadline - time.monotonic()))
+        for run in runs:
+            if not run.process.exited:
+                run.process.kill()
+                run.join(5.0)
         if self._umap_worker is not None:
             self._umap_worker.close()

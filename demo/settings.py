@@ -17,7 +17,7 @@ MB = 1024**2
 SPACE_STORAGE = Path("/data")
 
 
-def _int_from_env(name: str, default: int, minimum: int) -> int:
+def _int_from_env(name: str, default: int | None, minimum: int) -> int | None:
     text = os.environ.get(name)
     if text is None or text.strip() == "":
         return default
@@ -92,6 +92,11 @@ class AppSettings:
     memory_budget: bytes MemVir's memory may take (demo/memory_budget.py); None: half the free memory at the time.
     allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
         the bundled checkpoints and the app's runs (demo/allowed_paths.py); none by default.
+    train_threads: torch's threads in each run's training process; None: the machine's cores less the server's
+        share (demo/cores.py).
+    run_memory_limit: bytes of address space each run's training process may take (RLIMIT_AS): a run that needs
+        more fails alone, with a message, before the machine runs short; None: no limit. It counts reserved
+        address space, more than the memory used, and suits CPU training (CUDA reserves address space far past it).
     """
 
     data_dir: Path
@@ -111,6 +116,8 @@ class AppSettings:
     memory_budget: int | None = None
     allowed_folders: tuple[Path, ...] = ()
     finished_runs_kept: int = 8
+    train_threads: int | None = None
+    run_memory_limit: int | None = None
 
     def __post_init__(self):
         if self.max_active_runs < 1:
@@ -138,7 +145,8 @@ class AppSettings:
     def from_env(cls) -> AppSettings:
         """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
         MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
-        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none)."""
+        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default: the
+        cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none)."""
         return cls(
             data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
@@ -146,4 +154,6 @@ class AppSettings:
             umap=_flag_from_env("MEMVIR_UMAP", True),
             memory_budget=_bytes_from_env("MEMVIR_MEMORY_BUDGET"),
             allowed_folders=_folders_from_env("MEMVIR_ALLOWED_FOLDERS"),
+            train_threads=_int_from_env("MEMVIR_TRAIN_THREADS", None, 1),
+            run_memory_limit=_bytes_from_env("MEMVIR_RUN_MEMORY_LIMIT"),
         )
