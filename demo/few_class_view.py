@@ -145,13 +145,17 @@ class FocusTrack:
 
 
 def _extent(entries: list[FocusEntry], shown: FocusProjection) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Axis ranges that hold every kept projection of the shown one's method and classes: the axes stay put while
-    scrubbing or following, and grow only when the points spread further."""
+    """Square axis ranges. In PCA they hold every kept projection of the same classes: the axes stay put while
+    scrubbing or following, and grow only when the points spread further. A UMAP layout is framed on its own: its
+    scale means nothing from one layout to the next (each is only turned onto the one before), and one early layout
+    with a class far out would shrink every later one to a speck."""
+    if shown.method == "umap":
+        candidates = [shown]
+    else:
+        candidates = [entry.pca for entry in entries if np.array_equal(entry.pca.classes, shown.classes)]
     blocks = []
-    for entry in entries:
-        projection = entry.umap if shown.method == "umap" else entry.pca
-        if projection is not None and np.array_equal(projection.classes, shown.classes):
-            blocks += [projection.embedding_xy, projection.weight_xy, projection.memory_xy]
+    for projection in candidates:
+        blocks += [projection.embedding_xy, projection.weight_xy, projection.memory_xy]
     points = np.concatenate([block for block in blocks if len(block)])
     low, high = points.min(axis=0), points.max(axis=0)
     # equal spans on both axes: the figure keeps equal units, so a square extent fills it without a jump

@@ -103,4 +103,8 @@ def class_spread_figure(records: list[dict], baseline: list[dict] | None = None)
                              hovertemplate="step %{x}<br>uniformity %{y:.3f}<extra></extra>"))
     add_warmup_line(fig, records)
     fig.update_layout(yaxis2=dict(title_text="uniformity", overlaying="y", side="right", showgrid=False))
-    return finish_layout(fig, "How the real classes spread", "step", "mean cos between two classes", "class-spread")
+    finish_layout(fig, "How the real classes spread", "step", "mean cos between two classes", "class-spread")
+    # the legend under the plot, as in the drift figure beside it: four long entries would cover the title
+    fig.update_layout(height=DRIFT_HEIGHT, margin=dict(t=50, b=110),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=10)))
+    return fig

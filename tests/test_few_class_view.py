@@ -122,6 +122,21 @@ def test_the_axes_hold_every_kept_picture_of_the_same_classes_and_method():
     assert track.view(30).x_range != track.view(20).x_range
 
 
+def test_a_umap_layout_is_framed_on_its_own():
+    track = FocusTrack(lambda: True)
+    for step in (10, 20):
+        track.add(snapshot(step), 60)
+    for step, stretch in ((10, 40.0), (20, 1.0)):  # an early layout far wider than the later one
+        projection = track.view(step).projection
+        track.set_umap(step, dataclasses.replace(
+            projection, method="umap", embedding_xy=stretch * projection.embedding_xy,
+            weight_xy=stretch * projection.weight_xy, memory_xy=stretch * projection.memory_xy))
+    wide, narrow = track.view(10, umap=True), track.view(20, umap=True)
+    assert np.diff(wide.x_range)[0] > 20 * np.diff(narrow.x_range)[0]
+    points = np.concatenate([narrow.projection.embedding_xy, narrow.projection.weight_xy])
+    assert narrow.x_range[0] < points[:, 0].min() and points[:, 0].max() < narrow.x_range[1]
+
+
 # ---------------------------------------------------------------------------------------------- the figure
 def hand_view(margin=10):
     """Two classes (3 and 7); images now, live weights, one stored weight per class at ages 1 and 2, stored rows."""
