@@ -23,8 +23,17 @@ CSS = """
 #run-status {min-height: 3.2em}
 #notice {min-height: 1.6em; color: var(--body-text-color-subdued)}
 .small-note {font-size: 0.9em; color: var(--body-text-color-subdued)}
+/* a dropdown's text stops before its arrow, cut with an ellipsis, rather than running under it */
+#train-controls .secondary-wrap input[role=combobox] {padding-right: 26px; text-overflow: ellipsis}
 """
 THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
+# Enter in a slider's number box: Gradio sends a typed value when the box loses focus, so Enter did nothing. Blurring
+# the box on Enter sends it (the N, M and warm-up sliders' live change, the scrub slider's snapshot).
+PAGE_JS = """() => {
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && event.target.matches('input[data-testid="number-input"]')) event.target.blur();
+  });
+}"""
 HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
           "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "
           "interval. Train here and watch it happen, then search with the model.")
@@ -33,7 +42,7 @@ HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual cla
 @dataclass(frozen=True)
 class App:
     """The page and what serves it: the runs, the retrieval service, the settings, and the figures' drawing thread.
-    Gradio 6 takes the theme and the CSS at launch, so `launch` passes them."""
+    Gradio 6 takes the theme, the CSS and the page's script at launch, so `launch` passes them."""
 
     blocks: gr.Blocks
     run_manager: RunManager
@@ -43,7 +52,7 @@ class App:
 
     def launch(self, **options) -> None:
         """Serve the page (gr.Blocks.launch's options)."""
-        self.blocks.launch(theme=THEME, css=CSS, **options)
+        self.blocks.launch(theme=THEME, css=CSS, js=PAGE_JS, **options)
 
     def close(self) -> None:
         """Close the server if it runs, then stop the figures' thread and every run (which saves a checkpoint)."""
