@@ -50,6 +50,8 @@ from the real ones. Right: the mean cosine between two real class weights (near 
 crowded) and their uniformity (lower: more evenly spread); **Compare with baseline** adds the same run without \
 MemVir, in grey."""
 
-BASELINE_TRAINS = ("Baseline (N = 0) started: it trains beside this run and appears in grey on the curves. The two "
+BASELINE_BESIDE = ("Baseline (N = 0) started: it trains beside this run and appears in grey on the curves. The two "
                    "runs share the machine, so each trains at about half its speed until the baseline ends.")
+BASELINE_ALONE = ("Baseline (N = 0) started: it trains now, on its own, and appears in grey on the curves; the "
+                  "results table follows when it ends.")
 BASELINE_STARTING = "Starting the baseline (N = 0): loading its data and model…"

@@ -114,7 +114,7 @@ def build_spread(run: LiveRun):
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
     if run.config.memvir_n == 0:
-        drift = _figures().empty_figure("This run is a baseline (N = 0): it has no virtual classes to drift.")
+        drift = _figures().empty_figure("This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
     else:
         drift = spread_figures.drift_figure(records, margin)
     return drift, spread_figures.class_spread_figure(records, baseline=baseline_records)
@@ -126,7 +126,8 @@ def empty_curves():
 
 
 def empty_spread():
-    empty = _figures().empty_figure("Press Start to train; the spread of the classes appears at the first snapshot.")
+    # half-width charts: the message in two lines
+    empty = _figures().empty_figure("Press Start to train; the spread of<br>the classes appears at the first snapshot.")
     return empty, empty
 
 

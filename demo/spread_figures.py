@@ -50,8 +50,8 @@ def drift_figure(records: list[dict], margin: int) -> go.Figure:
     `margin` is the run's M, which names set j by its age, j(M+1) steps."""
     ages = virtual_ages(records)
     if not ages:
-        return empty_figure("No virtual set yet: the first one arrives M+1 steps after the warm-up, and its drift "
-                            "from the live classes is drawn here.")
+        return empty_figure("No virtual set yet: the first arrives M+1 steps<br>after the warm-up, and its drift "
+                            "from the<br>live classes is drawn here.")
     fields = [f"virtual_{kind}_cos_{age}" for age in ages for kind in ("weight", "embedding")]
     columns = _spread_columns(records, "mean_target_cosine", *fields)
     steps = columns["step"]
@@ -88,7 +88,7 @@ def class_spread_figure(records: list[dict], baseline: list[dict] | None = None)
     the baseline's in grey when given."""
     columns = _spread_columns(records, "weight_mean_cos", "weight_uniformity")
     if len(columns["step"]) == 0:
-        return empty_figure("No spread measure yet: it is taken at every snapshot step.")
+        return empty_figure("No spread measure yet:<br>it is taken at every snapshot step.")
     fig = go.Figure()
     if baseline:
         base = _spread_columns(baseline, "weight_mean_cos", "weight_uniformity")

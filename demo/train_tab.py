@@ -130,9 +130,10 @@ def resume(runs: RunManager, state: PollState, visitor=None, request: gr.Request
 @reporting(message_slot=0, outputs=1)
 def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
     visitor = visitor_key(visitor, request)
-    baseline = runs.compare_with_baseline(_shown_run_id(runs, state, visitor), visitor)
+    run = runs.get(_shown_run_id(runs, state, visitor))
+    baseline = runs.compare_with_baseline(run.id if run else None, visitor)
     if baseline.training:
-        return explain.BASELINE_TRAINS
+        return explain.BASELINE_BESIDE if run.training else explain.BASELINE_ALONE
     return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves."
 
 

@@ -65,7 +65,7 @@ def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_
     runs, figures = StandInRuns(), StandInFigures()
     sent, drift, spread, results = poll_views(runs, figures, PollState(), None, visitor="bob")
     assert sent == ViewsSent(None, "") and results == ""
-    assert "spread of the classes appears at the first snapshot" in drift.layout.annotations[0].text
+    assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
     assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
 
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())

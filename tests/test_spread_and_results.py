@@ -54,7 +54,7 @@ def test_each_virtual_set_has_a_weight_line_above_and_an_embedding_line_below_na
 
 def test_before_any_virtual_set_the_drift_figure_says_when_one_comes():
     figure = drift_figure(RECORDS[:3], margin=50)
-    assert not figure.data and "M+1 steps after the warm-up" in figure.layout.annotations[0].text
+    assert not figure.data and "the first arrives M+1 steps<br>after the warm-up" in figure.layout.annotations[0].text
 
 
 def test_class_spread_draws_mean_cosine_and_uniformity_with_the_baseline_in_grey():
