@@ -34,7 +34,7 @@ _PADDING = 0.08  # of the extent on each side: points at the edge stay whole
 @dataclass
 class FocusEntry:
     step: int
-    points: FocusPoints
+    points: FocusPoints | None  # dropped once UMAP has had its go: a few hundred kB each, 60 kept per run
     pca: FocusProjection
     umap: FocusProjection | None = None
     umap_failed: bool = False
@@ -107,7 +107,7 @@ class FocusTrack:
             self._laying_out = None
             for entry in self._entries:
                 if entry.step == step:  # it may have been thinned out meanwhile
-                    entry.umap = projection
+                    entry.umap, entry.points = projection, None
                     self.version += 1
 
     def umap_failed(self, step: int) -> None:
@@ -115,7 +115,7 @@ class FocusTrack:
             self._laying_out = None
             for entry in self._entries:
                 if entry.step == step:
-                    entry.umap_failed = True
+                    entry.umap_failed, entry.points = True, None
 
     # ---------------------------------------------------------------------------------------------- views out
     def view(self, step: int | None, umap: bool = False) -> FocusView | None:

@@ -192,6 +192,7 @@ def opened(runs: RunManager, visitor: str):
     from huggingface_hub import get_token
 
     run = runs.attach(visitor, None)
+    runs.umap_worker  # noqa: B018 - starts the UMAP process: it compiles while the visitor reads the page
     has_token = bool(get_token())
     note = ("Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."
             if has_token else

@@ -31,9 +31,11 @@ from memvir.projection import UmapWorker, project_focus, project_snapshot
 log = logging.getLogger(__name__)
 
 # The child's niceness: the scheduler gives the trainer's threads the cores first, and the child the time they leave.
-NICENESS = 10
-# The share of one core the few-class layouts may take while a run trains (measured: docs/benchmarks.md).
-TRAINING_SHARE = 0.1
+NICENESS = 19
+# The most of one core the few-class layouts may take while a run trains, should the trainer leave that much idle: at
+# about 0.15 s of CPU a layout, one every 3 s, so that UMAP keeps up with every third snapshot of a run that snapshots
+# every second (docs/benchmarks.md, "UMAP while training").
+TRAINING_SHARE = 0.05
 # How often the few-class thread looks for new snapshots and runs come to rest (the page polls once a second).
 IDLE_WAIT_S = 0.5
 
@@ -71,7 +73,8 @@ def _send(pipe, message) -> None:
 class UmapProcess:
     """The child process (`python -m demo.umap_process`, so nothing of the app's main module runs again in it) and
     pipes to it; one layout at a time, thread-safe. A child that died is started again on the next call.
-    `last_cpu_s` is the child's CPU time for the last layout, `compile_cpu_s` its start's."""
+    `last_cpu_s` is the child's CPU time for the last layout, `compile_cpu_s` its start's; `layouts` and `layout_cpu_s`
+    count them all (docs/benchmarks.md reads them)."""
 
     def __init__(self, niceness: int = NICENESS):
         self._niceness = niceness
@@ -80,6 +83,8 @@ class UmapProcess:
         self._closed = False
         self.last_cpu_s = 0.0
         self.compile_cpu_s: float | None = None
+        self.layouts = 0
+        self.layout_cpu_s = 0.0
 
     def start(self) -> None:
         """Start the child now: it compiles while nothing waits for it, rather than in the first layout."""
@@ -106,6 +111,8 @@ class UmapProcess:
                     _, _, self.compile_cpu_s = pickle.load(process.stdout)
                 _send(process.stdin, (np.ascontiguousarray(points, dtype=np.float64), seed, init))
                 xy, error, self.last_cpu_s = pickle.load(process.stdout)
+                self.layouts += 1
+                self.layout_cpu_s += self.last_cpu_s
             except (EOFError, OSError, pickle.UnpicklingError) as exc:
                 process.kill()
                 self._process = None  # started again on the next call

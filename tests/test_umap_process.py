@@ -132,6 +132,7 @@ def test_the_real_child_lays_points_out_and_ends_with_the_pipe():
         xy = process.layout(points, seed=0)
         assert xy.shape == (40, 2) and np.isfinite(xy).all()
         assert process.compile_cpu_s > 0 and process.last_cpu_s > 0
+        assert (process.layouts, process.layout_cpu_s) == (1, process.last_cpu_s)
         with pytest.raises(UmapFailed, match="at least 4 points"):
             process.layout(points[:3], seed=0)
         np.testing.assert_allclose(process.layout(points, seed=0), xy)  # seeded: the same layout again
