@@ -30,6 +30,11 @@ CLASS_PALETTE = qualitative.Dark24
 AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
 _AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
 COLOR_BY = ("age", "class")
+# Live-change notes: a 32-character note at 9 px is about a fifth of the chart's width, so notes closer than that
+# stack in rows this many pixels apart.
+CONTROL_NOTE_SHARE = 0.22
+CONTROL_LANES = 4
+CONTROL_LANE_PX = 14
 
 
 # ------------------------------------------------------------------------------------------------ shared pieces
@@ -43,7 +48,7 @@ def empty_figure(message: str) -> go.Figure:
     return fig
 
 
-def _finish_layout(fig: go.Figure, title: str, x_title: str, y_title: str, uirevision: str) -> go.Figure:
+def finish_layout(fig: go.Figure, title: str, x_title: str, y_title: str, uirevision: str) -> go.Figure:
     """The house style: white template, compact height, legend in a row above the plot, zoom kept across updates
     (``uirevision`` stays the same while the data change)."""
     fig.update_layout(
@@ -56,7 +61,7 @@ def _finish_layout(fig: go.Figure, title: str, x_title: str, y_title: str, uirev
     return fig
 
 
-def _step_columns(records: list[dict] | None, *fields: str) -> dict[str, np.ndarray]:
+def step_columns(records: list[dict] | None, *fields: str) -> dict[str, np.ndarray]:
     """Columns of the step records as float arrays (a missing value becomes NaN, a gap in the line)."""
     steps = [record for record in records or () if record.get("type") == "step"]
     columns = {"step": np.array([record["step"] for record in steps], dtype=np.int64)}
@@ -72,7 +77,7 @@ def _eval_columns(records: list[dict] | None, metric: str = "recall@1") -> tuple
             np.array([record[metric] for record in evals], dtype=np.float64))
 
 
-def _thinned(steps: np.ndarray, keep_steps: np.ndarray | None = None) -> np.ndarray:
+def thinned(steps: np.ndarray, keep_steps: np.ndarray | None = None) -> np.ndarray:
     """Indices of at most about MAX_PLOTTED_POINTS evenly spread points, plus the last point and every point at a
     step in ``keep_steps`` (the evaluations), so a long run draws fast and its ends and evaluations stay exact."""
     count = len(steps)
@@ -107,7 +112,7 @@ def warmup_end_step(records: list[dict] | None) -> int | None:
     return None
 
 
-def _add_warmup_line(fig: go.Figure, records: list[dict]) -> None:
+def add_warmup_line(fig: go.Figure, records: list[dict]) -> None:
     step = warmup_end_step(records)
     if step is None:
         return
@@ -117,9 +122,29 @@ def _add_warmup_line(fig: go.Figure, records: list[dict]) -> None:
                        xanchor="left", yanchor="top", showarrow=False, font=dict(size=10, color="#555555"))
 
 
-def _baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **kwargs) -> go.Scatter:
+def baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **kwargs) -> go.Scatter:
     return go.Scatter(x=steps, y=values, name=name, mode="lines", line=dict(color=BASELINE_COLOR, width=1.5),
                       hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **kwargs)
+
+
+def control_lanes(steps: list[int], span: int) -> list[int]:
+    """The row (0 = lowest) of each live-change note, so that notes closer than CONTROL_NOTE_SHARE of the x span
+    stack instead of printing over each other; past CONTROL_LANES rows they cycle from the lowest again."""
+    last_in_lane: list[int] = []
+    lanes = []
+    gap = CONTROL_NOTE_SHARE * span
+    for step in steps:
+        free = [lane for lane, last in enumerate(last_in_lane) if step - last >= gap]
+        if free:
+            lane = free[0]
+        elif len(last_in_lane) < CONTROL_LANES:
+            lane = len(last_in_lane)
+            last_in_lane.append(step)
+        else:
+            lane = len(lanes) % CONTROL_LANES
+        last_in_lane[lane] = step
+        lanes.append(lane)
+    return lanes
 
 
 # ------------------------------------------------------------------------------------------------ curves
@@ -128,29 +153,30 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
     the validation classes' Recall@1 dashed when the run holds some out.
 
     Marks where warm-up ends (dashed line), where each virtual set arrives (a triangle on the loss where
-    ``num_virtual_sets`` grows, labelled "k=..."), and live control changes (small notes at the bottom).
+    ``num_virtual_sets`` grows, labelled "k=..."), and live control changes (small notes at the bottom, stacked
+    where they would overlap; the full message on hover).
     ``baseline``, the records of the same configuration with N=0, is drawn in grey behind.
     """
-    columns = _step_columns(records, "loss", "num_virtual_sets")
+    columns = step_columns(records, "loss", "num_virtual_sets")
     eval_steps, recall = _eval_columns(records)
     if len(columns["step"]) == 0 and len(eval_steps) == 0:
         return empty_figure("No training records yet: press Start to train, or pick a run.")
 
     fig = go.Figure()
     if baseline:
-        base = _step_columns(baseline, "loss")
+        base = step_columns(baseline, "loss")
         base_eval_steps, base_recall = _eval_columns(baseline)
-        shown = _thinned(base["step"], base_eval_steps)
-        fig.add_trace(_baseline_line(base["step"][shown], base["loss"][shown], "baseline loss"))
-        fig.add_trace(_baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2").update(
+        shown = thinned(base["step"], base_eval_steps)
+        fig.add_trace(baseline_line(base["step"][shown], base["loss"][shown], "baseline loss"))
+        fig.add_trace(baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2").update(
             mode="lines+markers", marker=dict(size=5, color=BASELINE_COLOR)))
         base_val_steps, base_val_recall = _eval_columns(baseline, "val_recall@1")
         if len(base_val_steps):
-            fig.add_trace(_baseline_line(base_val_steps, base_val_recall, "baseline validation R@1", yaxis="y2")
+            fig.add_trace(baseline_line(base_val_steps, base_val_recall, "baseline validation R@1", yaxis="y2")
                           .update(line_dash="dash"))
 
     steps, loss = columns["step"], columns["loss"]
-    shown = _thinned(steps, eval_steps)
+    shown = thinned(steps, eval_steps)
     fig.add_trace(go.Scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
                              line=dict(color=MAIN_COLOR, width=1.5),
                              hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"))
@@ -176,69 +202,72 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
                                  text=labels, marker=dict(symbol="triangle-up", size=9, color="#2b8a3e"),
                                  hovertemplate="step %{x}: %{text}<extra>+ virtual set</extra>"))
 
-    _add_warmup_line(fig, records)
-    for record in records:
-        if record.get("type") == "control":
-            message = str(record.get("message", ""))
-            fig.add_annotation(name="control", text=message if len(message) <= 32 else message[:31] + "…",
-                               hovertext=message, x=record["step"], xref="x", y=0, yref="paper", yanchor="bottom",
-                               showarrow=True, arrowhead=2, arrowsize=0.8, ax=0, ay=-22,
-                               font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8")
+    add_warmup_line(fig, records)
+    controls = [record for record in records if record.get("type") == "control"]
+    span = max([int(record["step"]) for record in records if "step" in record] + [1])
+    for record, lane in zip(controls, control_lanes([int(record["step"]) for record in controls], span), strict=True):
+        message = str(record.get("message", ""))
+        label = message.split(": applied")[0]  # the arrow shows the step
+        fig.add_annotation(name="control", text=label if len(label) <= 32 else label[:31] + "…",
+                           hovertext=message, x=record["step"], xref="x", y=0, yref="paper", yanchor="bottom",
+                           showarrow=True, arrowhead=2, arrowsize=0.8, ax=0, ay=-22 - CONTROL_LANE_PX * lane,
+                           font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8", bgcolor="rgba(255,255,255,0.8)")
 
     fig.update_layout(yaxis2=dict(title_text="Recall@1", overlaying="y", side="right", range=[0, 1],
                                   tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%", showgrid=False))
-    return _finish_layout(fig, "Training loss and Recall@1", "step", "loss", "curves")
+    return finish_layout(fig, "Training loss and Recall@1", "step", "loss", "curves")
 
 
 # ------------------------------------------------------------------------------------------------ class count
 def class_count_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
     """The number of classes the loss sees, s(i) (paper Fig. 3): C during warm-up, then a staircase that climbs by
     C every M+1 steps until N virtual sets are in use."""
-    columns = _step_columns(records, "num_classes")
+    columns = step_columns(records, "num_classes")
     if len(columns["step"]) == 0:
         return empty_figure("No step records yet: the class count s(i) appears once training starts.")
 
     fig = go.Figure()
     if baseline:
-        base = _step_columns(baseline, "num_classes")
+        base = step_columns(baseline, "num_classes")
         shown = _change_points(base["num_classes"])
-        fig.add_trace(_baseline_line(base["step"][shown], base["num_classes"][shown], "baseline s(i)",
+        fig.add_trace(baseline_line(base["step"][shown], base["num_classes"][shown], "baseline s(i)",
                                      line_shape="hv"))
     shown = _change_points(columns["num_classes"])
     fig.add_trace(go.Scatter(x=columns["step"][shown], y=columns["num_classes"][shown], name="classes s(i)",
                              mode="lines", line_shape="hv", line=dict(color=MAIN_COLOR, width=2),
                              hovertemplate="from step %{x}<br>%{y:d} classes<extra></extra>"))
-    _add_warmup_line(fig, records)
-    return _finish_layout(fig, "Classes in the loss, s(i)", "step", "real + virtual classes", "class-count")
+    add_warmup_line(fig, records)
+    return finish_layout(fig, "Classes in the loss, s(i)", "step", "real + virtual classes", "class-count")
 
 
 # ------------------------------------------------------------------------------------------------ target cosine
 def target_cosine_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
     """The mean cos(x, W_y) between live embeddings and their own class weight (paper Fig. 5a): it dips a little
     once MemVir starts, the seen classes fitting less tightly while test Recall@1 rises."""
-    columns = _step_columns(records, "mean_target_cosine")
+    columns = step_columns(records, "mean_target_cosine")
     if len(columns["step"]) == 0:
         return empty_figure("No step records yet: the mean target cosine appears once training starts.")
 
     fig = go.Figure()
     if baseline:
-        base = _step_columns(baseline, "mean_target_cosine")
-        shown = _thinned(base["step"])
-        fig.add_trace(_baseline_line(base["step"][shown], base["mean_target_cosine"][shown], "baseline cos"))
-    shown = _thinned(columns["step"])
+        base = step_columns(baseline, "mean_target_cosine")
+        shown = thinned(base["step"])
+        fig.add_trace(baseline_line(base["step"][shown], base["mean_target_cosine"][shown], "baseline cos"))
+    shown = thinned(columns["step"])
     fig.add_trace(go.Scatter(x=columns["step"][shown], y=columns["mean_target_cosine"][shown],
                              name="mean cos(x, W_y)", mode="lines", line=dict(color=MAIN_COLOR, width=1.5),
                              hovertemplate="step %{x}<br>cos %{y:.4f}<extra></extra>"))
-    _add_warmup_line(fig, records)
-    return _finish_layout(fig, "Mean cos(x, W_y) of seen classes", "step", "mean cos(x, W_y)", "target-cosine")
+    add_warmup_line(fig, records)
+    return finish_layout(fig, "Mean cos(x, W_y) of seen classes", "step", "mean cos(x, W_y)", "target-cosine")
 
 
 # ------------------------------------------------------------------------------------------------ embeddings
-def age_label(age: int, margin: int) -> str:
-    """How the paper names the step a row came from: "current", or "-j(M+1)=-S steps" for virtual set j."""
+def age_label(age: int, margin: int, what: str = "embeddings") -> str:
+    """Plain words for the step a row came from: "embeddings now", or "embeddings from 51 steps ago" for virtual set
+    j, which holds step t - j(M+1) (docs/method.md, "Algorithm")."""
     if age == 0:
-        return "current"
-    return f"-{age}(M+1)=-{age * (margin + 1)} steps"
+        return f"{what} now"
+    return f"{what} from {age * (margin + 1):,} steps ago"
 
 
 def age_color(age: int, oldest: int) -> str:
@@ -299,17 +328,17 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
                                  name="class weights (real)", mode="markers", customdata=weight_labels[real],
                                  marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
                                              **weight_colors(real)),
-                                 hovertemplate="class weight %{customdata}<br>current<extra></extra>"))
+                                 hovertemplate="class %{customdata}<br>class weight now<extra></extra>"))
     if (~real).any():
         virtual_ages = weight_ages[~real]
-        names = np.array([age_label(int(age), margin) for age in virtual_ages], dtype=object)
+        names = np.array([age_label(int(age), margin, "class weight") for age in virtual_ages], dtype=object)
         fig.add_trace(go.Scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
                                  name="class weights (virtual)", mode="markers",
                                  customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
                                  marker=dict(symbol="diamond", size=9, line=dict(width=0),
                                              opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
                                              **weight_colors(~real)),
-                                 hovertemplate="class weight %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+                                 hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
 
     if len(projected.probe_xy):
         probe_labels = np.asarray(projected.probe_labels)
@@ -321,7 +350,7 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
 
     method = projected.method.upper()
     axis = "PC" if projected.method == "pca" else method
-    _finish_layout(fig, f"Embeddings at step {projected.step}, {method}", f"{axis} 1", f"{axis} 2",
+    finish_layout(fig, f"Embeddings at step {projected.step}, {method}", f"{axis} 1", f"{axis} 2",
                    f"embedding-{projected.method}")
     fig.update_layout(height=EMBEDDING_HEIGHT)
     fig.update_yaxes(scaleanchor="x", scaleratio=1)  # equal units: distances on screen mean the same both ways

@@ -32,3 +32,15 @@ def positive_number(value, name: str) -> float:
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a number above 0, got {value}")
     return number
+
+
+def whole_numbers(text, name: str, most: int) -> list[int]:
+    """Distinct whole numbers >= 0 typed as "3, 17, 40" (commas or spaces), at most `most` of them; [] for an empty
+    box; else ValueError naming `name`."""
+    parts = str(text or "").replace(",", " ").split()
+    numbers = [whole_number(part, name, 0) for part in parts]
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"{name}: each may appear once, got {text}")
+    if len(numbers) > most:
+        raise ValueError(f"{name}: at most {most}, got {len(numbers)}")
+    return numbers

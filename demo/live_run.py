@@ -3,9 +3,9 @@
 The run trains in a process of its own (demo/run_process.py), whose reader thread hands the Trainer's events to
 `LiveRun._on_event`, which keeps what the page shows, built from the events alone: the records of metrics.jsonl (each
 event's `record()`), the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot
-embeddings are not kept, except the latest, which the UMAP worker may project when the run is not training (UMAP
-takes seconds of CPU that training would otherwise get). A finished run is read back from its folder alike
-(`from_folder`).
+embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
+of CPU that training would otherwise get). Each snapshot's few-class view goes to `focus` (demo/few_class_view.py). A
+finished run is read back from its folder alike (`from_folder`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.few_class_view import FocusTrack
 from demo.run_messages import Ready
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class LiveRun:
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
+        self.focus = FocusTrack(resting=lambda: self.resting)
         self.total_steps = 0
         self.baseline: LiveRun | None = None
         self.started_at = time.time()
@@ -69,6 +71,11 @@ class LiveRun:
     def training(self) -> bool:
         """True from Start until its Trainer's last word (running, paused, or about to start)."""
         return self.reserved or (self.process is not None and self.process.alive)
+
+    @property
+    def resting(self) -> bool:
+        """True while the run does not train: paused, or its trainer done. UMAP may take the CPU then."""
+        return not self.training or self.state == "paused"
 
     @property
     def busy(self) -> bool:
@@ -153,6 +160,7 @@ class LiveRun:
         return f"{', '.join(parts)}: applied at step {event.step + 1}"
 
     def _add_snapshot(self, event) -> None:
+        self.focus.add(event, self._snapshot_history)
         previous = self.snapshots[-1].projected if self.snapshots else None
         try:
             projected = self._project(event, "pca", reference=previous)
@@ -169,7 +177,8 @@ class LiveRun:
             self.snapshot_version += 1
 
     def use_umap(self, worker) -> None:
-        """Ask `worker` for a UMAP of the latest snapshot once the run rests, and swap in finished ones."""
+        """Ask `worker` for a UMAP of the latest snapshot while the run rests (paused or ended), and swap in finished
+        ones."""
         with self.lock:
             raw = self.latest_raw_snapshot
             if raw is None:
@@ -182,7 +191,7 @@ class LiveRun:
                 self.latest_raw_snapshot = None  # projected for good: the raw embeddings can go
                 self.snapshot_version += 1
                 return
-        if not self.training and worker.error(key) is None:
+        if self.resting and worker.error(key) is None:
             worker.submit(key, raw)
 
     # ---------------------------------------------------------------------------------------------- loaded runs

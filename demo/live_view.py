@@ -1,4 +1,6 @@
-"""What the Train tab shows of a run: the status line, the three curve figures and the embedding picture.
+"""What the Train tab shows of a run: the status line, the curve figures (loss, class count, target cosine, and the
+spread curves) and the embedding picture: the few-class view (`PICTURES` "few") or all classes coloured by age or
+class.
 
 Pure functions of a `LiveRun` (plus the viewer), so the poll handler stays a few milliseconds: the curve figures are
 built once per new record and shared by every page watching the run, and nothing here trains or projects.
@@ -19,8 +21,14 @@ def _figures():
 
     return figures
 
+
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
+# What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo/few_class_figure.py); "age"
+# and "class" show all classes, coloured by age or by class (demo/figures.embedding_figure).
+FEW_CLASSES, FEW_CLASSES_UMAP = "few", "few-umap"
+PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, "age", "class")
+
 STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}
 
@@ -99,6 +107,24 @@ def build_curves(run: LiveRun):
             figures.target_cosine_figure(records, baseline=baseline_records))
 
 
+def build_spread(run: LiveRun):
+    """(drift, class spread) figures of the run, with its baseline's class spread overlaid."""
+    from demo import spread_figures
+
+    with run.lock:
+        records = list(run.records)
+        margin = run.live_values.get("memvir_m", run.config.memvir_m)
+    baseline_records = None
+    if run.baseline is not None:
+        with run.baseline.lock:
+            baseline_records = list(run.baseline.records)
+    if run.config.memvir_n == 0:
+        drift = _figures().empty_figure("This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
+    else:
+        drift = spread_figures.drift_figure(records, margin)
+    return drift, spread_figures.class_spread_figure(records, baseline=baseline_records)
+
+
 @functools.cache
 def empty_curves():
     """Built once and shared, as the runs' figures are: building a figure takes tens of milliseconds, which a fresh
@@ -111,6 +137,19 @@ def empty_curves():
 def _no_snapshot_figure(color_by: str):
     """The picture saying no snapshot is there yet, built once per colouring (see empty_curves)."""
     return _figures().embedding_figure(None, color_by)
+
+
+@functools.cache
+def empty_spread():
+    # half-width charts: the message in two lines
+    empty = _figures().empty_figure("Press Start to train; the spread of<br>the classes appears at the first snapshot.")
+    return empty, empty
+
+
+def picture_key(run: LiveRun) -> tuple:
+    """Changes exactly when the latest picture may: a new snapshot, a UMAP layout arriving, or the run coming to rest
+    or training again (the caption says whether UMAP waits for the CPU)."""
+    return run.id, run.snapshot_version, run.focus.version, run.resting
 
 
 class FigureBuilder:
@@ -126,7 +165,7 @@ class FigureBuilder:
         self.forget_after = forget_after
         self._lock = threading.Lock()
         self._watched: dict[str, tuple[LiveRun, float, set]] = {}
-        self._curves: dict[str, tuple] = {}  # run id -> (curve key, figures)
+        self._curves: dict[str, tuple] = {}  # run id -> (curve key, curve figures, spread figures)
         # (run id, colour) -> (snapshot key, step, figure, caption)
         self._embeddings: dict[tuple[str, str], tuple] = {}
         self._closed = False
@@ -141,15 +180,29 @@ class FigureBuilder:
             self._watched[run.id] = (run, time.monotonic(), colors)
 
     def curves(self, run: LiveRun) -> tuple[tuple, tuple]:
-        """(curve key, figures) of the run as last drawn; drawn now if never yet (a page just opened)."""
+        """(curve key, the three curve figures) of the run as last drawn; drawn now if never yet (a page just
+        opened)."""
+        key, curves, _ = self._built(run)
+        return key, curves
+
+    def spread(self, run: LiveRun) -> tuple[tuple, tuple]:
+        """(curve key, the two spread figures) of the run as last drawn; drawn now if never yet."""
+        key, _, spread = self._built(run)
+        return key, spread
+
+    def _built(self, run: LiveRun) -> tuple:
         self._watch(run, None)
         with self._lock:
             built = self._curves.get(run.id)
         if built is None:
-            built = (curve_key(run), build_curves(run))
+            built = self._build(run)
             with self._lock:
                 self._curves[run.id] = built
         return built
+
+    @staticmethod
+    def _build(run: LiveRun) -> tuple:
+        return curve_key(run), build_curves(run), build_spread(run)
 
     def latest_embedding(self, run: LiveRun, color_by: str) -> tuple | None:
         """(snapshot key, step, figure, caption) of the latest snapshot as last drawn in `color_by`; None until
@@ -182,10 +235,10 @@ class FigureBuilder:
         with self._lock:
             current = self._curves.get(run.id)
         if current is None or current[0] != key:
-            built = (key, build_curves(run))
+            built = self._build(run)
             with self._lock:
                 self._curves[run.id] = built
-        snapshot_key = (run.id, run.snapshot_version)
+        snapshot_key = picture_key(run)
         for color_by in list(colors):
             with self._lock:
                 current = self._embeddings.get((run.id, color_by))
@@ -201,7 +254,9 @@ class FigureBuilder:
 
 
 def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
-    """(figure, caption) of the snapshot at `step` (the latest when None)."""
+    """(figure, caption) of the snapshot at `step` (the latest when None), as `color_by` (one of PICTURES) shows it."""
+    if color_by in (FEW_CLASSES, FEW_CLASSES_UMAP):
+        return few_class_view(run, step, umap=color_by == FEW_CLASSES_UMAP)
     view = None if run is None else run.snapshot_at(step)
     if view is None:
         return _no_snapshot_figure(color_by), "No snapshot yet."
@@ -211,9 +266,9 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
         umap_pending = run.latest_raw_snapshot is not None and run.latest_raw_snapshot.step == view.step
     method = view.projected.method.upper()
     note = ""
-    if method == "PCA" and umap_pending and not run.training:
+    if method == "PCA" and umap_pending and run.resting:
         note = " · UMAP on its way"
-    elif method == "PCA" and run.training:
+    elif method == "PCA" and not run.resting:
         note = " · UMAP follows when the run pauses or ends"
     caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
     return _figures().embedding_figure(view.projected, color_by), caption
@@ -228,3 +283,26 @@ def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
             return 0, 1
         first, last = run.snapshots[0].step, run.snapshots[-1].step
     return first, max(last, first + 1)
+
+
+def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False):
+    """(figure, caption) of the few-class view at `step` (the newest when None), in PCA or, `umap`, in UMAP."""
+    from demo.few_class_figure import few_class_figure
+
+    view = None if run is None else run.focus.view(step, umap)
+    if view is None:
+        return few_class_figure(None), "No few-class snapshot yet."
+    projection = view.projection
+    method = projection.method.upper()
+    note = ""
+    if umap and projection.step < view.newest_step and step is None:
+        note = f" · the newest UMAP (the newest snapshot, step {view.newest_step:,}, is being laid out)"
+    elif umap and method == "PCA":
+        if not run.focus.umap_expected:
+            note = " · UMAP is off on this server"
+        else:
+            note = " · UMAP on its way" if run.resting else " · UMAP not laid out for it: training comes first"
+    classes = ", ".join(str(int(label)) for label in projection.classes)
+    caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {method}{note} · "
+               f"training classes {classes}")
+    return few_class_figure(view), caption

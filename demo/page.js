@@ -3,7 +3,14 @@
 // Plotly writes an annotation on one line, so on a narrow screen a long one (the empty snapshot's message) runs past
 // both edges of its chart. Whenever charts are drawn, such a line is broken at spaces to the chart's width with
 // plotly's own line break (<br>), through Plotly.relayout, so the figure stays plotly's to redraw.
+//
+// Enter in a slider's number box: Gradio sends a typed value when the box loses focus, so Enter did nothing. Blurring
+// the box on Enter sends it (the N, M and warm-up sliders' live change, the scrub slider's snapshot).
 () => {
+    document.addEventListener("keydown", (event) => {
+        if (event.key === "Enter" && event.target.matches('input[data-testid="number-input"]')) event.target.blur();
+    });
+
     const margin = 24;
 
     function wrapped(text, perLine) {

@@ -72,8 +72,8 @@ def _run_name(config) -> str:
 
 class RunManager:
     """Starts, steers and finds runs; thread-safe. `project(snapshot, method, reference=)` makes the 2-D picture
-    (memvir.projection.project_snapshot by default); `umap_worker` (a memvir.projection.UmapWorker) computes UMAP in
-    the background, one made on first use when settings.umap is on."""
+    (memvir.projection.project_snapshot by default); `umap_worker` (a demo.umap_process.UmapService) computes UMAP in
+    another process, one made on first use when settings.umap is on."""
 
     def __init__(self, settings: AppSettings, project=None, umap_worker=None):
         self.settings = settings
@@ -85,13 +85,13 @@ class RunManager:
 
     @property
     def umap_worker(self):
-        """The UMAP worker, or None when UMAP is off (created lazily: memvir.projection loads torch)."""
+        """The UMAP service, or None when UMAP is off (created lazily: it starts a process that loads umap)."""
         if self._umap_worker is None and self.settings.umap:
-            from memvir.projection import UmapWorker
+            from demo.umap_process import UmapService
 
             with self._lock:
                 if self._umap_worker is None:
-                    self._umap_worker = UmapWorker()
+                    self._umap_worker = UmapService()
         return self._umap_worker
 
     def _projector(self):
@@ -270,6 +270,15 @@ class RunManager:
                            running[1] if memvir_m is None else memvir_m, running=running)
         changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
         run.process.update({name: value for name, value in changes.items() if value is not None})
+        return run
+
+    def show_classes(self, run_id: str | None, visitor: str, classes: list[int]) -> LiveRun:
+        """Ask the running trainer for another few-class view (its snapshots' focus classes; [] = its own pick),
+        from its next snapshot on."""
+        run = self._owned(run_id, visitor)
+        if run.ready is None or not run.training:
+            raise RunError(f"the run is not training (it is {run.state}); the classes apply to the next Start")
+        run.process.update({"focus_classes": list(classes)})
         return run
 
     def compare_with_baseline(self, run_id: str | None, visitor: str) -> LiveRun:

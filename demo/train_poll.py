@@ -1,5 +1,7 @@
 """The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current:
-the poll (every second), scrubbing the snapshots, and recolouring them.
+the poll (every second), scrubbing the snapshots, and recolouring them (or switching between the few-class view and
+all classes: `color_by` is one of live_view.PICTURES). The spread curves and the results table have a poll of their
+own (demo/train_views.py).
 
 A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
 are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
@@ -56,6 +58,7 @@ def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, f
     run = runs.attach(visitor, state.run_id, after=state.after)
     if run is not None and runs.umap_worker is not None:
         run.use_umap(runs.umap_worker)
+        runs.umap_worker.watch(run.focus)
     status = live_view.status_markdown(run, visitor)
     curves, sent_curves = _curves(figures, run, state.curves)
     (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
@@ -114,7 +117,10 @@ def show_snapshot(runs: RunManager, state: PollState, step, color_by):
     return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
 
 
-def recolor(runs: RunManager, state: PollState, follow, color_by):
-    """The snapshot shown (the latest, or the scrubbed one) in the other colouring."""
+def recolor(runs: RunManager, state: PollState, follow, color_by, step=None):
+    """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
+    picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it read,
+    without the scrubbed step."""
     run = runs.get(state.run_id)
-    return live_view.embedding_view(run, None if follow else state.scrubbed_step, color_by)
+    scrubbed = step if step is not None else state.scrubbed_step
+    return live_view.embedding_view(run, None if follow else scrubbed, color_by)

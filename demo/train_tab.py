@@ -1,4 +1,5 @@
-"""The Train tab: its controls, their handlers and its wiring; the live view's handlers are in demo/train_poll.py.
+"""The Train tab: its controls, their handlers and its wiring; the live views beside them are demo/train_views.py's
+(their poll, scrubbing and recolouring demo/train_poll.py's).
 
 Handlers are module-level functions of the `RunManager` (bound in by `build`), so tests call them directly. They
 turn widget values into a `TrainConfig` and calls on the manager, nothing more: the training is the library's, the
@@ -8,22 +9,24 @@ names a reason below.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
 import gradio as gr
 
-from demo import live_view
+from demo import explain, train_views
 from demo.allowed_paths import dataset_folder
 from demo.handlers import bind, reporting, visitor_key
-from demo.inputs import positive_number, whole_number
+from demo.inputs import positive_number, whole_number, whole_numbers
 from demo.live_view import FigureBuilder
+from demo.presets import suggest_settings
 from demo.runs import RunManager
-from demo.train_poll import PollState, poll, recolor, show_snapshot
+from demo.train_poll import PollState
 from demo.uploads import unpack_upload
 from memvir.backbones import available_backbones
+from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
 from memvir.losses import LOSSES
-from memvir.train import TrainConfig
 
 FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"
 DATASET_CHOICES = [
@@ -39,6 +42,7 @@ SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (th
                     ("all N virtual sets at the warm-up's end (the paper's Fig. 3 ablation)", "all-at-once")]
 # memvir.train's memory dtypes offered here: float16 halves MemVir's memory (demo/memory_budget.py offers it)
 STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
+REDUCTION_CHOICES = explain.REDUCTION_CHOICES  # memvir.train.REDUCTIONS, in words (tests/test_app_units.py checks)
 DEFAULTS = TrainConfig().to_dict()
 # Where the page departs from the library's defaults, and why. The embedding picture is watched as it moves: a
 # snapshot every 10 steps, more often than the library's default, which spares runs looked at afterwards the training
@@ -70,9 +74,12 @@ def dataset_name(runs: RunManager, dataset, folder_path, zip_file) -> str:
 @reporting(message_slot=1, outputs=2)
 def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
           snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
-          memvir_store_dtype=None, visitor=None, request: gr.Request = None):
+          memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, visitor=None,
+          request: gr.Request = None):
     """Start a run with these settings, or say why not."""
     visitor = visitor_key(visitor, request)
+    if memvir_reduction and memvir_reduction not in REDUCTIONS:
+        raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
     # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
     numbers = dict(
         batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
@@ -82,8 +89,10 @@ def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, see
         val_classes=whole_number(val_classes or 0, "validation classes", 0),
         snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
         eval_every=whole_number(eval_every, "eval every", 0),
+        focus_classes=whole_numbers(focus_classes, "classes shown", MAX_FOCUS_CLASSES),
     )
-    chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype}
+    chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
+              "memvir_reduction": memvir_reduction}
     config = TrainConfig(dataset=dataset_name(runs, dataset, folder_path, zip_file), backbone=backbone, loss=loss,
                          **numbers, **{name: value for name, value in chosen.items() if value},
                          eval_at_start=EVAL_AT_START)
@@ -121,7 +130,10 @@ def resume(runs: RunManager, state: PollState, visitor=None, request: gr.Request
 @reporting(message_slot=0, outputs=1)
 def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
     visitor = visitor_key(visitor, request)
-    baseline = runs.compare_with_baseline(_shown_run_id(runs, state, visitor), visitor)
+    run = runs.get(_shown_run_id(runs, state, visitor))
+    baseline = runs.compare_with_baseline(run.id if run else None, visitor)
+    if baseline.training:
+        return explain.BASELINE_BESIDE if run.training else explain.BASELINE_ALONE
     return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves."
 
 
@@ -180,6 +192,7 @@ def opened(runs: RunManager, visitor: str):
     from huggingface_hub import get_token
 
     run = runs.attach(visitor, None)
+    runs.umap_worker  # noqa: B018 - starts the UMAP process: it compiles while the visitor reads the page
     has_token = bool(get_token())
     note = ("Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."
             if has_token else
@@ -204,16 +217,16 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
         state = gr.State(PollState())
         # The classes and #start-row place the status line and the loss chart under Start on a phone (page.css).
         with gr.Row(equal_height=False, elem_classes="train-layout"):
-            with gr.Column(scale=1, min_width=320, elem_classes="train-controls"):
+            with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
                 dataset = gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
                                          info="One sub-folder of images per class; the first half of the "
                                               "classes (by name) trains, the rest tests.")
                 zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False,
                                    file_types=[".zip"])
-                with gr.Row():
-                    backbone = gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"], label="Backbone")
-                    loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
+                # one per row: side by side, the names sat under the dropdowns' arrows
+                backbone = gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"], label="Backbone")
+                loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
                 with gr.Row():
                     # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo/inputs.py).
                     batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
@@ -221,14 +234,13 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 with gr.Row():
                     lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
                     seed = gr.Number(DEFAULTS["seed"], label="Seed")
-                with gr.Group():
-                    gr.Markdown("**MemVir**: changes apply to a running run at its next step.",
-                                elem_classes="small-note", padding=True)
-                    memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1,
+                with gr.Group(elem_id="memvir-controls"):
+                    gr.Markdown(explain.MEMVIR_NOTE, elem_classes="small-note", padding=True)
+                    memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1, info=explain.N_INFO,
                                          label="N: past steps used as virtual classes (0 = baseline)")
-                    memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1,
+                    memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1, info=explain.M_INFO,
                                          label="M: steps between the past steps used")
-                    warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5,
+                    warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5, info=explain.WARMUP_INFO,
                                        label="Warm-up (epochs) before virtual classes")
                 with gr.Row(elem_id="start-row"):
                     start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
@@ -250,51 +262,39 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                                  "classes: choose N and M on these, not on the test classes.")
                     store_dtype = gr.Radio(STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
                                            label="MemVir memory precision (applies at Start)")
+                    reduction = gr.Radio(REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
+                                         label="MemVir loss reduction (applies at Start)", info=explain.REDUCTION_INFO,
+                                         elem_id="reduction")
                 with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
                     repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
                     push_note = gr.Markdown("", elem_classes="small-note")
             with gr.Column(scale=3, elem_classes="train-view"):
-                status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
-                notice = gr.Markdown("", elem_id="notice")
-                curves_plot = gr.Plot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
-                with gr.Row():
-                    classes_plot = gr.Plot(label="Classes in use s(i)", show_label=False, elem_id="classes-plot")
-                    cosine_plot = gr.Plot(label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
-                with gr.Group():
-                    embedding_plot = gr.Plot(label="Embedding snapshot", show_label=False, elem_id="embedding-plot")
-                    with gr.Row():
-                        color_by = gr.Radio([("age", "age"), ("class", "class")], value="age", label="Colour by",
-                                            scale=1)
-                        follow = gr.Checkbox(True, label="Follow the latest snapshot", scale=1)
-                        snapshot_step = gr.Slider(0, 1, value=1, step=1, label="Scrub snapshots (step)", scale=3)
-                    snapshot_caption = gr.Markdown("No snapshot yet.", elem_id="snapshot-caption",
-                                                   elem_classes="small-note", padding=True)
+                views = train_views.build(runs, figures, state, visitor, timer)
 
+    notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
-                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype]
-    timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
-               [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step],
-               api_name="poll", show_progress="hidden", concurrency_limit=None)
+                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
     dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
                    show_progress="hidden")
+    dataset.input(suggest_settings, [dataset], [batch_size, memvir_n, memvir_m, warmup, notice],
+                  api_name="suggest_settings", show_progress="hidden")
     start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
     pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")
     resume_button.click(bind(resume, runs), [state, visitor], [notice], api_name="resume")
+    # Resumed, the picture follows the run again (a scrub while paused had unticked it).
+    resume_button.click(None, None, [views.follow], js="() => true")
+    # The baseline's trainer takes seconds to build: say so at once, in the browser.
+    baseline_button.click(None, None, [notice], js=f"() => {json.dumps(explain.BASELINE_STARTING)}")
     baseline_button.click(bind(compare, runs), [state, visitor], [notice], api_name="compare_baseline")
     reset_button.click(bind(reset, runs), [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
                                                               epochs, lr, seed, schedule, val_classes, store_dtype],
                        api_name="reset")
+    # The reduction, added after Reset's API answer was fixed (RESET_SETTINGS), is put back in the browser.
+    reset_button.click(None, None, [reduction], js=f"() => {json.dumps(DEFAULTS['memvir_reduction'])}")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
         slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [notice],
                        api_name=name, show_progress="hidden")
     push_button.click(bind(push_to_hub, runs), [state, repo_id, visitor], [push_note], api_name="push_to_hub")
-    snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
-                          [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
-                          show_progress="hidden")
-    color_by.change(bind(recolor, runs), [state, follow, color_by], [embedding_plot, snapshot_caption],
-                    api_name="color_snapshot", show_progress="hidden")
-    follow.input(bind(recolor, runs), [state, follow, color_by], [embedding_plot, snapshot_caption],
-                 api_name="follow_snapshots", show_progress="hidden")
     return TrainTab(state, push_button, push_note)

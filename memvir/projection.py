@@ -10,7 +10,15 @@ Two methods:
   previous projection as ``reference``, the new points are turned onto it by an orthogonal Procrustes fit on the
   probe points (the same images every snapshot), so the picture does not spin or flip while scrubbing.
 - UMAP (``umap-learn``, cosine metric), which takes seconds and compiles with numba on first use, so the app runs
-  it in ``UmapWorker``'s background thread and never in its own.
+  it in the background (``UmapWorker``'s thread, or another process through ``umap_layout``) and never in its own.
+
+The few-class view (``focus_points``, ``project_focus``) takes only the snapshot's focus classes: the current
+embeddings of their clean training images, their live class weights, and each virtual set's stored weights and
+embeddings of those classes. A few hundred points: cheap enough for UMAP at every snapshot, and few enough classes
+that each virtual set shows beside its live class (the paper's Fig. 7; docs/method.md, "What the app shows"). Its PCA
+axes are those of the focus embeddings alone, the directions in which the classes' images spread most (with the
+weights in the fit, the first axis would only tell weights from images); it is aligned on the focus embeddings, the
+same images every snapshot.
 
 This module is library code: no gradio, no plotly; ``umap`` is imported only where UMAP runs.
 """
@@ -62,34 +70,42 @@ def subsample_keeping_ages(ages: np.ndarray, max_points: int, seed: int) -> np.n
     return np.sort(priority[: max(max_points, len(first_of_each_age))])
 
 
-def pca_2d(points: torch.Tensor) -> np.ndarray:
-    """Exact 2-D PCA of [n, D] points. Each component's sign is fixed by making its largest-magnitude loading
-    positive, so nearly equal inputs give nearly equal pictures, not mirrored ones."""
+def pca_2d(points: torch.Tensor, fit_rows: int | None = None) -> np.ndarray:
+    """Exact 2-D PCA of [n, D] points: the axes are those of the first ``fit_rows`` rows (all by default), and every
+    row is placed on them. Each component's sign is fixed by making its largest-magnitude loading positive, so nearly
+    equal inputs give nearly equal pictures, not mirrored ones."""
     points = points.double()
-    centred = points - points.mean(dim=0, keepdim=True)
+    fit = points[:fit_rows] if fit_rows is not None else points
+    mean = fit.mean(dim=0, keepdim=True)
+    centred_fit = fit - mean
     # The principal axes are the top eigenvectors of the D x D scatter matrix. In float64 this is as exact as a
     # thin SVD of the n x D data for two components, and several times faster for thousands of points.
-    _, eigenvectors = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+    _, eigenvectors = torch.linalg.eigh(centred_fit.T @ centred_fit)  # ascending eigenvalues
     components = eigenvectors[:, -2:].flip(1).T  # [<=2, D], largest variance first
     largest = components.abs().argmax(dim=1)
     signs = torch.sign(components[torch.arange(len(components)), largest])
-    coordinates = centred @ (components * signs[:, None]).T
+    coordinates = (points - mean) @ (components * signs[:, None]).T
     if coordinates.shape[1] < 2:  # 1-D embeddings have a single direction: the second axis is all zeros
         coordinates = torch.nn.functional.pad(coordinates, (0, 2 - coordinates.shape[1]))
     return coordinates.numpy()
 
 
-def umap_2d(points: torch.Tensor, seed: int) -> np.ndarray:
-    """UMAP of [n, D] points to 2-D with the cosine metric. Seconds of work (plus a numba compile the first time in
-    a process): call it from a background thread, as ``UmapWorker`` does."""
+def umap_layout(points: np.ndarray, seed: int, init: np.ndarray | None = None) -> np.ndarray:
+    """UMAP of [n, D] points (numpy) to 2-D with the cosine metric, from ``init`` ([n, 2] starting positions, e.g.
+    the previous snapshot's) when given. Seconds of work for thousands of points (plus a numba compile the first time
+    in a process): call it in the background, as ``UmapWorker`` and the app's UMAP process do."""
     import umap  # imported here: 2-15 s, and only the background worker needs it
 
     count = points.shape[0]
     if count < 4:
         raise ValueError(f"UMAP needs at least 4 points to lay out; this snapshot has {count}. Use method='pca'.")
+    if init is not None and init.shape != (count, 2):
+        raise ValueError(f"init must hold one 2-D position per point, shape ({count}, 2); got {init.shape}")
     # A seed makes UMAP single-threaded anyway; saying n_jobs=1 keeps it from warning about it on every fit.
-    reducer = umap.UMAP(n_components=2, random_state=seed, metric="cosine", n_neighbors=min(15, count - 1), n_jobs=1)
-    return np.asarray(reducer.fit_transform(points.double().numpy()), dtype=np.float64)
+    reducer = umap.UMAP(n_components=2, random_state=seed, metric="cosine", n_neighbors=min(15, count - 1), n_jobs=1,
+                        init="spectral" if init is None else init)
+    return np.asarray(reducer.fit_transform(np.asarray(points, dtype=np.float64)), dtype=np.float64)
+
 
 
 def procrustes_align(xy: np.ndarray, source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -128,12 +144,15 @@ def _probes_correspond(reference: ProjectedSnapshot, probe_labels: np.ndarray) -
 
 
 def project_snapshot(snapshot: SnapshotEvent, method: str = "pca", max_points: int = 3000, seed: int = 0,
-                     reference: ProjectedSnapshot | None = None) -> ProjectedSnapshot:
+                     reference: ProjectedSnapshot | None = None,
+                     layout: Callable[[np.ndarray, int, np.ndarray | None], np.ndarray] | None = None,
+                     ) -> ProjectedSnapshot:
     """Project a snapshot's rows, class weights and probe set jointly to 2-D.
 
     Rows are subsampled (seeded, every age kept) to ``max_points``; class weights too when there are more than
     ``max_points``; the probe set is kept whole. With ``reference`` (the previous projection, same method) the
     result is aligned to it on the probe points; a reference whose probe set differs (another run) is ignored.
+    ``layout(points, seed, init)`` replaces ``umap_layout`` for method "umap" (the app runs it in another process).
     """
     if method not in METHODS:
         raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
@@ -151,7 +170,7 @@ def project_snapshot(snapshot: SnapshotEvent, method: str = "pca", max_points: i
     parts = [snapshot.embeddings[torch.from_numpy(rows)], snapshot.class_weights[torch.from_numpy(weight_rows)],
              snapshot.probe_embeddings]
     points = torch.cat([normalize(part.double(), dim=1) for part in parts])
-    xy = pca_2d(points) if method == "pca" else umap_2d(points, seed)
+    xy = pca_2d(points) if method == "pca" else (layout or umap_layout)(points.numpy(), seed, None)
 
     row_end, weight_end = len(rows), len(rows) + len(weight_rows)
     if reference is not None and reference.method == method and _probes_correspond(reference, probe_labels):
@@ -163,6 +182,120 @@ def project_snapshot(snapshot: SnapshotEvent, method: str = "pca", max_points: i
         weight_ages=weight_ages[weight_rows],
         probe_xy=xy[weight_end:], probe_labels=probe_labels,
     )
+
+
+# ------------------------------------------------------------------------------------------------ the few-class view
+@dataclass(frozen=True)
+class FocusPoints:
+    """The few-class view's points of one snapshot as unit rows of one array, in three runs: the current embeddings of
+    the focus classes' clean training images (``embedding_count`` rows), their class weights (``weight_count`` rows:
+    age 0 the live weight, age j the weight stored j(M+1) steps ago), then the stored embeddings of those classes in
+    the virtual sets (age j >= 1). Numpy only, so that another process can lay them out."""
+
+    step: int
+    margin: int
+    classes: np.ndarray  # [f] the focus classes, in the snapshot's order
+    points: np.ndarray  # [n, D] float64, unit rows
+    labels: np.ndarray  # [n] class of each point
+    ages: np.ndarray  # [n] 0 = now, j = virtual set j
+    embedding_count: int
+    weight_count: int
+
+
+@dataclass(frozen=True)
+class FocusProjection:
+    """2-D coordinates of a snapshot's few-class view, on shared axes."""
+
+    step: int
+    margin: int  # M, so that age j can be shown as "j(M+1) steps ago"
+    method: str  # "pca" | "umap"
+    classes: np.ndarray  # [f]
+    embedding_xy: np.ndarray  # [q, 2] current embeddings of the focus classes' training images (same images each time)
+    embedding_labels: np.ndarray  # [q]
+    weight_xy: np.ndarray  # [w, 2] their class weights: live (age 0) and virtual (age j)
+    weight_labels: np.ndarray  # [w]
+    weight_ages: np.ndarray  # [w]
+    memory_xy: np.ndarray  # [m, 2] their embeddings stored in the virtual sets (age j >= 1)
+    memory_labels: np.ndarray  # [m]
+    memory_ages: np.ndarray  # [m]
+
+
+def focus_points(snapshot: SnapshotEvent) -> FocusPoints:
+    """The few-class view's points of ``snapshot``: its focus embeddings, and the rows of its class weights and of its
+    stored embeddings (age >= 1; the live batch is left out, the focus embeddings show the classes now) whose label is
+    a focus class. ValueError when the snapshot has no focus classes or no focus embeddings."""
+    _check_snapshot(snapshot)
+    classes = snapshot.focus_classes.numpy()
+    if len(classes) == 0 or snapshot.focus_embeddings.shape[0] == 0:
+        raise ValueError("the snapshot has no few-class view (no focus classes, or none of their images)")
+    if snapshot.focus_labels.shape[0] != snapshot.focus_embeddings.shape[0]:
+        raise ValueError(f"snapshot.focus_labels has {snapshot.focus_labels.shape[0]} entries but "
+                         f"snapshot.focus_embeddings has {snapshot.focus_embeddings.shape[0]} rows; they must match")
+    if snapshot.focus_embeddings.shape[1] != snapshot.class_weights.shape[1]:
+        raise ValueError(f"snapshot focus embeddings have dimension {snapshot.focus_embeddings.shape[1]}, the class "
+                         f"weights {snapshot.class_weights.shape[1]}; they must share one")
+    weight_rows = np.flatnonzero(np.isin(snapshot.class_weight_labels.numpy(), classes))
+    memory_rows = np.flatnonzero(np.isin(snapshot.labels.numpy(), classes) & (snapshot.ages.numpy() >= 1))
+    normalize = torch.nn.functional.normalize
+    parts = [snapshot.focus_embeddings, snapshot.class_weights[torch.from_numpy(weight_rows)],
+             snapshot.embeddings[torch.from_numpy(memory_rows)]]
+    points = torch.cat([normalize(part.double(), dim=1) for part in parts]).numpy()
+    focus_labels = snapshot.focus_labels.numpy()
+    return FocusPoints(
+        step=snapshot.step, margin=snapshot.margin, classes=classes, points=points,
+        labels=np.concatenate([focus_labels, snapshot.class_weight_labels.numpy()[weight_rows],
+                               snapshot.labels.numpy()[memory_rows]]),
+        ages=np.concatenate([np.zeros(len(focus_labels), dtype=np.int64),
+                             snapshot.class_weight_ages.numpy()[weight_rows], snapshot.ages.numpy()[memory_rows]]),
+        embedding_count=len(focus_labels), weight_count=len(weight_rows),
+    )
+
+
+def _embeddings_correspond(reference: FocusProjection, points: FocusPoints) -> bool:
+    """Alignment needs the same images in the same order: the same focus classes give them (the trainer embeds a
+    class's training images in dataset order), and equal labels in order is the check we can make."""
+    labels = points.labels[:points.embedding_count]
+    return len(reference.embedding_labels) == len(labels) >= 2 and np.array_equal(reference.embedding_labels, labels)
+
+
+def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
+                 reference: FocusProjection | None = None) -> FocusProjection:
+    """The projection of ``points`` laid out at ``xy`` ([n, 2]), turned onto ``reference`` (the previous projection,
+    same method) by an orthogonal Procrustes fit on the focus embeddings when they are the same images."""
+    if method not in METHODS:
+        raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
+    if xy.shape != (len(points.points), 2):
+        raise ValueError(f"the layout must hold one 2-D position per point, shape ({len(points.points)}, 2); "
+                         f"got {xy.shape}")
+    end_embeddings = points.embedding_count
+    end_weights = end_embeddings + points.weight_count
+    if reference is not None and reference.method == method and _embeddings_correspond(reference, points):
+        xy = procrustes_align(xy, xy[:end_embeddings], reference.embedding_xy)
+    return FocusProjection(
+        step=points.step, margin=points.margin, method=method, classes=points.classes,
+        embedding_xy=xy[:end_embeddings], embedding_labels=points.labels[:end_embeddings],
+        weight_xy=xy[end_embeddings:end_weights], weight_labels=points.labels[end_embeddings:end_weights],
+        weight_ages=points.ages[end_embeddings:end_weights],
+        memory_xy=xy[end_weights:], memory_labels=points.labels[end_weights:], memory_ages=points.ages[end_weights:],
+    )
+
+
+def project_focus(points: FocusPoints, method: str = "pca", reference: FocusProjection | None = None,
+                  seed: int = 0,
+                  layout: Callable[[np.ndarray, int, np.ndarray | None], np.ndarray] | None = None) -> FocusProjection:
+    """The few-class view in 2-D: PCA on the axes of the focus embeddings (milliseconds), or UMAP of all the points
+    started from that PCA picture; aligned to ``reference`` either way. From UMAP's own start (a spectral layout)
+    the weights, which sit apart from the images, took the picture and packed every class's images into one corner;
+    from the PCA picture each class starts where its images spread, as in the PCA view.
+    ``layout(points, seed, init)`` replaces ``umap_layout`` (the app runs it in another process)."""
+    pca = pca_2d(torch.from_numpy(points.points), fit_rows=points.embedding_count)
+    if method == "pca":
+        xy = pca
+    elif method == "umap":
+        xy = (layout or umap_layout)(points.points, seed, pca)
+    else:
+        raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
+    return layout_focus(points, xy, method, reference)
 
 
 class UmapWorker:

@@ -307,13 +307,14 @@ API = {
     "/load": ["visitor"], "/poll": ["color_by", "follow", "visitor"], "/dataset_choice": ["dataset"],
     "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
                "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
-               "val_classes", "memvir_store_dtype", "visitor"],
+               "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "visitor"],
     "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
     "/reset": ["visitor"], "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_warmup": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
-    "/show_snapshot": ["step", "color_by"], "/color_snapshot": ["follow", "color_by"],
-    "/follow_snapshots": ["follow", "color_by"], "/list_checkpoints": [],
+    "/show_snapshot": ["step", "color_by"], "/color_snapshot": ["follow", "color_by", "step"],
+    "/follow_snapshots": ["follow", "color_by", "step"], "/list_checkpoints": [],
+    "/poll_views": ["visitor"], "/suggest_settings": ["dataset"], "/show_classes": ["focus_classes", "visitor"],
     "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
     "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files"],
     "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files"],
@@ -333,10 +334,11 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
                 for name, endpoint in endpoints.items()} == API
         # Gradio passes gr.Request and gr.SelectData by their annotations, and silently passes nothing when they
         # cannot be resolved: every handler's must
-        hints = {block_fn.api_name: typing.get_type_hints(block_fn.fn) for block_fn in app.blocks.fns.values()}
+        hints = {block_fn.api_name: typing.get_type_hints(block_fn.fn) for block_fn in app.blocks.fns.values()
+                 if block_fn.fn is not None}  # events that run only in the browser have no handler
         assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
-            "update_warmup", "push_to_hub"}
+            "update_warmup", "push_to_hub", "poll_views", "show_classes"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
     finally:
         app.close()

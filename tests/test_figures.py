@@ -9,6 +9,7 @@ from demo.figures import (
     MAX_PLOTTED_POINTS,
     age_label,
     class_count_figure,
+    control_lanes,
     curves_figure,
     embedding_figure,
     empty_figure,
@@ -123,6 +124,17 @@ def test_control_events_are_small_annotations_at_their_step():
     assert len(note.text) == 32 and note.text.endswith("…") and note.hovertext == long_message
 
 
+def test_live_change_notes_close_together_stack_instead_of_printing_over_each_other():
+    # 22% of the span (x up to 1,000) is 220 steps: notes closer than that take the next row, up to four rows
+    assert control_lanes([100, 150, 200, 400, 420, 900], 1000) == [0, 1, 2, 0, 1, 0]
+    assert control_lanes([10, 11, 12, 13, 14, 15], 1000) == [0, 1, 2, 3, 0, 1]  # past four rows: cycle
+    records = RUN[:4] + [{"type": "control", "step": 35, "message": "memvir_n 2 -> 3: applied at step 36"},
+                         {"type": "control", "step": 38, "message": "memvir_m 50 -> 10: applied at step 39"}]
+    notes = [note for note in curves_figure(records).layout.annotations if note.name == "control"]
+    assert [(note.text, note.ay) for note in notes] == [("memvir_n 2 -> 3", -22), ("memvir_m 50 -> 10", -36)]
+    assert notes[1].hovertext == "memvir_m 50 -> 10: applied at step 39"
+
+
 def test_baseline_is_overlaid_in_grey_only_when_given():
     names = [data.name for data in curves_figure(RUN).data]
     assert not [name for name in names if "baseline" in name]
@@ -219,7 +231,7 @@ def luminance(rgb):
 def test_embedding_by_age_has_one_trace_per_age_dark_to_light():
     projected = projected_snapshot()
     fig = embedding_figure(projected)
-    names = ["current", "-1(M+1)=-11 steps", "-2(M+1)=-22 steps"]
+    names = ["embeddings now", "embeddings from 11 steps ago", "embeddings from 22 steps ago"]
     for age, name in enumerate(names):
         rows = projected.ages == age
         data = trace(fig, name)
@@ -241,7 +253,8 @@ def test_embedding_class_weights_real_outlined_virtual_fading_and_probe_crosses(
     assert real.marker.symbol == virtual.marker.symbol == "diamond"
     assert len(real.x) == 3 and real.marker.line.width > 0
     assert len(virtual.x) == 6 and virtual.marker.size < real.marker.size
-    np.testing.assert_array_equal(virtual.customdata[:, 1], ["-1(M+1)=-11 steps"] * 3 + ["-2(M+1)=-22 steps"] * 3)
+    np.testing.assert_array_equal(virtual.customdata[:, 1], ["class weight from 11 steps ago"] * 3
+                                  + ["class weight from 22 steps ago"] * 3)
     opacity = np.asarray(virtual.marker.opacity)
     assert opacity[0] == opacity[2] > opacity[3] == opacity[5]
     probe = trace(fig, "probe (test classes)")
@@ -269,10 +282,11 @@ def test_many_ages_move_the_legend_to_the_side():
     assert embedding_figure(projected_snapshot()).layout.legend.orientation == "h"
 
 
-def test_age_labels_follow_the_paper():
-    assert age_label(0, 10) == "current"
-    assert age_label(1, 10) == "-1(M+1)=-11 steps"
-    assert age_label(3, 100) == "-3(M+1)=-303 steps"
+def test_age_labels_say_how_many_steps_ago_in_plain_words():
+    assert age_label(0, 10) == "embeddings now"
+    assert age_label(1, 10) == "embeddings from 11 steps ago"  # virtual set j holds step t - j(M+1)
+    assert age_label(3, 100) == "embeddings from 303 steps ago"
+    assert age_label(2, 1000, "class weights") == "class weights from 2,002 steps ago"
 
 
 def test_no_snapshot_gives_a_friendly_message():

@@ -43,12 +43,18 @@ def _serve(app):
 
 
 @pytest.fixture(scope="session")
-def app_url(tmp_path_factory):
+def app_root(tmp_path_factory):
+    """The app's folder: its runs are under data/runs."""
+    return tmp_path_factory.mktemp("browser-app")
+
+
+@pytest.fixture(scope="session")
+def app_url(app_root):
     from demo.settings import AppSettings
     from demo.ui import build_app
     from memvir.train import TrainConfig, Trainer
 
-    root = tmp_path_factory.mktemp("browser-app")
+    root = app_root
     Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,
                         embedding_dim=32), root / "checkpoints" / "glyphs-mini-tiny").run()
     settings = AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False)

@@ -1,0 +1,57 @@
+"""The Train tab's words: what the picture and the curves show, what N, M and the warm-up do, with values that suit
+each embedded dataset. Kept true to docs/method.md (its sections are named where a sentence rests on one).
+"""
+
+from __future__ import annotations
+
+# docs/method.md, "The idea" and "Algorithm"
+MEMVIR_NOTE = ("**MemVir** stores every step's embeddings and class weights. After the warm-up, the step j(M+1) back "
+               "returns as *virtual set j*: C more classes, copies that count as classes of their own, which the live "
+               "embeddings must be told apart from. One more set arrives every M+1 steps, up to N. Changes apply to a "
+               "running run at its next step: release the slider, or type a number and press Enter.")
+
+N_INFO = ("Past steps used as virtual classes, C classes each (0 = the baseline). A larger N makes the task harder. "
+          "Suggested: 2 on glyphs, 3 on glyphs-mini; the paper uses 20 to 45, over far longer runs.")
+M_INFO = ("Steps between the past steps used: set j is the step j(M+1) back, and each set arrives M+1 steps after "
+          "the one before. A smaller M makes the task harder. Suggested: 50 on glyphs, 10 on glyphs-mini.")
+WARMUP_INFO = ("Epochs of plain training first: nothing is stored, and the first virtual set arrives M+1 steps "
+               "after it ends. Suggested: 2 on glyphs, 1 on glyphs-mini (the paper: 40).")
+
+# docs/method.md, "Reduction"
+REDUCTION_CHOICES = [("official: the mean over all rows (the reference code)", "official"),
+                     ("balanced: each set averaged on its own, the means summed", "balanced")]
+REDUCTION_INFO = ("How the loss averages over the live batch and the virtual sets. Official: with k sets in use the "
+                  "live batch has 1/(k+1) of the gradient, which acts much like a lower learning rate. Balanced: "
+                  "the live rows weigh what they weigh without MemVir, and each set adds its own term.")
+
+FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read best; empty: 8 drawn with the "
+              "run's seed). Press Enter to apply them to the running run from its next snapshot; at Start they "
+              "apply from the first.")
+
+# docs/method.md, "What the app shows"
+SNAPSHOT_HELP = """**What you are seeing.** A few training classes (the caption names them; pick others below), each \
+in its own colour, the same in every snapshot.
+
+- **Dots**: the network's embeddings of the class's training images now.
+- **Outlined diamonds**: the class weights now, which the loss compares embeddings with.
+- **Pale diamonds** and **rings**: the class weights and embeddings of these classes stored j(M+1) steps ago, \
+*virtual classes* that count as classes of their own; paler is older. A faint line joins each stored weight to its \
+class's weight now: its length is how far that virtual class has moved away.
+
+Right after a set arrives its copies sit on the real classes; as training moves the network on, they drift (the \
+cosines are in the curves above). In a run of minutes they stay close; the paper's Fig. 7 shows a model trained far \
+longer, real and virtual classes all told apart. **All classes** draws every class at once, where this detail \
+drowns in the crowd."""
+
+SPREAD_HELP = """**The drift, as numbers.** Left: for each virtual set in use, the mean cosine between a class's \
+stored weight and its weight now (solid; 1 is an exact copy), and between stored embeddings and their class's weight \
+now (dotted), beside the live embeddings' own (black). The lower a set's lines, the more its virtual classes differ \
+from the real ones. Right: the mean cosine between two real class weights (near 0: spread over the sphere; towards 1: \
+crowded) and their uniformity (lower: more evenly spread); **Compare with baseline** adds the same run without \
+MemVir, in grey."""
+
+BASELINE_BESIDE = ("Baseline (N = 0) started: it trains beside this run and appears in grey on the curves. The two "
+                   "runs share the machine, so each trains at about half its speed until the baseline ends.")
+BASELINE_ALONE = ("Baseline (N = 0) started: it trains now, on its own, and appears in grey on the curves; the "
+                  "results table follows when it ends.")
+BASELINE_STARTING = "Starting the baseline (N = 0): loading its data and model…"

@@ -1,0 +1,87 @@
+"""The Train tab's new views in a real headless chromium: a short glyphs-mini run whose few-class snapshot holds
+virtual sets of two ages and whose spread curves fill in, and a run finished beside its baseline whose results table
+holds both runs' final metrics as their metrics.jsonl files have them. Read from the page's plotly figures and
+table; waits are Playwright's, bounded; nothing asserts speed."""
+
+import json
+import re
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 240_000
+
+
+def _start_glyphs_mini(page, epochs: int) -> str:
+    """glyphs-mini with the settings the page suggests for it (N = 3, M = 10, warm-up 1 epoch); the run's id."""
+    page.get_by_label("Dataset").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
+                           timeout=WAIT_MS)
+    page.get_by_label("Epochs", exact=True).fill(str(epochs))
+    page.locator("#start").click()
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Started run')",
+                           timeout=WAIT_MS)
+    return re.search(r"Started run `?([\w-]+)`?", page.locator("#notice").inner_text()).group(1)
+
+
+def _traces(page, plot_id: str) -> list[dict]:
+    """The plotly figure's traces in #plot_id as plotly drew them (numeric arrays decoded): name, meta and the
+    number of points."""
+    return page.evaluate(
+        """(plotId) => {
+            const chart = document.querySelector(`#${plotId} .js-plotly-plot`);
+            if (!chart || !chart._fullData) return [];
+            return chart._fullData.map(t => ({name: t.name || null, meta: t.meta || null,
+                                         points: t.x ? Array.from(t.x).filter(v => v !== null).length : 0}));
+        }""", plot_id)
+
+
+def test_a_short_run_shows_virtual_sets_of_two_ages_and_spread_curves(page, screenshot):
+    _start_glyphs_mini(page, epochs=6)  # 54 steps: sets arrive at 20, 31 and 42
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
+                           timeout=WAIT_MS)
+    page.wait_for_function("() => /step 50 · PCA/.test(document.querySelector('#snapshot-caption').innerText)",
+                           timeout=WAIT_MS)
+    points = _traces(page, "embedding-plot")
+    virtual_ages = {trace["meta"]["age"] for trace in points
+                    if trace["meta"] and trace["meta"]["age"] >= 1 and trace["points"] > 0}
+    assert len(virtual_ages) >= 2, points
+    assert any(trace["meta"] == {"kind": "weights", "age": 0} and trace["points"] == 8 for trace in points)
+    drift = [trace for trace in _traces(page, "drift-plot") if trace["points"] > 0]
+    assert {"from 11 steps ago", "from 22 steps ago", "now (the live batch)"} <= {trace["name"] for trace in drift}
+    spread = {trace["name"]: trace["points"] for trace in _traces(page, "spread-plot")}
+    assert spread["mean cos between two classes"] >= 4 and spread["uniformity (lower: more even)"] >= 4
+    screenshot("train-few-classes")
+
+
+def _final_metrics(folder) -> dict:
+    evals = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["type"] == "eval"]
+    return evals[-1]
+
+
+def test_the_results_table_holds_both_runs_final_metrics(page, app_root, screenshot):
+    run_id = _start_glyphs_mini(page, epochs=3)  # 27 steps: the first virtual set arrives at step 20
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
+                           timeout=WAIT_MS)
+    page.locator("#baseline").click()  # the run rests: the baseline trains alone
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('on its own')",
+                           timeout=WAIT_MS)
+    page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('Final results')",
+                           timeout=WAIT_MS)
+    runs = app_root / "data" / "runs"
+    baseline_folder = max((folder for folder in runs.iterdir() if "-baseline-" in folder.name
+                           and json.loads((folder / "train_config.json").read_text())["epochs"] == 3),
+                          key=lambda folder: folder.stat().st_mtime)
+    run, baseline = _final_metrics(runs / run_id), _final_metrics(baseline_folder)
+    cells = page.evaluate("""() => Array.from(document.querySelectorAll('#results-table tbody tr'))
+                                  .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))""")
+    expected = []
+    for key, name in (("recall@1", "Recall@1"), ("r_precision", "R-Precision"), ("map@r", "MAP@R")):
+        mine, theirs = f"{100 * run[key]:.2f}", f"{100 * baseline[key]:.2f}"
+        points = round(float(mine) - float(theirs), 2)
+        expected.append([f"{name} (test)", mine, theirs, "0.00" if points == 0 else f"{points:+.2f}"])
+    assert cells == expected
+    screenshot("train-results-table")

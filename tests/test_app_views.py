@@ -1,0 +1,168 @@
+"""The Train tab's new views and controls, called as the page's events call them: the second poll (spread curves and
+results table, sent only when changed), the few-class classes chosen live and at Start, the reduction at Start, the
+baseline's notice, the few-class picture through the poll's colouring, and the page's words kept to the library."""
+
+import re
+import time
+
+import gradio as gr
+import pytest
+
+from demo import live_view, train_tab, train_views
+from demo.inputs import whole_numbers
+from demo.live_run import LiveRun
+from demo.runs import RunManager
+from demo.settings import AppSettings
+from demo.train_poll import PollState, recolor, show_snapshot
+from demo.train_views import ViewsSent, poll_views, show_classes
+from memvir.train import TrainConfig
+
+SKIP = gr.skip()
+
+
+def wait_for(condition, seconds=90.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+@pytest.fixture
+def runs(tmp_path):
+    manager = RunManager(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints",
+                                     umap=False))
+    yield manager
+    manager.close()
+
+
+def quick(**overrides) -> TrainConfig:
+    """glyphs-mini: 9 steps of 32 an epoch; a virtual set from step 4 (warm-up 0.2 epochs = 2 steps, M = 1)."""
+    values = dict(dataset="glyphs-mini", batch_size=32, epochs=1, eval_at_start=False, snapshot_every=3, log_every=1,
+                  memvir_n=2, memvir_m=1, warmup_epochs=0.2)
+    return TrainConfig(**{**values, **overrides})
+
+
+class StandInFigures:
+    def __init__(self):
+        self.key = ("r1", 1)
+
+    def spread(self, run):
+        return self.key, (f"drift {self.key}", f"spread {self.key}")
+
+
+class StandInRuns:
+    def __init__(self, run=None):
+        self.run = run
+
+    def attach(self, visitor, viewed_id=None, after=None):
+        return self.run
+
+
+# ---------------------------------------------------------------------------------------------- the second poll
+def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_change(tmp_path):
+    runs, figures = StandInRuns(), StandInFigures()
+    sent, drift, spread, results = poll_views(runs, figures, PollState(), None, visitor="bob")
+    assert sent == ViewsSent(None, "") and results == ""
+    assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
+    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
+
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    runs.run = run
+    sent, drift, spread, results = poll_views(runs, figures, PollState(), sent, visitor="bob")
+    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), ""), "drift ('r1', 1)", "spread ('r1', 1)", SKIP)
+    figures.key = ("r1", 2)
+    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
+
+
+def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finished(runs):
+    run = runs.start(quick(epochs=2), "alice")
+    baseline = runs.compare_with_baseline(run.id, "alice")
+    run.join(90)
+    baseline.join(90)
+    from demo.live_view import FigureBuilder
+
+    figures = FigureBuilder()
+    try:
+        _, drift, spread, results = poll_views(runs, figures, PollState(run_id=run.id), None, visitor="alice")
+    finally:
+        figures.close()
+    final = [record for record in run.records if record["type"] == "eval"][-1]
+    assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in results
+    assert "baseline (N = 0)" in results
+    assert [trace.name for trace in spread.data if "baseline" in (trace.name or "")] == [
+        "baseline mean cos", "baseline uniformity"]
+    assert any(trace.name == "from 2 steps ago" for trace in drift.data)  # M = 1: set 1 is 2 steps old
+
+
+# ---------------------------------------------------------------------------------------------- controls
+def test_the_classes_shown_are_typed_as_distinct_whole_numbers():
+    assert whole_numbers(" 3, 17 40 ", "classes", 20) == [3, 17, 40]
+    assert whole_numbers("", "classes", 20) == []
+    with pytest.raises(ValueError, match="classes: each may appear once, got 3, 3"):
+        whole_numbers("3, 3", "classes", 20)
+    with pytest.raises(ValueError, match="classes must be a whole number of at least 0, got 2.5"):
+        whole_numbers("2.5", "classes", 20)
+    with pytest.raises(ValueError, match="classes: at most 2, got 3"):
+        whole_numbers("1 2 3", "classes", 2)
+
+
+def test_start_passes_the_reduction_and_the_classes_shown(runs):
+    settings = ("glyphs-mini", "convnet", "norm-softmax", 32, 1, 1e-3, 0, 2, 1, 0.2, 3, 1)
+    state, notice = train_tab.start(runs, *settings, memvir_reduction="balanced", focus_classes="4, 9, 1",
+                                    visitor="alice")
+    run = runs.get(state.run_id)
+    assert (run.config.memvir_reduction, run.config.focus_classes) == ("balanced", [4, 9, 1])
+    run.join(90)
+    assert run.focus.view(None).projection.classes.tolist() == [4, 9, 1]
+    with pytest.warns(UserWarning, match="the MemVir loss reduction is one of official, balanced, got mean"):
+        assert train_tab.start(runs, *settings, memvir_reduction="mean", visitor="alice")[1].startswith("⚠️")
+
+
+def test_classes_chosen_live_reach_the_next_snapshots_and_only_the_owner_may_choose(runs):
+    run = runs.start(quick(epochs=300), "alice")
+    state = PollState(run_id=run.id)
+    wait_for(lambda: run.focus.steps())
+    assert show_classes(runs, state, "0, 5, 7", visitor="alice") == (
+        "Asked for classes 0, 5, 7: the next snapshot draws them.")
+    wait_for(lambda: run.focus.view(None).projection.classes.tolist() == [0, 5, 7])
+    with pytest.warns(UserWarning, match="this run was started by another visitor"):
+        show_classes(runs, state, "1, 2", visitor="bob")
+    with pytest.warns(UserWarning, match=re.escape("focus_classes [99] are not training classes of glyphs-mini")):
+        show_classes(runs, state, "99", visitor="alice")
+    runs.stop(run.id, "alice")
+    run.join(90)
+    assert show_classes(runs, state, "1", visitor="alice") == (
+        "These classes are drawn from the first snapshot of the next run you start.")
+
+
+def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolours(runs):
+    run = runs.start(quick(epochs=2), "alice")
+    run.join(90)
+    state = PollState(run_id=run.id)
+    figure, caption = recolor(runs, state, True, "few")
+    assert re.fullmatch(r"Snapshot 6 of 6 kept · step 18 · PCA · training classes( \d+,){7} \d+", caption)
+    kinds = {(trace.meta["kind"], trace.meta["age"]) for trace in figure.data if trace.meta}
+    assert {("weights", 0), ("weights", 1), ("weights", 2), ("embeddings", 0)} <= kinds
+    # scrubbed back: that snapshot, in whichever picture; the slider's value is the step shown
+    _, _, caption, follow = show_snapshot(runs, state, 7, "few")
+    assert caption.startswith("Snapshot 2 of 6 kept · step 6 · PCA") and follow is False
+    assert recolor(runs, PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
+    # UMAP asked for where the server runs none: said so
+    assert "UMAP is off on this server" in recolor(runs, state, True, "few-umap")[1]
+
+
+def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
+    run = runs.start(quick(epochs=300), "alice")
+    notice = train_tab.compare(runs, PollState(run_id=run.id), visitor="alice")
+    assert "trains beside this run" in notice and "about half its speed" in notice
+    runs.stop(run.id, "alice")
+    run.join(90)
+
+
+def test_the_pages_choices_are_the_librarys():
+    from memvir.config import REDUCTIONS
+
+    assert tuple(value for _, value in train_tab.REDUCTION_CHOICES) == REDUCTIONS
+    assert tuple(value for _, value in train_views.PICTURE_CHOICES) == live_view.PICTURES
