@@ -22,7 +22,9 @@ REDUCTION_CHOICES = [("official: the mean over all rows (the reference code)", "
                      ("balanced: each set averaged on its own, the means summed", "balanced")]
 REDUCTION_INFO = ("How the loss averages over the live batch and the virtual sets. Official: with k sets in use the "
                   "live batch has 1/(k+1) of the gradient, which acts much like a lower learning rate. Balanced: "
-                  "the live rows weigh what they weigh without MemVir, and each set adds its own term.")
+                  "the live rows weigh what they weigh without MemVir, and each set adds its own term. The page "
+                  "starts with balanced: on glyphs it was the better of the two on validation classes "
+                  "(docs/reproduction.md, sections 7 and 9).")
 
 FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read best; empty: 8 drawn with the "
               "run's seed). Press Enter to apply them to the running run from its next snapshot; at Start they "

@@ -3,8 +3,9 @@
 
 Handlers are module-level functions of the `RunManager` (bound in by `build`), so tests call them directly. They
 turn widget values into a `TrainConfig` and calls on the manager, nothing more: the training is the library's, the
-runs' bookkeeping demo/runs.py's. The page starts from the library's defaults (`TrainConfig()`), except where it
-names a reason below.
+runs' bookkeeping demo/runs.py's. The page starts from the library's defaults (`TrainConfig()`) with glyphs' preset
+(demo/presets.py: 12 epochs and the balanced reduction, chosen on validation classes), except where it names a reason
+below.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from demo.allowed_paths import dataset_folder
 from demo.handlers import bind, reporting, visitor_key
 from demo.inputs import positive_number, whole_number, whole_numbers
 from demo.live_view import FigureBuilder
-from demo.presets import suggest_settings
+from demo.presets import PAGE_DEFAULTS, suggest_settings
 from demo.runs import RunManager
 from demo.train_poll import PollState
 from demo.uploads import unpack_upload
@@ -43,7 +44,7 @@ SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (th
 # memvir.train's memory dtypes offered here: float16 halves MemVir's memory (demo/memory_budget.py offers it)
 STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
 REDUCTION_CHOICES = explain.REDUCTION_CHOICES  # memvir.train.REDUCTIONS, in words (tests/test_app_units.py checks)
-DEFAULTS = TrainConfig().to_dict()
+DEFAULTS = PAGE_DEFAULTS  # the library's settings with glyphs' preset (demo/presets.py)
 # Where the page departs from the library's defaults, and why. The embedding picture is watched as it moves: a
 # snapshot every 10 steps, more often than the library's default, which spares runs looked at afterwards the training
 # time a snapshot takes (the probe set embedded).
@@ -277,7 +278,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
     dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
                    show_progress="hidden")
-    dataset.input(suggest_settings, [dataset], [batch_size, memvir_n, memvir_m, warmup, notice],
+    dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, notice],
                   api_name="suggest_settings", show_progress="hidden")
     start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")

@@ -14,7 +14,7 @@ _EXPORTS = {
     "LOSSES": "memvir.losses",
     "retrieval_metrics": "memvir.metrics",
     "EmbeddingModel": "memvir.models",
-    "TrainConfig": "memvir.train",
+    "TrainConfig": "memvir.config",
     "Trainer": "memvir.train",
 }
 

@@ -232,51 +232,21 @@ def _check_new_run_folder(out: Path, overwrite: bool) -> None:
         )
 
 
-def _load_model_and_split(args, split: str):
-    from memvir.data import load_dataset
-    from memvir.hub import load_model
-
-    model = load_model(args.model)
-    config = model.config if isinstance(model.config, dict) else dict(model.config)
-    dataset = args.dataset or config.get("dataset")
-    if not dataset:
-        raise ValueError(f"{args.model} does not say which dataset it was trained on; pass --dataset")
-    data = load_dataset(dataset, data_root=args.data_root, image_size=config.get("image_size"))
-    return model, dataset, getattr(data, split)
-
-
-def _embed_split(model, split, batch_size: int):
-    import torch
-    from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
-
-    model.eval()
-    chunks, labels = [], []
-    with torch.no_grad():
-        for images, batch_labels in tqdm(DataLoader(split, batch_size=batch_size), desc="embedding", unit="batch"):
-            chunks.append(model(images))
-            labels.append(batch_labels)
-    return torch.cat(chunks), torch.cat(labels)
-
-
 def _eval(args) -> int:
-    from memvir.metrics import retrieval_metrics
+    from memvir import serving
 
-    model, dataset, split = _load_model_and_split(args, "test")
-    embeddings, labels = _embed_split(model, split, args.batch_size)
-    ks = (1, 10, 100, 1000) if dataset == "sop" else (1, 2, 4, 8)
-    metrics = retrieval_metrics(embeddings, labels, ks=tuple(k for k in ks if k < len(labels)))
-    print(json.dumps({"dataset": dataset, "items": len(labels), **metrics}))
+    model, dataset, split = serving.load_model_and_split(args.model, args.dataset, args.data_root, "test")
+    metrics = serving.evaluate(model, split, dataset, batch_size=args.batch_size, progress=True)
+    print(json.dumps({"dataset": dataset, "items": len(split), **metrics}))
     return 0
 
 
 def _index(args) -> int:
-    from memvir.index import GalleryIndex
+    from memvir import serving
 
-    model, dataset, split = _load_model_and_split(args, args.split)
-    embeddings, labels = _embed_split(model, split, args.batch_size)
-    items = [f"{dataset}/{args.split}/{i}" for i in range(len(labels))]
-    index = GalleryIndex.build(embeddings, labels=labels, items=items)
+    model, dataset, split = serving.load_model_and_split(args.model, args.dataset, args.data_root, args.split)
+    items = [f"{dataset}/{args.split}/{i}" for i in range(len(split))]
+    index = serving.build_index(model, split, items=items, batch_size=args.batch_size, progress=True)
     index.save(args.out)
     print(json.dumps({"index": str(args.out), "items": len(index), "dataset": dataset, "split": args.split}))
     return 0

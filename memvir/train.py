@@ -1,4 +1,4 @@
-"""TrainConfig and Trainer: the training loop, live control, events, checkpoints and resume.
+"""Trainer: the training loop, live control, events, checkpoints and resume (its settings: memvir/config.py).
 
 Read top to bottom: ``Trainer.run`` is the loop; ``_train_step`` is one MemVir step (embed, augment with past
 steps, loss, update). The Trainer knows nothing of a UI or a terminal: it emits events (memvir/events.py) to

@@ -9,8 +9,9 @@ import pytest
 
 from demo.figures import BASELINE_COLOR
 from demo.presets import PRESETS, suggest_settings
-from demo.results_table import EXPECTATIONS, difference, percent, results_markdown, results_rows
+from demo.results_table import difference, expectations, percent, results_markdown, results_rows
 from demo.spread_figures import class_spread_figure, drift_figure, virtual_ages
+from memvir.config import TrainConfig
 
 
 def step(step, k=0, **spread):
@@ -90,8 +91,9 @@ def test_rows_are_percentages_to_two_decimals_and_the_difference_of_the_shown_fi
                                                                        "MAP@R (test)"]
 
 
-def run(state, final):
-    return SimpleNamespace(lock=threading.Lock(), state=state, records=[{"type": "step", "step": 1}, final])
+def run(state, final, config=None):
+    return SimpleNamespace(lock=threading.Lock(), state=state, records=[{"type": "step", "step": 1}, final],
+                           config=config or TrainConfig(memvir_reduction="balanced", epochs=12))
 
 
 def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expectations():
@@ -103,7 +105,18 @@ def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expect
     assert lines[2:5] == ["| metric | this run | baseline (N = 0) | difference |", "|---|---:|---:|---:|",
                           "| Recall@1 (test) | 92.82 | 93.10 | -0.28 |"]
     assert len([line for line in lines if line.startswith("| ") and "(" in line]) == 7  # header + six rows
-    assert lines[-1] == EXPECTATIONS
+    assert lines[-1] == expectations(TrainConfig(memvir_reduction="balanced", epochs=12))
+
+
+def test_the_expectations_name_what_the_study_measured_for_such_a_run():
+    balanced = expectations(TrainConfig(memvir_reduction="balanced"))
+    assert "2.66 test MAP@R" in balanced and "Recall@1 level" in balanced and "section 9" in balanced
+    official = expectations(TrainConfig())
+    assert "1/(k+1)" in official and "0.92 Recall@1" in official and "sections 7 and 9" in official
+    for unmeasured in (TrainConfig(dataset="glyphs-mini"), TrainConfig(loss="proxy-anchor")):
+        text = expectations(unmeasured)
+        assert "not part of the study" in text and "MAP@R" not in text
+    assert all(text.endswith("changing the seed does.") for text in (balanced, official))
 
 
 # ---------------------------------------------------------------------------------------------- presets
@@ -111,20 +124,46 @@ def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expect
 def test_each_preset_reaches_its_virtual_sets_at_the_steps_its_note_names(dataset):
     """The note's arrival steps follow docs/method.md's s(i): the warm-up's steps, then one set every M+1 steps."""
     from memvir.data import load_dataset
-    from memvir.train import TrainConfig
 
     preset = PRESETS[dataset]
     steps_per_epoch = len(load_dataset(dataset).train) // preset.batch_size
     warmup = round(preset.warmup_epochs * steps_per_epoch)
     arrivals = [warmup + j * (preset.memvir_m + 1) for j in range(1, preset.memvir_n + 1)]
-    assert all(arrival <= TrainConfig().epochs * steps_per_epoch for arrival in arrivals)  # within a default run
+    assert all(arrival <= preset.epochs * steps_per_epoch for arrival in arrivals)  # within the preset's run
     named = ", ".join(f"{arrival}" for arrival in arrivals[:-1]) + f" and {arrivals[-1]}"
     assert f"At {steps_per_epoch} steps an epoch, the virtual sets arrive at steps {named}." in preset.note
-    assert suggest_settings(dataset) == (preset.batch_size, preset.memvir_n, preset.memvir_m, preset.warmup_epochs,
-                                         preset.note)
+    assert suggest_settings(dataset) == (preset.batch_size, preset.epochs, preset.memvir_n, preset.memvir_m,
+                                         preset.warmup_epochs, preset.memvir_reduction, preset.note)
 
 
 def test_a_folder_or_zip_keeps_the_settings_the_controls_hold():
     import gradio as gr
 
-    assert suggest_settings("folder") == (gr.skip(),) * 5
+    assert suggest_settings("folder") == (gr.skip(),) * 7
+
+
+def test_glyphs_preset_is_the_preset_study_s_best_validation_map_at_r():
+    """The page's default for glyphs is the configuration the preset study (docs/reproduction.md, section 9) measured
+    best on validation MAP@R, read from the stored results and their commands, never from test metrics."""
+    import json
+    import shlex
+    import statistics
+    from pathlib import Path
+
+    records = json.loads((Path(__file__).resolve().parents[1] / "docs/reproduction/results.json").read_text())
+    by_command = {}
+    for record in records:
+        if record["study"] == "preset":
+            by_command.setdefault(record["label"], []).append(record)
+    assert len(by_command) >= 2 and all(len(group) == 3 for group in by_command.values())
+    best = max(by_command.values(), key=lambda group: statistics.mean(r["val_map@r"] for r in group))
+    words = shlex.split(best[0]["command"])
+
+    def flag(name, default=None):
+        return words[words.index(name) + 1] if name in words else default
+
+    preset = PRESETS["glyphs"]
+    assert (int(flag("--memvir-n")), int(flag("--memvir-m")), float(flag("--warmup-epochs")), int(flag("--epochs")),
+            int(flag("--batch-size")), flag("--memvir-reduction", "official")) == (
+        preset.memvir_n, preset.memvir_m, preset.warmup_epochs, preset.epochs, preset.batch_size,
+        preset.memvir_reduction)

@@ -4,8 +4,8 @@ hand when the picture changes).
     .venv/bin/python tests/browser/take_screenshots.py [--out docs/screenshots]
 
 Serves the app on a free port (its own data folder, UMAP off: the default picture is PCA), starts the page's default
-run (glyphs, N = 2, M = 50, warm-up 2 epochs: 95 steps an epoch, so the warm-up ends at step 190 and the first
-virtual set arrives at step 241), and shoots the picture live at three moments: a snapshot before the warm-up ends,
+run (glyphs' preset, demo/presets.py: 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction; 95 steps an
+epoch, so the warm-up ends at step 190, the first virtual set arrives at step 241 and the run ends at step 1,140), and shoots the picture live at three moments: a snapshot before the warm-up ends,
 the first snapshot after the first virtual set arrives, and the last one. Each PNG is quantised to a palette so it
 stays small.
 """
@@ -21,7 +21,7 @@ sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # the app, and
 
 # (file name, the first snapshot step to shoot: at least `low`, below `high`)
 MOMENTS = (("few-classes-1-warm-up.png", 150, 190), ("few-classes-2-first-virtual-set.png", 250, 300),
-           ("few-classes-3-end.png", 760, 761))
+           ("few-classes-3-end.png", 1140, 1141))
 WAIT_MS = 1_800_000
 
 
