@@ -38,14 +38,15 @@ gallery-index: venv
 	$(PY) -m memvir.checkpoint_gallery checkpoints/*/
 
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
-# files in, then index their galleries.
+# files in, then index their galleries. The settings are the app's glyphs preset, chosen on validation classes
+# (docs/reproduction.md, section 9; demo/presets.py), and its baseline at the same seed and budget.
 BUNDLED := glyphs-norm-softmax-baseline glyphs-norm-softmax-memvir
 checkpoints: venv
 	rm -rf $(addprefix runs/,$(BUNDLED))
-	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 0 --memvir-m 10 --warmup-epochs 1 \
-	    --epochs 8 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-baseline
+	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 0 --memvir-m 50 --warmup-epochs 2 \
+	    --epochs 12 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-baseline
 	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 2 --memvir-m 50 --warmup-epochs 2 \
-	    --epochs 8 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-memvir
+	    --memvir-reduction balanced --epochs 12 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-memvir
 	for name in $(BUNDLED); do \
 	  cp runs/$$name/config.json runs/$$name/model.safetensors runs/$$name/README.md checkpoints/$$name/ || exit 1; \
 	done

@@ -34,10 +34,18 @@ def test_bundled_checkpoint_reproduces_its_card(name):
         assert metrics[key] == pytest.approx(card_metric(card, key), abs=1e-4), key
 
 
-def test_the_same_seed_and_budget_with_and_without_memvir():
+def test_the_same_seed_and_budget_with_and_without_memvir_at_the_app_s_defaults():
+    """Both checkpoints are the app's glyphs preset (demo/presets.py, chosen on validation classes): the MemVir one
+    with its N, M, warm-up and reduction, the baseline with N = 0, at the same seed, epochs and batch."""
+    from demo.presets import PRESETS
+
+    preset = PRESETS["glyphs"]
     cards = {name: (CHECKPOINTS / name / "README.md").read_text() for name in BUNDLED}
     commands = {name: re.search(r"python -m memvir train .*", card).group(0) for name, card in cards.items()}
     assert "--memvir-n 0" in commands["glyphs-norm-softmax-baseline"]
-    assert "--memvir-n 0" not in commands["glyphs-norm-softmax-memvir"]
+    memvir = commands["glyphs-norm-softmax-memvir"]
+    assert (f"--memvir-n {preset.memvir_n} --memvir-m {preset.memvir_m} --warmup-epochs {preset.warmup_epochs:g}"
+            in memvir and f"--memvir-reduction {preset.memvir_reduction}" in memvir)
     for name, command in commands.items():
-        assert "--seed 0" in command and "--epochs 8" in command and "--batch-size 128" in command, name
+        assert ("--seed 0" in command and f"--epochs {preset.epochs}" in command
+                and f"--batch-size {preset.batch_size}" in command), name
