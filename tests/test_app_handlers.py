@@ -218,8 +218,8 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
     assert reset_state.run_id is None and reset_state.after >= before
     library = TrainConfig()
-    assert values == [library.memvir_n, library.memvir_m, library.warmup_epochs, library.batch_size, library.epochs,
-                      library.lr, library.seed, library.memvir_schedule, library.val_classes,
+    # the library's defaults with glyphs' preset (demo/presets.py): N 2, M 50, warm-up 2, batch 128, 12 epochs
+    assert values == [2, 50, 2.0, 128, 12, library.lr, library.seed, library.memvir_schedule, library.val_classes,
                       library.memvir_store_dtype]
     run.join(60)
     assert run.state == "stopped"
