@@ -26,7 +26,7 @@ def import_handler_modules() -> None:
     # where matplotlib is installed (requirements-dev.txt has it): 1-2 s of a first request on 2 busy cores.
     if importlib.util.find_spec("matplotlib") is not None:
         importlib.import_module("matplotlib.pyplot")
-    from memvir.metrics import search_backend
+    from memvir.knn import search_backend
 
     search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
 

@@ -4,8 +4,8 @@ Three kinds of index, chosen at build time:
 
 - "exact" (the default): every similarity is computed. The vectors live L2-normalised in a faiss inner-product
   index (``IndexFlatIP``) or in a float32 array searched by the chunked torch search, whichever
-  ``memvir.metrics.search_backend`` finds faster on the machine (an array where faiss is not installed). Either
-  way the search is ``memvir.metrics``' own, so the app's results and the metrics agree.
+  ``memvir.knn.search_backend`` finds faster on the machine (an array where faiss is not installed). Either
+  way the search is ``memvir.knn``'s, the one the metrics use, so the app's results and the metrics agree.
 - "ivf" (faiss ``IndexIVFFlat``): the vectors are split into ``nlist`` cells by spherical k-means and a query scans
   only the ``nprobe`` cells nearest to it. For galleries that outgrow exact search (a million images); its recall
   against exact search is measured in docs/benchmarks.md.
@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from memvir.metrics import BACKENDS, flat_inner_product_index, l2_normalized, search_backend, search_unit_gallery
+from memvir.knn import BACKENDS, flat_inner_product_index, l2_normalized, search_backend, search_unit_gallery
 
 SIDECAR_FILE = "gallery.json"
 FAISS_VECTORS_FILE = "index.faiss"
@@ -105,7 +105,7 @@ class GalleryIndex:
 
         labels: optional [N] integers or strings. items: optional N strings (ids, file paths). kind: "exact",
         "ivf" or "hnsw" (see the module's notes). backend, for "exact": "auto" (the faster search on this machine,
-        see ``memvir.metrics.search_backend``), "faiss", or "torch" (a plain array searched by the torch search);
+        see ``memvir.knn.search_backend``), "faiss", or "torch" (a plain array searched by the torch search);
         the approximate kinds are faiss indexes and take "auto" or "faiss".
         options, for "ivf": nlist (cells; default 4 sqrt(N), at most N / 39) and nprobe (cells scanned per query;
         default nlist / 16). For "hnsw": m (links per vector, default 32), ef_construction (default 80) and

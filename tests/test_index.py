@@ -259,10 +259,10 @@ def test_loading_a_faiss_index_of_another_type_is_refused(gallery, tmp_path):
 @needs_faiss
 @pytest.mark.parametrize("measured", ["faiss", "torch"])
 def test_auto_builds_and_loads_the_exact_index_the_measurement_chose(gallery, tmp_path, monkeypatch, measured):
-    import memvir.metrics
+    import memvir.knn
 
     embeddings, labels, items, queries = gallery
-    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", measured)
+    monkeypatch.setattr(memvir.knn, "_measured_cpu_backend", measured)
     index = GalleryIndex.build(embeddings, labels=labels, items=items)
     assert index.uses_faiss == (measured == "faiss") and index.kind == "exact"
     assert_hits_match(index.search(queries, 6), brute_force(queries, embeddings, 6), labels.tolist(), items)

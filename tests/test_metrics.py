@@ -1,5 +1,5 @@
-"""memvir.metrics against references written here: a brute-force float64 search with loops over queries,
-hand-computed small cases, and a hand-computed NMI contingency example."""
+"""memvir.metrics and the kNN search under it (memvir.knn) against references written here: a brute-force float64
+search with loops over queries, hand-computed small cases, and a hand-computed NMI contingency example."""
 
 import importlib.util
 import logging
@@ -13,16 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+import memvir.knn
 import memvir.metrics
-from memvir.metrics import (
-    flat_inner_product_index,
-    knn_search,
-    l2_normalized,
-    normalized_mutual_info,
-    retrieval_metrics,
-    search_backend,
-    search_unit_gallery,
-)
+from memvir.knn import flat_inner_product_index, knn_search, l2_normalized, search_backend, search_unit_gallery
+from memvir.metrics import normalized_mutual_info, retrieval_metrics
 
 FAISS_INSTALLED = importlib.util.find_spec("faiss") is not None
 needs_faiss = pytest.mark.skipif(not FAISS_INSTALLED, reason="faiss is not installed")
@@ -277,7 +271,7 @@ def test_faiss_missing_falls_back_to_torch_with_the_same_numbers(monkeypatch):
 @pytest.mark.parametrize("device", DEVICES)
 def test_search_backend_choice(device, monkeypatch):
     # "auto" on the CPU is measured (tests below); here the measurement says faiss, as it does where faiss is faster.
-    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "faiss")
+    monkeypatch.setattr(memvir.knn, "_measured_cpu_backend", "faiss")
     assert search_backend("torch", device) == "torch"
     if device == "cuda":
         assert search_backend("auto", device) == "torch"  # GPU vectors are searched where they are
@@ -302,11 +296,11 @@ class FakeProbe:
 @pytest.fixture
 def unmeasured(monkeypatch):
     """A process that has not yet measured its backends; returns a function installing a fake probe."""
-    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", None)
+    monkeypatch.setattr(memvir.knn, "_measured_cpu_backend", None)
 
     def install(faiss_seconds, torch_seconds, pause=0.0):
         probe = FakeProbe(faiss_seconds, torch_seconds, pause)
-        monkeypatch.setattr(memvir.metrics, "_time_probe_searches", probe)
+        monkeypatch.setattr(memvir.knn, "_time_probe_searches", probe)
         return probe
 
     return install
@@ -316,13 +310,13 @@ def record_searches(monkeypatch):
     """Wraps the two search backends so a test sees which ran; returns the list of their names, in call order."""
     used = []
     for name in ("_faiss_search", "_torch_search"):
-        search = getattr(memvir.metrics, name)
+        search = getattr(memvir.knn, name)
 
         def recorded(*args, _name=name, _search=search):
             used.append(_name)
             return _search(*args)
 
-        monkeypatch.setattr(memvir.metrics, name, recorded)
+        monkeypatch.setattr(memvir.knn, name, recorded)
     return used
 
 
@@ -335,13 +329,13 @@ def test_auto_uses_the_backend_that_searched_faster_and_measures_once(
     used = record_searches(monkeypatch)
     embeddings, labels = clustered_data(14)
     expected = reference_metrics(embeddings, labels, (1, 2, 4, 8))
-    with caplog.at_level(logging.INFO, logger="memvir.metrics"):
+    with caplog.at_level(logging.INFO, logger="memvir.knn"):
         for _ in range(3):
             assert search_backend("auto") == faster
             assert_metrics_equal(retrieval_metrics(embeddings, labels), expected)
     assert probe.calls == 1  # measured once, then remembered
     assert set(used) == {f"_{faster}_search"}
-    records = [record.getMessage() for record in caplog.records if record.name == "memvir.metrics"]
+    records = [record.getMessage() for record in caplog.records if record.name == "memvir.knn"]
     assert len(records) == 1 and records[0].startswith(f"exact search backend: {faster} ")
 
 
@@ -376,7 +370,7 @@ def test_threads_asking_at_once_measure_once(unmeasured):
 @needs_faiss
 def test_the_probe_times_both_backends():
     # Which backend wins depends on the machine; only the measurement's shape is checked, never a time.
-    faiss_seconds, torch_seconds = memvir.metrics._time_probe_searches()
+    faiss_seconds, torch_seconds = memvir.knn._time_probe_searches()
     assert 0.0 < faiss_seconds < math.inf and 0.0 < torch_seconds < math.inf
 
 
@@ -611,7 +605,7 @@ def test_search_unit_gallery_matches_knn_search_on_a_normalised_gallery(backend)
 
 @needs_faiss
 def test_auto_searches_a_faiss_index_in_faiss_whatever_was_measured(monkeypatch):
-    monkeypatch.setattr(memvir.metrics, "_measured_cpu_backend", "torch")  # torch is faster for arrays here
+    monkeypatch.setattr(memvir.knn, "_measured_cpu_backend", "torch")  # torch is faster for arrays here
     used = record_searches(monkeypatch)
     rng = np.random.default_rng(7)
     gallery = rng.normal(size=(25, 5)).astype(np.float32)
