@@ -23,7 +23,7 @@ MARKS = {True: ("same", "same class"), False: ("other", "other class")}
 
 @dataclass(frozen=True)
 class Tile:
-    """One hit as shown: its display image (demo.retrieval.thumbnail), rank from 1, similarity, class, mark."""
+    """One hit as shown: its display image (demo.galleries.thumbnail), rank from 1, similarity, class, mark."""
 
     image: Image.Image
     rank: int

@@ -1,18 +1,8 @@
-"""Retrieval over a checkpoint: which checkpoints there are, galleries to search, a cached index, and queries.
-
-A checkpoint is a folder in the Hub layout (config.json + model.safetensors): bundled under `checkpoints/`, a run
-folder of this app, or a Hub repo id pulled by `memvir.hub.pull` (which fails within seconds when offline). A
-gallery is the checkpoint's own test split or images a visitor uploaded. Embedding a gallery is the slow part, so the
-`GalleryIndex` of each (checkpoint, gallery) pair is built once and kept; a query then costs one forward pass and
-one search. A test split's index is kept beside its checkpoint too (memvir/checkpoint_gallery.py): bundled
-checkpoints ship theirs, a run's is built in the background when it finishes, so a first search need not embed.
-Besides searching, the service says which checkpoint and query class to offer first, and zips a checkpoint for
-download.
-"""
+"""RetrievalService: the checkpoints to search with, a cached index of each gallery (demo/galleries.py), queries,
+and which checkpoint and query class to offer first."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -23,19 +13,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image, ImageOps
+from PIL import Image
 
 from demo import upload_store
 from demo.allowed_paths import checkpoint_source
 from demo.checkpoint_download import write_zip
+from demo.galleries import Gallery, Hit, IndexedGallery, images_gallery, zip_gallery
 from demo.index_builds import IndexBuilds
 from demo.settings import AppSettings
-from demo.uploads import UploadError, is_zip, load_image, unpack_upload
+from demo.uploads import UploadError, is_zip, unpack_upload
 from memvir.data.errors import DatasetError
 from memvir.data.glyph_query import flatten_alpha, glyph_query
 
 EMBED_BATCH = 512
-THUMBNAIL_SIZE = 96
 SAMPLE_SIZE = 48
 _CACHE_ENTRIES = 4
 # A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train writes the row).
@@ -66,41 +56,6 @@ class LoadedCheckpoint:
         return self.config["image_kind"] == "glyph"
 
 
-@dataclass(frozen=True)
-class Gallery:
-    """Images to search: `image(i)` gives item i; labels and class names when known (a test split, a zip)."""
-
-    key: str
-    description: str
-    size: int
-    image: Callable[[int], Image.Image]
-    labels: list[int] | None = None
-    class_names: list[str] | None = None
-    glyphs: bool = False  # white ink on black: shown inverted, as print
-    split: object | None = None  # a test split's dataset split (memvir.data.SplitDataset), embedded as evaluated
-
-    def class_of(self, index: int) -> str | None:
-        return None if self.labels is None else self.class_names[self.labels[index]]
-
-
-@dataclass(frozen=True)
-class IndexedGallery:
-    """A gallery's embeddings in a GalleryIndex, with the gallery's own retrieval metrics (when labelled)."""
-
-    index: object  # memvir.index.GalleryIndex
-    metrics: dict
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One result: gallery item, cosine similarity, its class (when known) and whether it matches the query's."""
-
-    index: int
-    score: float
-    class_name: str | None
-    same_class: bool | None
-
-
 def _folder_key(folder: Path) -> str:
     weights = folder / "model.safetensors"
     return f"{folder.resolve()}@{weights.stat().st_mtime_ns}"
@@ -114,16 +69,6 @@ def _checkpoint_folders(root: Path, need_weights: bool) -> list[Path]:
          if (path / "config.json").is_file() and (not need_weights or (path / "model.safetensors").is_file())),
         key=lambda path: path.name,
     )
-
-
-def thumbnail(image: Image.Image, glyphs: bool, size: int = THUMBNAIL_SIZE) -> Image.Image:
-    """A display copy at `size` pixels on its long side; glyphs (white ink on black) shown as dark ink on white."""
-    shown = image.convert("L") if glyphs else image.convert("RGB")
-    if glyphs:
-        shown = ImageOps.invert(shown)
-    scale = size / max(shown.size)
-    return shown.resize((max(1, round(shown.width * scale)), max(1, round(shown.height * scale))),
-                        Image.Resampling.LANCZOS)
 
 
 class _Cache(OrderedDict):
@@ -145,7 +90,15 @@ class _Cache(OrderedDict):
 
 
 class RetrievalService:
-    """Checkpoints, galleries and their indexes, cached; thread-safe (Gradio serves visitors on many threads)."""
+    """Checkpoints, galleries and their indexes, cached; thread-safe (Gradio serves visitors on many threads).
+
+    A checkpoint is a folder in the Hub layout (config.json + model.safetensors): bundled under `checkpoints/`, a run
+    folder of this app, or a Hub repo id pulled by `memvir.hub.pull` (which fails within seconds when offline).
+    Embedding a gallery is the slow part, so the `GalleryIndex` of each (checkpoint, gallery) pair is built once and
+    kept; a query then costs one forward pass and one search. A test split's index is kept beside its checkpoint too
+    (memvir/checkpoint_gallery.py): bundled checkpoints ship theirs, a run's is built in the background when it
+    finishes, so a first search need not embed.
+    """
 
     def __init__(self, settings: AppSettings, uploads_in_use: Callable[[], Iterable[Path]] = tuple):
         """uploads_in_use: folders under the uploads folder that must not be pruned (datasets of training runs)."""
@@ -246,46 +199,15 @@ class RetrievalService:
         zips = [path for path in paths if is_zip(path)]
         if zips and len(paths) > 1:
             raise RetrievalError("upload either one zip of class folders or loose images, not both")
-        if not zips:
-            return self._gallery(paths, None, None, f"{len(paths)} uploaded images")
         settings = self.settings
+        if not zips:
+            return images_gallery(paths, None, None, f"{len(paths)} uploaded images", settings)
         root = unpack_upload(zips[0], settings, settings.max_gallery_uploads, self._uploads_in_use())
         try:
-            return self._zip_gallery(zips[0].name, root)
+            return zip_gallery(zips[0].name, root, settings)
         except UploadError:
             upload_store.discard(settings.uploads_dir, root)  # refused: its unpacked copy goes too
             raise
-
-    def _zip_gallery(self, name: str, root: Path) -> Gallery:
-        from memvir.data.folder import class_folders
-
-        classes = class_folders(root)
-        files = [image for _, images in classes for image in images]
-        if not files:
-            raise UploadError(f"{name} holds no images in class folders")
-        labels = [label for label, (_, images) in enumerate(classes) for _ in images]
-        return self._gallery(files, labels, [class_name for class_name, _ in classes],
-                             f"{name} ({len(files)} images in {len(classes)} classes)")
-
-    def _gallery(self, files: list[Path], labels: list[int] | None, class_names: list[str] | None,
-                 description: str) -> Gallery:
-        settings = self.settings
-        if len(files) > settings.max_gallery_uploads:
-            raise UploadError(f"the gallery has {len(files)} images; at most {settings.max_gallery_uploads} "
-                              "are accepted")
-        # Decode everything now: a bad file is reported at upload, not in the middle of a search.
-        images = [self._gallery_image(path) for path in files]
-        digest = hashlib.blake2b(digest_size=8)
-        for image in images:
-            digest.update(image.tobytes())
-        digest.update(repr(labels).encode())
-        return Gallery(key=f"upload:{digest.hexdigest()}", description=description, size=len(images),
-                       image=images.__getitem__, labels=labels, class_names=class_names)
-
-    def _gallery_image(self, path: Path) -> Image.Image:
-        image = load_image(path, self.settings.max_image_bytes, self.settings.max_image_pixels)
-        image.thumbnail((512, 512))  # plenty for any model input here, and bounds memory for 2,000 uploads
-        return image
 
     def sample(self, gallery: Gallery, count: int = SAMPLE_SIZE) -> list[int]:
         """Items to show for click-to-query: one per class across the classes (or the first items)."""

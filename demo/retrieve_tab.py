@@ -15,10 +15,11 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
+from demo.galleries import Gallery, IndexedGallery, thumbnail
 from demo.handlers import bind, reporting
 from demo.inputs import whole_number
 from demo.result_tiles import Tile, tiles_html
-from demo.retrieval import Gallery, IndexedGallery, LoadedCheckpoint, RetrievalError, RetrievalService, thumbnail
+from demo.retrieval import LoadedCheckpoint, RetrievalError, RetrievalService
 from demo.sketchpad import pass_undecoded
 from demo.uploads import load_image, load_sketch
 

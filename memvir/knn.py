@@ -1,14 +1,5 @@
-"""Exact k-nearest-neighbour search by cosine similarity: the one search behind the retrieval metrics and GalleryIndex.
-
-The search is exact (every similarity is computed) and has two backends that return the same neighbours: faiss's
-flat inner-product index (``IndexFlatIP``, CPU) and a chunked torch matmul + top-k, which is also the search for
-embeddings that live on a GPU. Neither ever builds an N x N similarity matrix. Which backend is faster on a CPU
-depends on the BLAS each one links (the faiss wheel bundles its own), and either can be several times faster than
-the other, so "auto" times both once per process and keeps the faster (``search_backend``).
-
-faiss is imported inside the functions that use it: the training path imports this module on machines that do not
-have it (a GPU training image, for one).
-"""
+"""Exact k-nearest-neighbour search by cosine similarity, in faiss or in chunked torch: the one search behind the
+retrieval metrics (memvir/metrics.py) and GalleryIndex (memvir/index.py)."""
 
 import logging
 import threading
@@ -23,6 +14,10 @@ BACKENDS = ("auto", "faiss", "torch")
 # 64 MiB, which keeps a 100,000-item search well inside a small machine's memory; larger blocks are no faster.
 _CHUNK_ELEMENTS = 2**24
 
+# Both backends compute every similarity and return the same neighbours; neither ever builds an N x N similarity
+# matrix. Which is faster on a CPU depends on the BLAS each one links (the faiss wheel bundles its own), and either
+# can be several times faster than the other, so "auto" times both once per process and keeps the faster.
+#
 # The search "auto" times on each backend to choose between them: a few hundred queries against a gallery many
 # times larger. It is the shape of a gallery search and the shape where the two differ most (bench/bench_metrics.py
 # compares them on others too), and it costs a fraction of a second even where one backend is slow. The fastest of
@@ -39,7 +34,8 @@ _measure_lock = threading.Lock()  # the app builds indexes from several threads:
 
 
 def _import_faiss():
-    """faiss if it is installed, else None (imported here, never at module import)."""
+    """faiss if it is installed, else None (imported here, never at module import: the training path imports this
+    module on machines without faiss, a GPU training image for one)."""
     try:
         import faiss
     except ImportError:

@@ -1,9 +1,5 @@
 """Retrieval metrics of embeddings: Recall@K, P@1, R-Precision, MAP@R and NMI, over the kNN search of memvir/knn.py.
-
-Definitions follow docs/method.md, "Evaluation" (MLRC: Musgrave et al., "A Metric Learning Reality Check", ECCV 2020).
-Similarity is cosine: every vector is L2-normalised here, whatever the caller passed. scikit-learn (for NMI) is
-imported inside the functions that use it: the training path imports this module on machines that lack it.
-"""
+Definitions as docs/method.md, "Evaluation"; similarity is cosine (every vector is L2-normalised here)."""
 
 import numpy as np
 import torch
@@ -102,7 +98,8 @@ def _neighbour_metrics(query_codes, others, codes, neighbours, ks):
 
 
 def _import_sklearn(module, what):
-    """``sklearn.<module>``, imported here (never at module import) with a clear error where it is missing."""
+    """``sklearn.<module>``, imported here (never at module import: the training path imports this module on machines
+    without scikit-learn, a GPU training image for one), with a clear error where it is missing."""
     import importlib
 
     try:

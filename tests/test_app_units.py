@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from demo import live_view
+from demo.galleries import thumbnail
 from demo.live_run import LiveRun, SnapshotView
-from demo.retrieval import thumbnail
 from demo.settings import AppSettings
 from demo.uploads import UploadError, load_image, unpack_class_zip
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
