@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from memvir import loss_checks
+
 __all__ = [
     "LOSSES",
     "ArcFaceLoss",
@@ -48,37 +50,6 @@ def _register(name: str):
         return cls
 
     return add
-
-
-def _real(name: str, value) -> float:
-    """``value`` as a finite float, or a ValueError naming the hyper-parameter."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a real number, got {value!r} of type {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value) -> float:
-    value = _real(name, value)
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value) -> float:
-    value = _real(name, value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
-
-
-def _angular_margin(value) -> float:
-    """An additive angle: theta + m must stay a meaningful angle, so 0 <= m < pi."""
-    value = _non_negative("margin", value)
-    if value >= math.pi:
-        raise ValueError(f"margin is an angle in radians and must be < pi ({math.pi:.6f}), got {value!r}")
-    return value
 
 
 def _cosine_matrix(embeddings: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
@@ -143,9 +114,9 @@ class MetricLoss(nn.Module, ABC):
         ``classes_per_set``: None for the mean over all rows; C (a divisor of the number of weight rows) for the
         balanced reduction over MemVir's sets (module docstring).
         """
-        _check_inputs(embeddings, labels, class_weights, self.check_values)
+        loss_checks.check_inputs(embeddings, labels, class_weights, self.check_values)
         if classes_per_set is not None:
-            _check_classes_per_set(classes_per_set, class_weights.shape[0])
+            loss_checks.check_classes_per_set(classes_per_set, class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
@@ -180,59 +151,6 @@ def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -
     return (totals / counts.clamp_min(1)).sum()
 
 
-def _check_classes_per_set(classes_per_set, num_classes: int) -> None:
-    valid = isinstance(classes_per_set, int) and not isinstance(classes_per_set, bool) and classes_per_set >= 1
-    if not valid or num_classes % classes_per_set:
-        raise ValueError(
-            f"classes_per_set must be a positive integer that divides the {num_classes} class-weight rows "
-            f"(MemVir's sets of C classes each), got {classes_per_set!r}"
-        )
-
-
-def _check_inputs(embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                  check_values: bool = True) -> None:
-    """ValueError naming the argument and the shapes given, for anything the uniform call does not accept."""
-    for arg_name, tensor in (("embeddings", embeddings), ("labels", labels), ("class_weights", class_weights)):
-        if not isinstance(tensor, torch.Tensor):
-            raise ValueError(f"{arg_name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if embeddings.dim() != 2 or not embeddings.is_floating_point():
-        raise ValueError(
-            f"embeddings must be a 2-D floating tensor [B, D], got shape {tuple(embeddings.shape)} "
-            f"and dtype {embeddings.dtype}"
-        )
-    if class_weights.dim() != 2 or not class_weights.is_floating_point():
-        raise ValueError(
-            f"class_weights must be a 2-D floating tensor [C, D], got shape {tuple(class_weights.shape)} "
-            f"and dtype {class_weights.dtype}"
-        )
-    if embeddings.shape[1] != class_weights.shape[1]:
-        raise ValueError(
-            f"embeddings [B, D] and class_weights [C, D] must have the same D, got embeddings "
-            f"{tuple(embeddings.shape)} and class_weights {tuple(class_weights.shape)}"
-        )
-    if embeddings.shape[0] == 0 or class_weights.shape[0] == 0:
-        raise ValueError(
-            f"need at least one embedding row and one class, got embeddings {tuple(embeddings.shape)} "
-            f"and class_weights {tuple(class_weights.shape)}"
-        )
-    if labels.dim() != 1 or labels.shape[0] != embeddings.shape[0]:
-        raise ValueError(
-            f"labels must be 1-D with one label per embedding row, got labels {tuple(labels.shape)} "
-            f"for embeddings {tuple(embeddings.shape)}"
-        )
-    if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(f"labels must be an integer tensor (int64), got dtype {labels.dtype}")
-    if not check_values:
-        return
-    num_classes = class_weights.shape[0]
-    low, high = int(labels.min()), int(labels.max())
-    if low < 0 or high >= num_classes:
-        raise ValueError(
-            f"labels must lie in [0, {num_classes}) (one class per row of class_weights {tuple(class_weights.shape)}), "
-            f"got labels from {low} to {high}"
-        )
-
-
 @_register("softmax")
 class SoftmaxLoss(_CrossEntropyLoss):
     """Plain softmax cross-entropy: logits = x @ W^T, no normalisation, no bias."""
@@ -247,7 +165,7 @@ class NormSoftmaxLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 23.0):
         super().__init__()
-        self.scale = _positive("scale", scale)
+        self.scale = loss_checks.positive("scale", scale)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
@@ -262,8 +180,8 @@ class CosFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.35):
         super().__init__()
-        self.scale = _positive("scale", scale)
-        self.margin = _non_negative("margin", margin)
+        self.scale = loss_checks.positive("scale", scale)
+        self.margin = loss_checks.non_negative("margin", margin)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
@@ -280,8 +198,8 @@ class ArcFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
         super().__init__()
-        self.scale = _positive("scale", scale)
-        self.margin = _angular_margin(margin)
+        self.scale = loss_checks.positive("scale", scale)
+        self.margin = loss_checks.angular_margin(margin)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
@@ -309,8 +227,8 @@ class CurricularFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
         super().__init__()
-        self.scale = _positive("scale", scale)
-        self.margin = _angular_margin(margin)
+        self.scale = loss_checks.positive("scale", scale)
+        self.margin = loss_checks.angular_margin(margin)
         self.register_buffer("t", torch.zeros(()))
 
     def extra_repr(self) -> str:
@@ -340,7 +258,7 @@ class ProxyNCALoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 12.0):
         super().__init__()
-        self.scale = _positive("scale", scale)
+        self.scale = loss_checks.positive("scale", scale)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
@@ -368,8 +286,8 @@ class ProxyAnchorLoss(MetricLoss):
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
         super().__init__()
-        self.margin = _non_negative("margin", margin)
-        self.alpha = _positive("alpha", alpha)
+        self.margin = loss_checks.non_negative("margin", margin)
+        self.alpha = loss_checks.positive("alpha", alpha)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, alpha={self.alpha}"
