@@ -6,24 +6,18 @@ import base64
 import html
 import json
 import re
-import socket
 import time
 import zipfile
 
 import numpy as np
 import pytest
 from gradio_client import Client, handle_file
+from served_app import free_port, step_of
 
 from demo.settings import AppSettings
 from demo.ui import build_app
 
 DEADLINE_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +30,7 @@ def server(tmp_path_factory):
                         embedding_dim=32), checkpoint).run()
     settings = AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False)
     app = build_app(settings)
-    port = _free_port()
+    port = free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         yield {"url": f"http://127.0.0.1:{port}/", "settings": settings, "checkpoint": str(checkpoint)}
@@ -75,10 +69,6 @@ def _loss_steps(curves) -> np.ndarray | None:
     return _values(loss[0]["x"]) if loss else np.array([])
 
 
-def _step(status: str) -> int:
-    return int(re.search(r"step ([\d,]+) of", status).group(1).replace(",", ""))
-
-
 def _poll_until(client, condition, what: str) -> dict:
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
@@ -106,9 +96,9 @@ def test_train_watch_change_n_stop_resume(server):
         return check
 
     first = _poll_until(alice, loss_points_at_least(3), "three loss points")
-    first_points, first_step = seen["points"], _step(first["status"])
+    first_points, first_step = seen["points"], step_of(first["status"])
     later = _poll_until(alice, loss_points_at_least(first_points + 3), "the loss curve growing")
-    assert _step(later["status"]) > first_step
+    assert step_of(later["status"]) > first_step
     assert re.search(r"\*\*Training\*\* · epoch \d+ of 500 · step [\d,]+ of 4,500 · classes in use s\(i\) \d+ · "
                      r"virtual sets \d of 5", later["status"])
     snapshot = _poll_until(alice, lambda view: _plot_traces(view["embedding"]) is not None
@@ -128,10 +118,10 @@ def test_train_watch_change_n_stop_resume(server):
 
     assert alice.predict(api_name="/stop").startswith("Stopping")
     stopped = _poll_until(alice, lambda view: view["status"].startswith("**Stopped**"), "the run stopped")
-    stopped_at = _step(stopped["status"])
+    stopped_at = step_of(stopped["status"])
     assert "press **Resume** to continue" in stopped["status"]
     assert alice.predict(api_name="/resume") == "Resumed."
-    _poll_until(alice, lambda view: view["status"].startswith("**Training**") and _step(view["status"]) > stopped_at,
+    _poll_until(alice, lambda view: view["status"].startswith("**Training**") and step_of(view["status"]) > stopped_at,
                 "training resumed past the stop")
     alice.predict(api_name="/stop")
     _poll_until(alice, lambda view: view["status"].startswith("**Stopped**"), "the run stopped again")

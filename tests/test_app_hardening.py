@@ -6,7 +6,6 @@ disk and messages are measured, not assumed."""
 import contextlib
 import io
 import os
-import re
 import socket
 import struct
 import subprocess
@@ -18,15 +17,10 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client, handle_file
+from served_app import free_port, page_status, poll_status_until, step_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +63,7 @@ def test_the_first_request_after_a_fresh_start_is_served(tiny_checkpoints, glyph
     and failed in 2 of 3 starts ('cannot import name ... from partially initialized module')."""
     checkpoint = str(tiny_checkpoints / "glyphs-mini-tiny")
     for attempt in range(3):
-        port = _free_port()
+        port = free_port()
         env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), MEMVIR_UMAP="0",
                    MEMVIR_APP_DATA=str(tmp_path / f"data-{attempt}"), MEMVIR_CHECKPOINTS=str(tiny_checkpoints),
                    HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
@@ -95,7 +89,7 @@ def _serving(settings):
     from demo.ui import build_app
 
     app = build_app(settings)
-    port = _free_port()
+    port = free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                max_file_size=settings.max_zip_bytes)
     try:
@@ -332,24 +326,6 @@ def _ring_mb(num_steps, margin, dtype="float32") -> float:
     return ring_bytes(num_steps, margin, 32, 24, 128, getattr(torch, dtype)) / 1e6
 
 
-def _status(client) -> str:
-    return client.predict(api_name="/poll")[0]
-
-
-def _wait_for(client, condition, what: str) -> str:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        status = _status(client)
-        if condition(status):
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"the page never showed {what}; last status: {status!r}")
-
-
-def _step(status: str) -> int:
-    return int(re.search(r"step ([\d,]+) of", status).group(1).replace(",", ""))
-
-
 def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
     """Before, N = 50, M = 200, warm-up 0 started whatever the memory (5.9 GB on the default dataset)."""
     assert _ring_mb(50, 200) > 250 and _ring_mb(50, 200, "float16") < 150  # 290.7 MB and 146.7 MB
@@ -366,7 +342,7 @@ def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
         started = client.predict(**settings_kw, memvir_store_dtype="float16")
         assert started.startswith("Started run `"), started
         client.predict(api_name="/stop")
-        _wait_for(client, lambda status: status.startswith("**Stopped**"), "the run stopped")
+        poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
 def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, tmp_path):
@@ -387,22 +363,24 @@ def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints,
         started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=10, memvir_m=2,
                                  warmup_epochs=0, snapshot_every=0, api_name="/start")
         assert started.startswith("Started run `"), started
-        before = _wait_for(client, lambda status: status.startswith("**Training**") and "virtual sets 10 of 10"
-                           in status, "all 10 virtual sets in use")
+        before = poll_status_until(client, lambda status: status.startswith("**Training**") and "virtual sets 10 of 10"
+                                   in status, "all 10 virtual sets in use", DEADLINE_S)
         notice = client.predict(memvir_n=50, memvir_m=2, warmup_epochs=0, api_name="/update_n")
         assert notice == (
             "⚠️ N = 50 and M = 2 keep 150 past steps: a memory of 4.3 MB for glyphs-mini (24 training classes, "
             "128-d embeddings, batch 32, float32), above the budget of 3.0 MB (set by MEMVIR_MEMORY_BUDGET). "
             "Lower N or M, or use the float16 memory, which needs 2.2 MB (choose it under Advanced for a new "
             "Start). The run trains on with N = 10 and M = 2.")
-        later = _wait_for(client, lambda status: _step(status) > _step(before) + 5, "the run training on")
+        later = poll_status_until(client, lambda status: step_of(status) > step_of(before) + 5, "the run training on",
+                                  DEADLINE_S)
         assert later.startswith("**Training**") and "virtual sets 10 of 10" in later
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 10
         # a change within the budget still applies
         assert client.predict(memvir_n=20, memvir_m=2, warmup_epochs=0, api_name="/update_n").startswith("Asked")
-        _wait_for(client, lambda status: "virtual sets" in status and "of 20" in status, "N = 20 applied")
+        poll_status_until(client, lambda status: "virtual sets" in status and "of 20" in status, "N = 20 applied",
+                          DEADLINE_S)
         client.predict(api_name="/stop")
-        _wait_for(client, lambda status: status.startswith("**Stopped**"), "the run stopped")
+        poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
 def test_the_budget_comes_from_free_memory_or_the_environment(monkeypatch):
@@ -506,8 +484,9 @@ def test_a_folder_the_operator_allows_loads_and_trains(tiny_checkpoints, tmp_pat
         notice = client.predict(dataset="folder", folder_path=str(classes), batch_size=4, epochs=1,
                                 snapshot_every=0, api_name="/start")
         assert notice.startswith("Started run `") and "-folder-" in notice, notice
-        _wait_for(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run ending")
-        assert _status(client).startswith("**Finished**")
+        poll_status_until(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run ending",
+                          DEADLINE_S)
+        assert page_status(client).startswith("**Finished**")
         outside = client.predict(dataset="folder", folder_path=str(tmp_path / "elsewhere" / ".." / "data"),
                                  api_name="/start")
         assert outside == (f"⚠️ the folder typed is not under a folder this app may read ({tmp_path / 'elsewhere'}): "

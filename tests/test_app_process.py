@@ -7,7 +7,6 @@ import dataclasses
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from served_app import free_port, poll_status_until, step_of
 
 from demo import snapshot_transport
 from demo.cores import training_threads
@@ -211,29 +211,9 @@ def _serving(settings):
     from demo.ui import build_app
 
     app = build_app(settings)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     return app, Client(f"http://127.0.0.1:{port}/", verbose=False)
-
-
-def _status(client) -> str:
-    return client.predict(api_name="/poll")[0]
-
-
-def _poll_until(client, condition, what: str) -> str:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        status = _status(client)
-        if condition(status):
-            return status
-        time.sleep(0.3)
-    raise AssertionError(f"the page never showed {what}; last status: {status!r}")
-
-
-def _step(status: str) -> int:
-    return int(re.search(r"step ([\d,]+) of", status).group(1).replace(",", ""))
 
 
 @pytest.mark.slow
@@ -243,12 +223,12 @@ def test_a_run_whose_process_is_killed_fails_alone_and_keeps_its_checkpoint(tmp_
         started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2,
                                  warmup_epochs=0, snapshot_every=2, api_name="/start")
         assert started.startswith("Started run `"), started
-        _poll_until(client, lambda status: status.startswith("**Training**") and _step(status) >= 12,
-                    "a checkpoint's epoch behind it")
+        poll_status_until(client, lambda status: status.startswith("**Training**") and step_of(status) >= 12,
+                          "a checkpoint's epoch behind it", DEADLINE_S)
         (run,) = app.run_manager.runs()
         os.kill(run.process.pid, signal.SIGKILL)
 
-        failed = _poll_until(client, lambda status: status.startswith("**Failed**"), "the run failed")
+        failed = poll_status_until(client, lambda status: status.startswith("**Failed**"), "the run failed", DEADLINE_S)
         # the server answered every poll; the run says what happened and what it kept
         match = re.search(r"the training process was killed \(SIGKILL: the machine may have run out of memory, or "
                           r"it was ended from outside\) at step (\d+); its last checkpoint, at step (\d+), is kept "
@@ -264,9 +244,10 @@ def test_a_run_whose_process_is_killed_fails_alone_and_keeps_its_checkpoint(tmp_
         again = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, snapshot_every=0,
                                api_name="/start")
         assert again.startswith("Started run `"), again
-        _poll_until(client, lambda status: status.startswith("**Training**") and _step(status) >= 2, "the new run")
+        poll_status_until(client, lambda status: status.startswith("**Training**") and step_of(status) >= 2,
+                          "the new run", DEADLINE_S)
         client.predict(api_name="/stop")
-        _poll_until(client, lambda status: status.startswith("**Stopped**"), "the new run stopped")
+        poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the new run stopped", DEADLINE_S)
         wait_for(lambda: not app.run_manager.busy_runs(), "its process ended")
 
         # and the killed run continues from its checkpoint in a new process

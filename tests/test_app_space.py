@@ -4,7 +4,6 @@ installs the CPU builds of exactly the torch and torchvision that requirements.t
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from served_app import free_port
 
 from demo import settings as app_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _listening_on_all_interfaces(port: int) -> bool:
@@ -33,7 +27,7 @@ def _listening_on_all_interfaces(port: int) -> bool:
 
 @pytest.mark.slow
 def test_app_py_serves_the_page_as_a_space_starts_it(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(port), SPACE_ID="someone/memvir",
                MEMVIR_APP_DATA=str(tmp_path / "data"), MEMVIR_UMAP="0", HF_HUB_OFFLINE="1",
                GRADIO_ANALYTICS_ENABLED="False")

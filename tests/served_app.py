@@ -1,0 +1,33 @@
+"""Talking to an app a test serves: a free port to serve it on, and the page's status line, polled until it shows
+what the test waits for (shared by the test_app_* files that start a server)."""
+
+import re
+import socket
+import time
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def page_status(client) -> str:
+    """The Train tab's status line, as the page's timer polls it."""
+    return client.predict(api_name="/poll")[0]
+
+
+def poll_status_until(client, condition, what: str, seconds: float) -> str:
+    """The first status line for which `condition` holds; AssertionError naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = page_status(client)
+        if condition(status):
+            return status
+        time.sleep(0.3)
+    raise AssertionError(f"the page never showed {what}; last status: {status!r}")
+
+
+def step_of(status: str) -> int:
+    """The step a status line reports ("... step 1,234 of ...")."""
+    return int(re.search(r"step ([\d,]+) of", status).group(1).replace(",", ""))
