@@ -35,6 +35,13 @@ COLOR_BY = ("age", "class")
 CONTROL_NOTE_SHARE = 0.22
 CONTROL_LANES = 4
 CONTROL_LANE_PX = 14
+# The house look: plotly's "plotly_white" for 2-D charts, set directly. Naming the template instead makes plotly copy
+# and validate all of it (the defaults of every trace type) into each figure, about 8 ms of a figure's 9 ms to build
+# and 6 KB of its JSON; the app redraws several figures a second while a run trains, on the cores the run trains on.
+HOUSE_LAYOUT = dict(template="none", paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"),
+                    hoverlabel=dict(align="left"))
+HOUSE_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
+                  automargin=True, title_standoff=15)
 
 
 # ------------------------------------------------------------------------------------------------ shared pieces
@@ -43,21 +50,21 @@ def empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                        font=dict(size=14, color="#666666"))
-    fig.update_layout(template="plotly_white", height=FIGURE_HEIGHT, xaxis=dict(visible=False),
+    fig.update_layout(**HOUSE_LAYOUT, height=FIGURE_HEIGHT, xaxis=dict(visible=False),
                       yaxis=dict(visible=False), margin=dict(l=20, r=20, t=40, b=20))
     return fig
 
 
 def finish_layout(fig: go.Figure, title: str, x_title: str, y_title: str, uirevision: str) -> go.Figure:
-    """The house style: white template, compact height, legend in a row above the plot, zoom kept across updates
-    (``uirevision`` stays the same while the data change)."""
+    """The house style (HOUSE_LAYOUT: plotly_white's look), compact height, legend in a row above the plot, zoom kept
+    across updates (``uirevision`` stays the same while the data change)."""
     fig.update_layout(
-        template="plotly_white", height=FIGURE_HEIGHT, uirevision=uirevision,
+        **HOUSE_LAYOUT, height=FIGURE_HEIGHT, uirevision=uirevision,
         title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=15)),
         legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11)),
         margin=dict(l=60, r=60, t=80, b=45), hovermode="closest",
+        xaxis=dict(HOUSE_AXIS, title_text=x_title), yaxis=dict(HOUSE_AXIS, title_text=y_title),
     )
-    fig.update_layout(xaxis_title_text=x_title, yaxis_title_text=y_title)
     return fig
 
 

@@ -39,7 +39,14 @@ def annotation_texts(fig):
 
 
 def assert_house_style(fig, uirevision):
-    assert fig.layout.template == pio.templates["plotly_white"]
+    # plotly_white's look for 2-D charts, set without the template itself (demo/figures.HOUSE_LAYOUT says why)
+    white = pio.templates["plotly_white"].layout
+    assert fig.layout.template == pio.templates["none"]
+    assert (fig.layout.paper_bgcolor, fig.layout.plot_bgcolor) == (white.paper_bgcolor, white.plot_bgcolor)
+    assert fig.layout.font.color == white.font.color
+    for axis, white_axis in ((fig.layout.xaxis, white.xaxis), (fig.layout.yaxis, white.yaxis)):
+        assert (axis.gridcolor, axis.linecolor, axis.zerolinecolor) == (
+            white_axis.gridcolor, white_axis.linecolor, white_axis.zerolinecolor)
     assert 320 <= fig.layout.height <= 380
     assert fig.layout.uirevision == uirevision
     assert fig.layout.title.text and fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
