@@ -12,6 +12,7 @@ import functools
 import threading
 import time
 
+from demo.cores import run_in_background
 from demo.live_run import LiveRun
 
 
@@ -212,6 +213,7 @@ class FigureBuilder:
             return self._embeddings.get((run.id, color_by))
 
     def _work(self) -> None:
+        run_in_background()
         while not self._closed:
             started = time.monotonic()
             with self._lock:

@@ -19,6 +19,7 @@ import threading
 import traceback
 from pathlib import Path
 
+from demo.cores import run_in_background
 from demo.run_messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
 _CLOSE = object()
@@ -90,6 +91,7 @@ class _Outbox:
     def _send_all(self) -> None:
         from demo.snapshot_transport import to_message
 
+        run_in_background()
         gone = False  # the server closed its end: nothing more can reach it
         while (item := self._queue.get()) is not _CLOSE:
             if gone:

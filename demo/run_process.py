@@ -25,6 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from demo import run_child, snapshot_transport
+from demo.cores import run_in_background
 from demo.run_messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ class RunProcess:
 
     # ---------------------------------------------------------------------------------------------- the reader
     def _read(self) -> None:
+        run_in_background()
         try:
             while True:
                 ready = wait([self._connection, self._process.sentinel])

@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from demo.cores import run_in_background
 from demo.settings import REPO_ROOT
 from memvir.projection import UmapWorker, project_focus, project_snapshot
 
@@ -201,6 +202,7 @@ class UmapService(UmapWorker):
         return None, wait
 
     def _lay_out_focus(self) -> None:
+        run_in_background()
         while True:
             with self._wake:
                 track, job = self._next_job()

@@ -302,3 +302,36 @@ def test_the_snapshot_of_a_run_is_kept_from_its_file(manager):
     assert isinstance(run.latest_raw_snapshot, SnapshotEvent) and run.latest_raw_snapshot.step == 9
     assert isinstance(run.process, RunProcess) and not run.process.alive
     assert run.records[-1]["state"] == "finished"  # the Trainer's own last word, nothing added by the server
+
+
+def _niceness(pid: int, thread: int) -> int:
+    """A thread's niceness, field 19 of /proc/PID/task/TID/stat."""
+    return int(Path(f"/proc/{pid}/task/{thread}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread niceness is Linux's")
+def test_background_threads_run_below_the_threads_that_serve_and_train(manager):
+    import threading
+
+    from demo.cores import BACKGROUND_NICENESS
+    from demo.live_view import FigureBuilder
+
+    figures = FigureBuilder()
+    run = manager.start(TrainConfig.from_dict(quick(epochs=200)), "alice")
+    try:
+        wait_for(lambda: run.last_step is not None, "a step")
+        server, child = os.getpid(), run.process.pid
+        base = _niceness(server, threading.main_thread().native_id)
+        by_name = {thread.name: thread.native_id for thread in threading.enumerate()}
+        # in the server: drawing the figures and reading the run's events, below the threads that serve pages
+        assert _niceness(server, by_name["memvir-figures"]) == min(19, base + BACKGROUND_NICENESS)
+        (reader,) = [tid for name, tid in by_name.items() if name.endswith("-reader")]
+        assert _niceness(server, reader) == min(19, base + BACKGROUND_NICENESS)
+        # in the run's process: only the thread that sends the events; the training threads keep their priority
+        niceness = sorted(_niceness(child, int(task.name)) for task in Path(f"/proc/{child}/task").iterdir())
+        assert niceness.count(min(19, base + BACKGROUND_NICENESS)) == 1
+        assert niceness[0] == base
+    finally:
+        figures.close()
+        manager.stop(run.id, "alice")
+        run.join(DEADLINE_S)
