@@ -34,7 +34,8 @@ from memvir.data.batches import TrainingBatches
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
-from memvir.memory import MemVir, NonFiniteError
+from memvir.memory import MemVir
+from memvir.memory_checks import NonFiniteError
 from memvir.memory_size import check_ring
 from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
