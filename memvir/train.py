@@ -39,11 +39,9 @@ from memvir.memory_checks import NonFiniteError
 from memvir.memory_size import check_ring
 from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
+from memvir.trainer_state import restore_trainer_state, stored_config, trainer_state
 
-_STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_STATE_KEYS = ("config", "step", "model", "class_weights", "optimizer", "memvir", "loss", "rng", "history",
-               "last_metrics")
 
 
 def pick_device(name: str) -> torch.device:
@@ -165,18 +163,12 @@ class Trainer:
         out_dir = Path(out_dir)
         path = out_dir / checkpoint.TRAINER_STATE
         state = checkpoint.load_state(path)
-        stored = _stored_config(state, path)
+        stored = stored_config(state, path)
         changes = resume_changes(stored, overrides, out_dir)
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
         trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
-        try:
-            trainer._load_state(state)
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise checkpoint.CheckpointError(
-                f"{path} does not fit the run it describes ({error}): it is damaged or was edited. The model files "
-                "beside it may still load (memvir eval); to train on, start a new run in a new folder"
-            ) from error
+        restore_trainer_state(trainer, state, path)
         if live:
             trainer._check_changes(live)
             trainer._apply_changes(live)
@@ -442,34 +434,6 @@ class Trainer:
         return self.world.agree(metrics)
 
     # -------------------------------------------------------------------------------------- state on disk
-    def state_dict(self) -> dict:
-        return {
-            "format": _STATE_FORMAT,
-            "config": self.config.to_dict(),
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "class_weights": self.class_weights.detach().cpu(),
-            "optimizer": self.optimizer.state_dict(),
-            "memvir": self.memvir.state_dict(),
-            "loss": self.loss_fn.state_dict(),
-            "rng": torch.get_rng_state(),
-            "history": list(self.history),
-            "last_metrics": dict(self.last_metrics),
-        }
-
-    def _load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        with torch.no_grad():
-            self.class_weights.copy_(state["class_weights"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.memvir.load_state_dict(state["memvir"])
-        # the memory's N, M, U are the live ones saved with it; the warm-up follows this run's steps per epoch
-        self.loss_fn.load_state_dict(state["loss"])
-        torch.set_rng_state(state["rng"])
-        self.step = int(state["step"])
-        self.history = list(state["history"])
-        self.last_metrics = dict(state["last_metrics"])
-
     def save_checkpoint(self) -> Path | None:
         """Write the trainer state and the Hub files of the current model into the run folder, as one set: a kill at
         any moment leaves the folder loadable (`checkpoint.staged`)."""
@@ -477,7 +441,7 @@ class Trainer:
             return None
         self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
-            checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
+            checkpoint.save_state(trainer_state(self), stage / checkpoint.TRAINER_STATE)
             self.model.save_pretrained(stage, metrics=self.last_metrics or None,
                                        card_extra={"command": self.command, "MemVir": self._memvir_summary(),
                                                    "train_config": self.config.to_dict(),
@@ -505,21 +469,3 @@ class Trainer:
         self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
         return state
 
-
-def _stored_config(state, path: Path) -> TrainConfig:
-    """The config a trainer state holds, after checking the state has every part a resume reads."""
-    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-        raise checkpoint.CheckpointError(f"{path} was written by another version")
-    missing = [key for key in _STATE_KEYS if key not in state]
-    if missing:
-        raise checkpoint.CheckpointError(
-            f"{path} lacks {', '.join(missing)}: it is damaged or was not written by a memvir Trainer. The model "
-            "files beside it may still load (memvir eval); to train on, start a new run in a new folder"
-        )
-    try:
-        if not isinstance(state["config"], dict):
-            raise TypeError(f"a {type(state['config']).__name__}, not a dict")
-        return TrainConfig.from_dict(state["config"])
-    except (TypeError, ValueError) as error:
-        raise checkpoint.CheckpointError(f"{path} holds no valid run config ({error}): it is damaged or was edited; "
-                                         "start a new run in a new folder") from error
