@@ -26,11 +26,11 @@ from typing import NoReturn
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from memvir import checkpoint, serving
 from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
 from memvir.data.batches import TrainingBatches
+from memvir.devices import pick_device, place_model, training_network
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
@@ -42,18 +42,6 @@ from memvir.spread import class_weight_spread, virtual_spread
 from memvir.trainer_state import restore_trainer_state, stored_config, trainer_state
 
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but this machine has no CUDA GPU; use --device cpu or auto")
-    return device
 
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
@@ -110,16 +98,12 @@ class Trainer:
             self.total_steps = min(self.total_steps, config.max_steps)
         self._check_memory(config)
 
-        self.model = EmbeddingModel(
+        self.model = place_model(EmbeddingModel(
             backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
             image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
             image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
-        ).to(self.device)
-        if self.device.type == "cuda":
-            self.model = self.model.to(memory_format=torch.channels_last)
-            if self.world.is_distributed:  # BatchNorm statistics over the global batch, as one process has them
-                self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
-        self._network = self._training_network()
+        ), self.device, self.world)
+        self._network = training_network(self.model, self.device, self.world, config.compile)
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
@@ -174,19 +158,6 @@ class Trainer:
             trainer._apply_changes(live)
         trainer.resume_changes = changes
         return trainer
-
-    def _training_network(self) -> nn.Module:
-        """What a training step calls: the model, in DistributedDataParallel across ranks, compiled on request.
-
-        `self.model` stays the bare EmbeddingModel, for evaluation and saving.
-        """
-        network = self.model
-        if self.world.is_distributed:
-            network = DistributedDataParallel(network, device_ids=[self.device.index] if self.device.type == "cuda"
-                                              else None)
-        if self.config.compile:
-            network = torch.compile(network)  # around DDP, as torch documents: it splits graphs at gradient buckets
-        return network
 
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
