@@ -37,6 +37,7 @@ from memvir.losses import build_loss
 from memvir.memory import MemVir
 from memvir.memory_checks import NonFiniteError
 from memvir.memory_size import check_ring
+from memvir.model_card import memvir_summary
 from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
 from memvir.trainer_state import restore_trainer_state, stored_config, trainer_state
@@ -413,21 +414,10 @@ class Trainer:
         self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
             checkpoint.save_state(trainer_state(self), stage / checkpoint.TRAINER_STATE)
-            self.model.save_pretrained(stage, metrics=self.last_metrics or None,
-                                       card_extra={"command": self.command, "MemVir": self._memvir_summary(),
-                                                   "train_config": self.config.to_dict(),
-                                                   "step": self.step})
+            card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
+                          "train_config": self.config.to_dict(), "step": self.step}
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra)
         return self.out_dir / checkpoint.TRAINER_STATE
-
-    def _memvir_summary(self) -> str:
-        config = self.config
-        scaled = (f"; loss x{config.loss_scale_after_warmup:g} after {self.memvir.warmup_steps} warm-up steps"
-                  if config.loss_scale_after_warmup != 1.0 else "")
-        if config.memvir_n == 0:
-            return "off (baseline: N=0)" + scaled
-        schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
-        return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
-                f"({self.memvir.warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{scaled}")
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state
