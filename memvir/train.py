@@ -40,6 +40,7 @@ from memvir.memory_size import check_ring
 from memvir.model_card import memvir_summary
 from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
+from memvir.step_checks import TrainingDiverged, UncheckedLosses, check_labels
 from memvir.trainer_state import restore_trainer_state, stored_config, trainer_state
 
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -47,10 +48,6 @@ _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bf
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss, the embeddings or the class weights became NaN or infinite; the last good checkpoint is kept."""
 
 
 class Trainer:
@@ -109,12 +106,9 @@ class Trainer:
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
         self.class_weights = nn.Parameter(weights.to(self.device))
-        # On a GPU, checking every step's values would make the GPU wait for the host at every step: there the
-        # labels are checked on the CPU, where the loader made them, and the losses of the steps between where the
-        # Trainer logs or saves are checked together when it next does (`_checked`), so a NaN stops the run before
-        # any checkpoint holds it. On the CPU a check costs nothing, and every step is checked as it is taken.
+        # a GPU checks its steps' values in batches, not at every step (memvir/step_checks.py)
         self._checks_every_step = self.device.type != "cuda"
-        self._unchecked: list[tuple[int, torch.Tensor]] = []  # (step, [loss, mean target cosine]) not yet checked
+        self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
@@ -291,7 +285,7 @@ class Trainer:
             for module in _batch_norms(self.model):
                 module.eval()
         if not self._checks_every_step:
-            self._check_labels(labels)
+            check_labels(labels, self.class_weights.shape[0])
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
@@ -312,8 +306,7 @@ class Trainer:
             loss = self.loss_fn(all_embeddings, all_labels, all_weights)
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
-            stats = torch.stack([loss.detach(), target_cosine.mean()])
-        self._unchecked.append((self.step + 1, stats))
+            self._unchecked.add(self.step + 1, loss, target_cosine.mean())
         loss_value = cosine_value = None  # known on the steps that are checked
         if self._checks_every_step or self._reports_at(self.step + 1):
             loss_value, cosine_value = self._checked()
@@ -363,20 +356,11 @@ class Trainer:
     def _checked(self) -> tuple[float, float] | tuple[None, None]:
         """Check the unchecked steps' losses in one host sync; TrainingDiverged at the first NaN or inf, else the
         latest step's (loss, mean target cosine)."""
-        if not self._unchecked:
-            return None, None
-        pending, self._unchecked = self._unchecked, []
-        values = torch.stack([stats for _, stats in pending]).tolist()
-        for (step, _), (loss, _) in zip(pending, values, strict=True):
-            if not math.isfinite(loss):
-                self._diverge(f"the loss became {loss} at step {step}")
-        return values[-1][0], values[-1][1]
-
-    def _check_labels(self, labels: torch.Tensor) -> None:
-        """Labels within the class count, on the CPU tensor the loader made (no device sync)."""
-        count = self.class_weights.shape[0]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= count):
-            raise ValueError(f"the batch holds labels outside [0, {count}): the dataset's labels are damaged")
+        diverged, latest = self._unchecked.check()
+        if diverged is not None:
+            step, loss = diverged
+            self._diverge(f"the loss became {loss} at step {step}")
+        return latest
 
     def _diverge(self, what: str) -> NoReturn:
         message = (f"{what}; the run stopped and the last good checkpoint is kept. Try a lower learning rate or a "
