@@ -44,7 +44,8 @@ def main(connection, spec: LaunchSpec) -> None:
         import torch
 
         torch.set_num_threads(spec.threads)
-        from memvir.train import TrainConfig, Trainer, TrainingDiverged
+        from memvir.step_checks import TrainingDiverged
+        from memvir.train import TrainConfig, Trainer
 
         listeners = [outbox.put]
         if spec.resume:

@@ -115,7 +115,8 @@ def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
     from memvir.events import EvalEvent, StatusEvent, StepEvent
-    from memvir.train import TrainConfig, Trainer, TrainingDiverged
+    from memvir.step_checks import TrainingDiverged
+    from memvir.train import TrainConfig, Trainer
 
     if args.resume:
         trainer = _resume(args)

@@ -8,11 +8,12 @@ stores detached copies of this call's inputs, as docs/method.md ("Algorithm") de
 The store is a ring buffer with room for N(M+1) steps, allocated once (grown once more only if a larger
 batch arrives), so a full memory costs no allocation per step: the reference code's Python lists re-allocate
 and can select the wrong steps. Its state travels in ``state_dict()`` so a resumed run continues the curriculum
-where it stopped, unlike the reference, which forgets the memory on resume.
+where it stopped (memvir/memory_state.py), unlike the reference, which forgets the memory on resume.
 
 Limits and failures: a ring larger than the memory limit (`max_memory_bytes`, else $MEMVIR_MAX_MEMORY_BYTES, else
-16 GiB) is refused with a `MemoryLimitError` before anything is allocated. A step whose embeddings or class weights
-hold NaN or inf is refused with a `NonFiniteError`: stored, such a step would poison the N(M+1) steps that follow.
+16 GiB) is refused with a `MemoryLimitError` (memvir/memory_size.py) before anything is allocated. A step whose
+embeddings or class weights hold NaN or inf is refused with a `NonFiniteError` (memvir/memory_checks.py, with the
+other input checks): stored, such a step would poison the N(M+1) steps that follow.
 A refused or failed call (a bad input, the allocator saying no) is not a step: the counter and the stored steps stay
 as they were.
 
@@ -26,18 +27,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from memvir.memory_checks import check_count, check_inputs, check_values
 from memvir.memory_size import check_ring, memory_limit
+from memvir.memory_state import SavedMemory
 
-_STATE_VERSION = 1
 SCHEDULES = ("curriculum", "all-at-once")
-class NonFiniteError(ValueError):
-    """A step's embeddings or class weights hold NaN or inf; the step is refused and nothing is stored."""
-
-
-def _check_count(name: str, value, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"MemVir: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 class MemVir(nn.Module):
@@ -71,9 +65,9 @@ class MemVir(nn.Module):
         self.schedule = schedule
         if store_dtype is not None and not (isinstance(store_dtype, torch.dtype) and store_dtype.is_floating_point):
             raise ValueError(f"MemVir: store_dtype must be a floating torch dtype or None, got {store_dtype!r}")
-        self.num_steps = _check_count("num_steps (N)", num_steps)
-        self.margin = _check_count("margin (M)", margin)
-        self.warmup_steps = _check_count("warmup_steps (U)", warmup_steps)
+        self.num_steps = check_count("num_steps (N)", num_steps)
+        self.margin = check_count("margin (M)", margin)
+        self.warmup_steps = check_count("warmup_steps (U)", warmup_steps)
         self.store_dtype = store_dtype
         self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.check_values = check_values
@@ -130,6 +124,14 @@ class MemVir(nn.Module):
             like_weights.new_zeros(capacity, *like_weights.shape[-2:]),
         )
 
+    def _checked_ring(self, num_steps: int, margin: int, max_batch: int, like_embeddings: torch.Tensor,
+                      like_weights: torch.Tensor):
+        """A new ring for N(M+1) steps in the store dtype, once `check_ring` finds it within the memory limit."""
+        if self.store_dtype is not None:
+            like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
+        check_ring(num_steps, margin, max_batch, *like_weights.shape, like_weights.dtype, self.max_memory_bytes)
+        return self._new_ring(num_steps * (margin + 1), max_batch, like_embeddings, like_weights)
+
     def _install(self, ring: tuple, sizes: list[int]) -> None:
         """Make `ring`, holding len(sizes) steps oldest first from slot 0, the memory."""
         self._embeddings, self._labels, self._weights = ring
@@ -157,12 +159,7 @@ class MemVir(nn.Module):
             return
         batch = embeddings.shape[0]
         if self._embeddings is None:
-            like_embeddings, like_weights = embeddings[0], class_weights
-            if self.store_dtype is not None:
-                like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
-            check_ring(self.num_steps, self.margin, batch, *like_weights.shape, like_weights.dtype,
-                       self.max_memory_bytes)
-            self._install(self._new_ring(capacity, batch, like_embeddings, like_weights), [])
+            self._install(self._checked_ring(self.num_steps, self.margin, batch, embeddings[0], class_weights), [])
         elif batch > self._embeddings.shape[1]:
             self._check_fits(self.num_steps, self.margin, max_batch=batch)
             self._rebuild(capacity, batch)
@@ -178,60 +175,17 @@ class MemVir(nn.Module):
     # ----------------------------------------------------------------------------------------------- the step
     def _validate(self, embeddings, labels, class_weights, storing: bool) -> None:
         """ValueError for wrong inputs; when the step is to be `storing`, NonFiniteError for NaN or inf in it."""
-        if not _is_float_matrix(embeddings):
-            raise ValueError(f"MemVir: embeddings must be a 2-D floating tensor [B, D], got {_describe(embeddings)}")
-        if not _is_float_matrix(class_weights):
-            raise ValueError(
-                f"MemVir: class_weights must be a 2-D floating tensor [C, D], got {_describe(class_weights)}"
-            )
-        integer = isinstance(labels, torch.Tensor) and not (
-            labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool  # as the losses refuse
-        )
-        if not integer or labels.dim() != 1:
-            raise ValueError(f"MemVir: labels must be a 1-D integer tensor [B], got {_describe(labels)}")
-        batch, dim = embeddings.shape
-        num_classes = class_weights.shape[0]
-        if batch == 0:
-            raise ValueError("MemVir: the batch is empty (embeddings has 0 rows)")
-        if labels.shape[0] != batch:
-            raise ValueError(f"MemVir: labels has {labels.shape[0]} entries but embeddings has {batch} rows")
-        if class_weights.shape[1] != dim:
-            raise ValueError(
-                f"MemVir: embeddings have dimension {dim} but class_weights have dimension {class_weights.shape[1]}"
-            )
-        if num_classes == 0:
-            raise ValueError("MemVir: class_weights has 0 classes")
+        check_inputs(embeddings, labels, class_weights)
         if self.check_values:
-            self._check_values(embeddings, labels, class_weights, storing)
+            check_values(embeddings, labels, class_weights, storing)
         if self._embeddings is not None:
+            dim, num_classes = embeddings.shape[1], class_weights.shape[0]
             stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
             if (dim, num_classes) != (stored_dim, stored_classes):
                 raise ValueError(
                     f"MemVir: the memory holds {stored_classes} classes of dimension {stored_dim}, but this step has "
                     f"{num_classes} classes of dimension {dim}; call reset() before changing either"
                 )
-
-    def _check_values(self, embeddings, labels, class_weights, storing: bool) -> None:
-        """Labels within the class count; NaN/inf refused in a step that will be stored. One host sync for both."""
-        batch, num_classes = embeddings.shape[0], class_weights.shape[0]
-        checks = [((labels < 0) | (labels >= num_classes)).any()]
-        if storing:
-            checks += [~torch.isfinite(embeddings).all(), ~torch.isfinite(class_weights).all()]
-        labels_out_of_range, *non_finite = torch.stack(checks).tolist()  # one device sync for all the checks
-        if labels_out_of_range:
-            low, high = int(labels.min()), int(labels.max())
-            raise ValueError(
-                f"MemVir: labels must lie in [0, {num_classes}) for {num_classes} classes, "
-                f"got values in [{low}, {high}]"
-            )
-        if any(non_finite):
-            rows = int((~torch.isfinite(embeddings)).any(1).sum()), int((~torch.isfinite(class_weights)).any(1).sum())
-            raise NonFiniteError(
-                f"MemVir: this step holds NaN or inf ({rows[0]} of {batch} embedding rows, {rows[1]} of {num_classes} "
-                "class-weight rows); it is refused and nothing is stored, so the memory stays clean for later steps. "
-                "The network or the class weights diverged: lower the learning rate or the loss scale, or skip this "
-                "batch"
-            )
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
         step = self.step
@@ -276,9 +230,9 @@ class MemVir(nn.Module):
     # ----------------------------------------------------------------------------------------------- control
     def set_hparams(self, num_steps: int | None = None, margin: int | None = None, warmup_steps: int | None = None):
         """Change N, M or U between two steps (live control). Capacity follows N(M+1); the oldest steps go first."""
-        new_steps = self.num_steps if num_steps is None else _check_count("num_steps (N)", num_steps)
-        new_margin = self.margin if margin is None else _check_count("margin (M)", margin)
-        new_warmup = self.warmup_steps if warmup_steps is None else _check_count("warmup_steps (U)", warmup_steps)
+        new_steps = self.num_steps if num_steps is None else check_count("num_steps (N)", num_steps)
+        new_margin = self.margin if margin is None else check_count("margin (M)", margin)
+        new_warmup = self.warmup_steps if warmup_steps is None else check_count("warmup_steps (U)", warmup_steps)
         self._check_fits(new_steps, new_margin)
         new_capacity = new_steps * (new_margin + 1)
         if new_capacity != self.capacity and self._embeddings is not None:
@@ -330,89 +284,29 @@ class MemVir(nn.Module):
         return self
 
     def get_extra_state(self) -> dict:
-        """The stored steps (oldest first, trimmed to their batch sizes' maximum), the call counter and N, M, U."""
-        state = {
-            "version": _STATE_VERSION,
-            "step": self.step,
-            "num_virtual_sets": self.num_virtual_sets,
-            "num_steps": self.num_steps,
-            "margin": self.margin,
-            "warmup_steps": self.warmup_steps,
-            "schedule": self.schedule,
-            "batch_sizes": torch.tensor([self._batch_sizes[s] for s in self._ordered_slots()], dtype=torch.long),
-        }
+        """The stored steps oldest first, the call counter and N, M, U (memvir/memory_state.py)."""
+        slots = self._ordered_slots()
+        stored = None
         if self._count:
-            slots = self._ordered_slots()
-            state["embeddings"] = self._embeddings[slots].cpu()
-            state["labels"] = self._labels[slots].cpu()
-            state["class_weights"] = self._weights[slots].cpu()
-        return state
+            stored = tuple(t[slots].cpu() for t in (self._embeddings, self._labels, self._weights))
+        return SavedMemory(self.num_steps, self.margin, self.warmup_steps, self.schedule, self.step,
+                           self.num_virtual_sets, [self._batch_sizes[slot] for slot in slots], stored).to_state()
 
     def set_extra_state(self, state: dict) -> None:
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ValueError("MemVir: this state_dict was not written by this version of MemVir (unknown 'version')")
-        # Everything is checked and the ring rebuilt before any attribute changes: a bad state leaves the memory as
+        # The state is checked and the ring rebuilt before any attribute changes: a bad state leaves the memory as
         # it was.
-        num_steps = _check_count("num_steps (N)", _state_int(state, "num_steps"))
-        margin = _check_count("margin (M)", _state_int(state, "margin"))
-        warmup_steps = _check_count("warmup_steps (U)", _state_int(state, "warmup_steps"))
-        schedule = state.get("schedule", "curriculum")  # states saved before schedules existed
-        if schedule not in SCHEDULES:
-            raise ValueError(f"MemVir: the state's schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
-        step, num_virtual_sets = _state_int(state, "step"), _state_int(state, "num_virtual_sets")
-        sizes = state.get("batch_sizes")
-        if not isinstance(sizes, torch.Tensor) or sizes.dim() != 1:
-            raise ValueError("MemVir: the state's batch_sizes is not a 1-D tensor")
-        sizes = [int(size) for size in sizes]
+        saved = SavedMemory.from_state(state, SCHEDULES)
         ring = None
-        if sizes:
-            stored = _stored_steps(state, len(sizes), num_steps * (margin + 1))
-            _, max_batch, dim = stored[0].shape
-            if not all(1 <= size <= max_batch for size in sizes):
-                raise ValueError(f"MemVir: the state's batch sizes must lie in [1, {max_batch}], got {sizes}")
-            like_embeddings, like_weights = stored[0][0, 0], stored[2][0]
-            if self.store_dtype is not None:
-                like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
-            check_ring(num_steps, margin, max_batch, like_weights.shape[0], dim, like_weights.dtype,
-                       self.max_memory_bytes)
-            ring = self._new_ring(num_steps * (margin + 1), max_batch, like_embeddings, like_weights)
-            _copy_steps(ring, stored, range(len(sizes)))
-        self.num_steps, self.margin, self.warmup_steps, self.schedule = num_steps, margin, warmup_steps, schedule
-        self.step, self.num_virtual_sets = step, num_virtual_sets
+        if saved.stored is not None:
+            embeddings, _, weights = saved.stored
+            ring = self._checked_ring(saved.num_steps, saved.margin, embeddings.shape[1], embeddings[0, 0],
+                                      weights[0])
+            _copy_steps(ring, saved.stored, range(len(saved.batch_sizes)))
+        self.num_steps, self.margin, self.warmup_steps = saved.num_steps, saved.margin, saved.warmup_steps
+        self.schedule, self.step, self.num_virtual_sets = saved.schedule, saved.step, saved.num_virtual_sets
         self._reset_store()
         if ring is not None:
-            self._install(ring, sizes)
-
-
-def _state_int(state: dict, key: str) -> int:
-    value = state.get(key)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"MemVir: the state's {key} must be an integer, got {value!r}")
-    return value
-
-
-def _stored_steps(state: dict, count: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The state's stored steps (embeddings [L, B, D], labels [L, B], class weights [L, C, D]), shapes checked."""
-    if count > capacity:
-        raise ValueError(f"MemVir: the state holds {count} steps but N(M+1) = {capacity}")
-    embeddings, labels, weights = (state.get(key) for key in ("embeddings", "labels", "class_weights"))
-    fits = (
-        isinstance(embeddings, torch.Tensor) and embeddings.is_floating_point() and embeddings.dim() == 3
-        and isinstance(weights, torch.Tensor) and weights.is_floating_point() and weights.dim() == 3
-        and isinstance(labels, torch.Tensor) and labels.dim() == 2 and not labels.is_floating_point()
-        and embeddings.shape[0] == labels.shape[0] == weights.shape[0] == count
-        and labels.shape[1] == embeddings.shape[1] and weights.shape[2] == embeddings.shape[2]
-    )
-    if not fits:
-        described = ", ".join(f"{key} {_describe(value)}" for key, value in
-                              (("embeddings", embeddings), ("labels", labels), ("class_weights", weights)))
-        raise ValueError(
-            f"MemVir: the state's stored steps do not fit together: {count} steps need embeddings [{count}, B, D], "
-            f"labels [{count}, B] and class_weights [{count}, C, D]; got {described}"
-        )
-    return embeddings, labels, weights
+            self._install(ring, saved.batch_sizes)
 
 
 def _copy_steps(ring: tuple, source: tuple, slots) -> None:
@@ -450,13 +344,3 @@ def _concat(live: torch.Tensor, stored: list[torch.Tensor]) -> torch.Tensor:
         row += part.shape[0]
     out[: live.shape[0]] = live  # autograd records this copy: gradients reach the live rows, never the memory
     return out
-
-
-def _is_float_matrix(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() == 2 and value.is_floating_point()
-
-
-def _describe(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a {value.dim()}-D {value.dtype} tensor of shape {tuple(value.shape)}"
-    return f"{type(value).__name__}"

@@ -69,3 +69,15 @@ def card_cell(value: Any) -> str:
     """`value` as one markdown table cell: containers as inline JSON, pipes escaped so the table holds."""
     text = f"`{json.dumps(value, default=str)}`" if isinstance(value, (Mapping, list, tuple)) else str(value)
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def memvir_summary(config, warmup_steps: int) -> str:
+    """The card's MemVir row: N, M and the warm-up of a run's TrainConfig (in epochs and in `warmup_steps`), its
+    schedule and reduction, or the baseline; and the loss scale after the warm-up where the run changed it."""
+    scaled = (f"; loss x{config.loss_scale_after_warmup:g} after {warmup_steps} warm-up steps"
+              if config.loss_scale_after_warmup != 1.0 else "")
+    if config.memvir_n == 0:
+        return "off (baseline: N=0)" + scaled
+    schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
+    return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
+            f"({warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{scaled}")

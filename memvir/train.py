@@ -26,43 +26,28 @@ from typing import NoReturn
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from memvir import checkpoint, serving
 from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
 from memvir.data.batches import TrainingBatches
+from memvir.devices import pick_device, place_model, training_network
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
-from memvir.memory import MemVir, NonFiniteError
+from memvir.memory import MemVir
+from memvir.memory_checks import NonFiniteError
 from memvir.memory_size import check_ring
+from memvir.model_card import memvir_summary
 from memvir.snapshots import SnapshotMaker
 from memvir.spread import class_weight_spread, virtual_spread
+from memvir.step_checks import TrainingDiverged, UncheckedLosses, check_labels
+from memvir.trainer_state import restore_trainer_state, stored_config, trainer_state
 
-_STATE_FORMAT = 1
 _STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
-_STATE_KEYS = ("config", "step", "model", "class_weights", "optimizer", "memvir", "loss", "rng", "history",
-               "last_metrics")
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(f"unknown device {name!r}: use auto, cpu, cuda or cuda:N") from error
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} asked for, but this machine has no CUDA GPU; use --device cpu or auto")
-    return device
 
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss, the embeddings or the class weights became NaN or infinite; the last good checkpoint is kept."""
 
 
 class Trainer:
@@ -111,26 +96,19 @@ class Trainer:
             self.total_steps = min(self.total_steps, config.max_steps)
         self._check_memory(config)
 
-        self.model = EmbeddingModel(
+        self.model = place_model(EmbeddingModel(
             backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
             image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
             image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
-        ).to(self.device)
-        if self.device.type == "cuda":
-            self.model = self.model.to(memory_format=torch.channels_last)
-            if self.world.is_distributed:  # BatchNorm statistics over the global batch, as one process has them
-                self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
-        self._network = self._training_network()
+        ), self.device, self.world)
+        self._network = training_network(self.model, self.device, self.world, config.compile)
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
         self.class_weights = nn.Parameter(weights.to(self.device))
-        # On a GPU, checking every step's values would make the GPU wait for the host at every step: there the
-        # labels are checked on the CPU, where the loader made them, and the losses of the steps between where the
-        # Trainer logs or saves are checked together when it next does (`_checked`), so a NaN stops the run before
-        # any checkpoint holds it. On the CPU a check costs nothing, and every step is checked as it is taken.
+        # a GPU checks its steps' values in batches, not at every step (memvir/step_checks.py)
         self._checks_every_step = self.device.type != "cuda"
-        self._unchecked: list[tuple[int, torch.Tensor]] = []  # (step, [loss, mean target cosine]) not yet checked
+        self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
@@ -164,36 +142,17 @@ class Trainer:
         out_dir = Path(out_dir)
         path = out_dir / checkpoint.TRAINER_STATE
         state = checkpoint.load_state(path)
-        stored = _stored_config(state, path)
+        stored = stored_config(state, path)
         changes = resume_changes(stored, overrides, out_dir)
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
         trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
-        try:
-            trainer._load_state(state)
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
-            raise checkpoint.CheckpointError(
-                f"{path} does not fit the run it describes ({error}): it is damaged or was edited. The model files "
-                "beside it may still load (memvir eval); to train on, start a new run in a new folder"
-            ) from error
+        restore_trainer_state(trainer, state, path)
         if live:
             trainer._check_changes(live)
             trainer._apply_changes(live)
         trainer.resume_changes = changes
         return trainer
-
-    def _training_network(self) -> nn.Module:
-        """What a training step calls: the model, in DistributedDataParallel across ranks, compiled on request.
-
-        `self.model` stays the bare EmbeddingModel, for evaluation and saving.
-        """
-        network = self.model
-        if self.world.is_distributed:
-            network = DistributedDataParallel(network, device_ids=[self.device.index] if self.device.type == "cuda"
-                                              else None)
-        if self.config.compile:
-            network = torch.compile(network)  # around DDP, as torch documents: it splits graphs at gradient buckets
-        return network
 
     def _warmup_steps(self, warmup_epochs: float) -> int:
         return int(round(warmup_epochs * self.steps_per_epoch))
@@ -326,7 +285,7 @@ class Trainer:
             for module in _batch_norms(self.model):
                 module.eval()
         if not self._checks_every_step:
-            self._check_labels(labels)
+            check_labels(labels, self.class_weights.shape[0])
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
@@ -347,8 +306,7 @@ class Trainer:
             loss = self.loss_fn(all_embeddings, all_labels, all_weights)
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
-            stats = torch.stack([loss.detach(), target_cosine.mean()])
-        self._unchecked.append((self.step + 1, stats))
+            self._unchecked.add(self.step + 1, loss, target_cosine.mean())
         loss_value = cosine_value = None  # known on the steps that are checked
         if self._checks_every_step or self._reports_at(self.step + 1):
             loss_value, cosine_value = self._checked()
@@ -398,20 +356,11 @@ class Trainer:
     def _checked(self) -> tuple[float, float] | tuple[None, None]:
         """Check the unchecked steps' losses in one host sync; TrainingDiverged at the first NaN or inf, else the
         latest step's (loss, mean target cosine)."""
-        if not self._unchecked:
-            return None, None
-        pending, self._unchecked = self._unchecked, []
-        values = torch.stack([stats for _, stats in pending]).tolist()
-        for (step, _), (loss, _) in zip(pending, values, strict=True):
-            if not math.isfinite(loss):
-                self._diverge(f"the loss became {loss} at step {step}")
-        return values[-1][0], values[-1][1]
-
-    def _check_labels(self, labels: torch.Tensor) -> None:
-        """Labels within the class count, on the CPU tensor the loader made (no device sync)."""
-        count = self.class_weights.shape[0]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= count):
-            raise ValueError(f"the batch holds labels outside [0, {count}): the dataset's labels are damaged")
+        diverged, latest = self._unchecked.check()
+        if diverged is not None:
+            step, loss = diverged
+            self._diverge(f"the loss became {loss} at step {step}")
+        return latest
 
     def _diverge(self, what: str) -> NoReturn:
         message = (f"{what}; the run stopped and the last good checkpoint is kept. Try a lower learning rate or a "
@@ -441,34 +390,6 @@ class Trainer:
         return self.world.agree(metrics)
 
     # -------------------------------------------------------------------------------------- state on disk
-    def state_dict(self) -> dict:
-        return {
-            "format": _STATE_FORMAT,
-            "config": self.config.to_dict(),
-            "step": self.step,
-            "model": self.model.state_dict(),
-            "class_weights": self.class_weights.detach().cpu(),
-            "optimizer": self.optimizer.state_dict(),
-            "memvir": self.memvir.state_dict(),
-            "loss": self.loss_fn.state_dict(),
-            "rng": torch.get_rng_state(),
-            "history": list(self.history),
-            "last_metrics": dict(self.last_metrics),
-        }
-
-    def _load_state(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        with torch.no_grad():
-            self.class_weights.copy_(state["class_weights"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.memvir.load_state_dict(state["memvir"])
-        # the memory's N, M, U are the live ones saved with it; the warm-up follows this run's steps per epoch
-        self.loss_fn.load_state_dict(state["loss"])
-        torch.set_rng_state(state["rng"])
-        self.step = int(state["step"])
-        self.history = list(state["history"])
-        self.last_metrics = dict(state["last_metrics"])
-
     def save_checkpoint(self) -> Path | None:
         """Write the trainer state and the Hub files of the current model into the run folder, as one set: a kill at
         any moment leaves the folder loadable (`checkpoint.staged`)."""
@@ -476,22 +397,11 @@ class Trainer:
             return None
         self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
-            checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
-            self.model.save_pretrained(stage, metrics=self.last_metrics or None,
-                                       card_extra={"command": self.command, "MemVir": self._memvir_summary(),
-                                                   "train_config": self.config.to_dict(),
-                                                   "step": self.step})
+            checkpoint.save_state(trainer_state(self), stage / checkpoint.TRAINER_STATE)
+            card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
+                          "train_config": self.config.to_dict(), "step": self.step}
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra)
         return self.out_dir / checkpoint.TRAINER_STATE
-
-    def _memvir_summary(self) -> str:
-        config = self.config
-        scaled = (f"; loss x{config.loss_scale_after_warmup:g} after {self.memvir.warmup_steps} warm-up steps"
-                  if config.loss_scale_after_warmup != 1.0 else "")
-        if config.memvir_n == 0:
-            return "off (baseline: N=0)" + scaled
-        schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
-        return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
-                f"({self.memvir.warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{scaled}")
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state
@@ -504,21 +414,3 @@ class Trainer:
         self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
         return state
 
-
-def _stored_config(state, path: Path) -> TrainConfig:
-    """The config a trainer state holds, after checking the state has every part a resume reads."""
-    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-        raise checkpoint.CheckpointError(f"{path} was written by another version")
-    missing = [key for key in _STATE_KEYS if key not in state]
-    if missing:
-        raise checkpoint.CheckpointError(
-            f"{path} lacks {', '.join(missing)}: it is damaged or was not written by a memvir Trainer. The model "
-            "files beside it may still load (memvir eval); to train on, start a new run in a new folder"
-        )
-    try:
-        if not isinstance(state["config"], dict):
-            raise TypeError(f"a {type(state['config']).__name__}, not a dict")
-        return TrainConfig.from_dict(state["config"])
-    except (TypeError, ValueError) as error:
-        raise checkpoint.CheckpointError(f"{path} holds no valid run config ({error}): it is damaged or was edited; "
-                                         "start a new run in a new folder") from error

@@ -14,7 +14,8 @@ from memvir.checkpoint import CheckpointError
 from memvir.hub import load_model
 from memvir.memory_size import MemoryLimitError
 from memvir.models import MAX_EMBEDDING_DIM, EmbeddingModel
-from memvir.train import TrainConfig, Trainer, TrainingDiverged
+from memvir.step_checks import TrainingDiverged
+from memvir.train import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

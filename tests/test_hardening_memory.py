@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from memvir.losses import build_loss
-from memvir.memory import MemVir, NonFiniteError
+from memvir.memory import MemVir
+from memvir.memory_checks import NonFiniteError
 from memvir.memory_size import DEFAULT_MAX_MEMORY_BYTES, MemoryLimitError, memory_limit, ring_bytes
 
 ROOT = Path(__file__).resolve().parents[1]

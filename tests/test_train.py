@@ -9,7 +9,8 @@ import torch
 from memvir.data.transforms import sample_seed
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.models import EmbeddingModel
-from memvir.train import TrainConfig, Trainer, TrainingDiverged
+from memvir.step_checks import TrainingDiverged
+from memvir.train import TrainConfig, Trainer
 
 
 def small_config(**overrides):
