@@ -32,7 +32,10 @@ def import_handler_modules() -> None:
 
 
 def main() -> None:
+    from demo.cores import yield_to_training
     from demo.settings import AppSettings
+
+    yield_to_training()  # first, before any thread starts: on small machines the runs' processes go first
 
     settings = AppSettings.from_env()
     settings.gradio_dir.mkdir(parents=True, exist_ok=True)

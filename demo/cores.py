@@ -1,25 +1,33 @@
 """How the machine's cores are shared between the web server and the runs' training processes.
 
-Training runs in a process of its own (demo/run_process.py), so the two no longer share one interpreter lock or one
-OpenMP pool. The server needs little CPU: serving the polls and drawing the figures once a second took about 5% of
-one core while a run trained (docs/benchmarks.md), in bursts of a few milliseconds. So a training process takes
-every core on a machine of up to `SMALL_MACHINE_CORES` cores, where keeping a whole core for the server would cost
-the run a third to a half of its speed; on larger machines one core stays free for the server, a small share of the
-run's speed that keeps pages answering at once however busy the run is. The server itself keeps torch and faiss to
-one thread: its tensor work (projecting a snapshot, embedding a query) is small, and threads it spun up would
-compete with the run's for the same cores.
+Training runs in a process of its own (demo/run_process.py), so the two share no interpreter lock and no OpenMP
+pool. A training process takes every core on a machine of up to `SMALL_MACHINE_CORES` cores, where keeping a whole
+core for the server would cost the run a third to a half of its speed; on larger machines one core stays free for
+the server. On the small machines the server instead runs below its runs (`yield_to_training`), and its background
+threads below its own (`run_in_background`): the server needs little CPU (7-12% of one core while a page watches a
+run), but each time it wakes it takes a core from one of the run's OpenMP threads, whose partners then wait at the
+next barrier, so at equal priority that little cost a run 15-25% of its speed (docs/benchmarks.md). The server
+keeps torch and faiss to one thread: its tensor work (projecting a snapshot, embedding a query) is small, and
+threads it spun up would compete with the run's for the same cores.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import sys
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 SMALL_MACHINE_CORES = 4
 SERVER_CORES_ON_LARGER_MACHINES = 1
 # How much lower than the rest of its process a background thread runs (Linux niceness, added to the process's).
 BACKGROUND_NICENESS = 10
+# How much lower than the runs' processes the whole server runs on a machine of up to SMALL_MACHINE_CORES cores.
+SERVER_NICENESS = 10
 
 
 def machine_cores() -> int:
@@ -69,3 +77,63 @@ def run_in_background() -> None:
         os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + BACKGROUND_NICENESS))
     except OSError:
         pass
+
+
+class _Launcher:
+    """A thread that keeps the priority the server started with, and starts the runs' processes from it: a new
+    process takes its priority from the thread that starts it, and only a privileged user may raise a priority."""
+
+    def __init__(self):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="memvir-launcher", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call, done, outcome = self._calls.get()
+            try:
+                outcome.append(call())
+            except BaseException as error:  # noqa: BLE001 - handed back to the caller
+                outcome.append(error)
+            done.set()
+
+    def call(self, start: Callable[[], T]) -> T:
+        done, outcome = threading.Event(), []
+        self._calls.put((start, done, outcome))
+        done.wait()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+
+_launcher: _Launcher | None = None
+
+
+def yield_to_training(cores: int | None = None) -> bool:
+    """Run the server below its runs' processes: on a machine of up to SMALL_MACHINE_CORES cores, where a run's
+    threads take every core, lower this thread, and every thread it starts from now on, by SERVER_NICENESS, while
+    the runs' processes are started at the priority the server had (`launch`). Call it first thing, before the server
+    starts its threads. True when the priority was lowered.
+
+    Why: there a run's OpenMP threads hold every core, and each time the server wakes (a poll, an event read, its
+    event loop's timers) the kernel preempts one of them, and its partners wait at the next barrier: the server's
+    7-12% of one core cost a run 15-25% of its speed (docs/benchmarks.md). Below the run, the server runs where a
+    core falls idle (between steps, while a batch is assembled) and seldom preempts a training thread. A page's
+    answers wait a little longer while a run trains; on a larger machine a core is kept for the server instead."""
+    global _launcher
+    cores = machine_cores() if cores is None else cores
+    if sys.platform != "linux" or cores > SMALL_MACHINE_CORES or _launcher is not None:
+        return False
+    thread = threading.get_native_id()
+    niceness = os.getpriority(os.PRIO_PROCESS, thread)
+    _launcher = _Launcher()  # started before the lowering: it keeps the server's first priority
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, niceness + SERVER_NICENESS))
+    except OSError:
+        return False
+    return True
+
+
+def launch(start: Callable[[], T]) -> T:
+    """`start()` (a process's start, say) from the thread that kept the server's first priority when the server
+    yields to training (`yield_to_training`); in the calling thread otherwise."""
+    return start() if _launcher is None else _launcher.call(start)

@@ -25,7 +25,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from demo import run_child, snapshot_transport
-from demo.cores import run_in_background
+from demo.cores import launch, run_in_background
 from demo.run_messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class RunProcess:
         context = torch.multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
         self._process = context.Process(target=run_child.main, args=(child_end, spec), name=name, daemon=True)
-        self._process.start()
+        launch(self._process.start)  # at the training priority (demo/cores.yield_to_training)
         child_end.close()  # so that the child's end closing (its death) reads as the end of the pipe here
         self.pid = self._process.pid
         self._folder = Path(spec.folder)

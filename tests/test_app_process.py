@@ -335,3 +335,35 @@ def test_background_threads_run_below_the_threads_that_serve_and_train(manager):
         figures.close()
         manager.stop(run.id, "alice")
         run.join(DEADLINE_S)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread niceness is Linux's")
+def test_on_a_small_machine_the_server_yields_to_the_processes_it_launches():
+    # in a process of its own: yielding lowers the calling thread for good
+    code = """
+import os, subprocess, sys, threading
+from demo.cores import SERVER_NICENESS, launch, yield_to_training
+first = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+assert yield_to_training(cores=2)
+assert not yield_to_training(cores=2)  # once
+here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+later = []
+thread = threading.Thread(target=lambda: later.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+thread.start(); thread.join()
+ask = [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"]
+launched = launch(lambda: subprocess.run(ask, capture_output=True, text=True, check=True)).stdout.strip()
+plain = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
+print(first, here, later[0], launched, plain, SERVER_NICENESS)
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    first, here, later, launched, plain, lowered_by = map(int, result.stdout.split())
+    assert here == later == plain == min(19, first + lowered_by)  # the server and whatever it starts itself
+    assert launched == first  # a launched process keeps the server's first priority
+
+
+def test_on_a_larger_machine_the_server_keeps_its_priority():
+    code = ("import os, threading; from demo.cores import yield_to_training; before = os.getpriority(os.PRIO_PROCESS, "
+            "threading.get_native_id()); print(yield_to_training(cores=8), "
+            "os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before)")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]
