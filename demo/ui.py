@@ -23,6 +23,12 @@ from demo.train_poll import POLL_SECONDS
 CSS = Path(__file__).with_name("page.css").read_text(encoding="utf-8")
 JS = Path(__file__).with_name("page.js").read_text(encoding="utf-8")
 THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
+# Gradio's queue looks for new events every millisecond while it has none (on Linux; 50 ms on Windows): a thousand
+# wake-ups a second of the server, idle or not, and on a machine whose every core trains a run each one takes a core
+# from a training thread (demo/cores.py). Every 25 ms still starts an event well within a poll's second, about 12 ms
+# later on average; progress messages, every 10 ms, go every 100 ms, gradio's own Windows pace.
+QUEUE_IDLE_CHECK_S = 0.025
+PROGRESS_CHECK_S = 0.1
 HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
           "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "
           "interval. Train here and watch it happen, then search with the model.")
@@ -44,6 +50,8 @@ class App:
         downloads folder, and Gradio serves no file outside the working and temporary folders unless allowed: a
         Space keeps the app's data folder in its persistent storage, /data, outside both."""
         allowed = [*(options.pop("allowed_paths", None) or []), str(self.settings.downloads_dir)]
+        queue = self.blocks._queue  # gradio 6 has no public setting for these (tests/test_app_process.py checks them)
+        queue.sleep_when_free, queue.progress_update_sleep_when_free = QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S
         self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, **options)
 
     def close(self) -> None:

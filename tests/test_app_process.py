@@ -3,6 +3,7 @@ in which order, live changes confirmed or refused, snapshots carried as files an
 in a new process, and failures that end the run alone: a `kill -9` of its process while the server serves, and an
 allocation past the process's memory limit. Waits poll against a deadline; nothing asserts how fast anything is."""
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -367,3 +368,28 @@ def test_on_a_larger_machine_the_server_keeps_its_priority():
             "os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "True"]
+
+
+def _wake_ups() -> int:
+    """Context switches of every thread of this process so far (each is a thread going to sleep or pre-empted)."""
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_an_idle_server_wakes_up_tens_of_times_a_second_not_a_thousand(tmp_path):
+    # gradio's queue would look for events every millisecond; each wake-up takes a core from a training thread
+    app, _ = _serving(_settings(tmp_path))
+    try:
+        time.sleep(2.0)  # started
+        before, began = _wake_ups(), time.monotonic()
+        time.sleep(2.0)
+        per_second = (_wake_ups() - before) / (time.monotonic() - began)
+    finally:
+        app.close()
+    assert per_second < 300, f"{per_second:.0f} wake-ups a second"
