@@ -147,7 +147,7 @@ def app_round(data_dir: Path, epochs: int) -> dict:
             poll_ms.append(1000 * (time.perf_counter() - began))
             server_mb.append(_status_kb(server.pid, "VmRSS") / 1024)
             for child in _children(server.pid):
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, RuntimeError):  # gone, or a zombie without memory, meanwhile
                     child_mb.append(_status_kb(child, "VmRSS") / 1024)
         wall_s = time.perf_counter() - trained_from
         server_cpu_share = (_cpu_seconds(server.pid) - cpu_from) / wall_s
