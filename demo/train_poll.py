@@ -56,15 +56,24 @@ def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, f
     """Every second: status line always; figures only when what they show changed (gr.skip otherwise)."""
     visitor = visitor_key(visitor, request)
     run = runs.attach(visitor, state.run_id, after=state.after)
-    if run is not None and runs.umap_worker is not None:
-        run.use_umap(runs.umap_worker)
-        runs.umap_worker.watch(run.focus)
+    _use_umap(runs, run, color_by)
     status = live_view.status_markdown(run, visitor)
     curves, sent_curves = _curves(figures, run, state.curves)
     (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
     new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
                                     embedding=sent_embedding)
     return new_state, status, *curves, embedding, caption, slider
+
+
+def _use_umap(runs: RunManager, run, color_by) -> None:
+    """UMAP for the run where the server has it: all classes once it rests, and its few-class views laid out while it
+    trains from the moment a page shows them in UMAP. Not before: the UMAP process takes time on the cores the run
+    trains on (docs/benchmarks.md), which a page showing PCA would pay for nothing."""
+    if run is None or runs.umap_worker is None:
+        return
+    run.use_umap(runs.umap_worker)
+    if color_by == live_view.FEW_CLASSES_UMAP:
+        runs.umap_worker.watch(run.focus)
 
 
 def _curves(figures: FigureBuilder, run, sent: CurvesSent | None):
@@ -122,5 +131,6 @@ def recolor(runs: RunManager, state: PollState, follow, color_by, step=None):
     picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it read,
     without the scrubbed step."""
     run = runs.get(state.run_id)
+    _use_umap(runs, run, color_by)
     scrubbed = step if step is not None else state.scrubbed_step
     return live_view.embedding_view(run, None if follow else scrubbed, color_by)

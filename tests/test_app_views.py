@@ -166,3 +166,45 @@ def test_the_pages_choices_are_the_librarys():
 
     assert tuple(value for _, value in train_tab.REDUCTION_CHOICES) == REDUCTIONS
     assert tuple(value for _, value in train_views.PICTURE_CHOICES) == live_view.PICTURES
+
+
+class _RecordingUmap:
+    """A UMAP worker that records which runs' few-class views it was asked to lay out."""
+
+    def __init__(self):
+        self.watched = []
+
+    def watch(self, track):
+        self.watched.append(track)
+
+
+class _OneRun:
+    """What the poll asks of a RunManager: one run and a UMAP worker."""
+
+    def __init__(self, run):
+        self.run, self.umap_worker = run, _RecordingUmap()
+        self.used = []
+        run.use_umap = self.used.append
+
+    def attach(self, visitor, viewed_id=None, after=None):
+        return self.run
+
+    def get(self, run_id):
+        return self.run
+
+
+def test_few_class_views_are_laid_out_in_umap_only_once_a_page_shows_them_so(tmp_path):
+    from demo.train_poll import poll
+
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    runs, figures = _OneRun(run), live_view.FigureBuilder()
+    try:
+        poll(runs, figures, PollState(), "few", True, visitor="alice")
+        recolor(runs, PollState(run_id="r1"), True, "age")
+        assert runs.umap_worker.watched == [] and runs.used  # PCA shown: no UMAP work while it trains
+        poll(runs, figures, PollState(), "few-umap", True, visitor="alice")
+        assert runs.umap_worker.watched == [run.focus]
+        recolor(runs, PollState(run_id="r1"), True, "few-umap")  # switching to it asks at once
+        assert runs.umap_worker.watched == [run.focus, run.focus]
+    finally:
+        figures.close()
