@@ -13,11 +13,12 @@ threads it spun up would compete with the run's for the same cores.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import queue
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -60,6 +61,11 @@ def limit_server_threads() -> None:
     faiss.omp_set_num_threads(1)
 
 
+def _lower(thread: int, by: int) -> None:
+    """Raise `thread`'s niceness by `by` (at most to 19); OSError when refused."""
+    os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + by))
+
+
 def run_in_background() -> None:
     """Lower the calling thread's scheduling priority (by BACKGROUND_NICENESS), for work nobody waits on to the
     millisecond: drawing figures, reading a run's events, sending them from the run's process.
@@ -72,40 +78,13 @@ def run_in_background() -> None:
     a refusal changes nothing: the thread just keeps its priority."""
     if sys.platform != "linux":
         return
-    thread = threading.get_native_id()
-    try:
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + BACKGROUND_NICENESS))
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        _lower(threading.get_native_id(), BACKGROUND_NICENESS)
 
 
-class _Launcher:
-    """A thread that keeps the priority the server started with, and starts the runs' processes from it: a new
-    process takes its priority from the thread that starts it, and only a privileged user may raise a priority."""
-
-    def __init__(self):
-        self._calls: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="memvir-launcher", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            call, done, outcome = self._calls.get()
-            try:
-                outcome.append(call())
-            except BaseException as error:  # noqa: BLE001 - handed back to the caller
-                outcome.append(error)
-            done.set()
-
-    def call(self, start: Callable[[], T]) -> T:
-        done, outcome = threading.Event(), []
-        self._calls.put((start, done, outcome))
-        done.wait()
-        if isinstance(outcome[0], BaseException):
-            raise outcome[0]
-        return outcome[0]
-
-
-_launcher: _Launcher | None = None
+# The thread that keeps the priority the server started with, and starts the runs' processes: a new process takes
+# its priority from the thread that starts it, and only a privileged user may raise a priority.
+_launcher: ThreadPoolExecutor | None = None
 
 
 def yield_to_training(cores: int | None = None) -> bool:
@@ -123,11 +102,10 @@ def yield_to_training(cores: int | None = None) -> bool:
     cores = machine_cores() if cores is None else cores
     if sys.platform != "linux" or cores > SMALL_MACHINE_CORES or _launcher is not None:
         return False
-    thread = threading.get_native_id()
-    niceness = os.getpriority(os.PRIO_PROCESS, thread)
-    _launcher = _Launcher()  # started before the lowering: it keeps the server's first priority
+    _launcher = ThreadPoolExecutor(1, thread_name_prefix="memvir-launcher")
+    _launcher.submit(int).result()  # its thread made now, before the lowering: it keeps the first priority
     try:
-        os.setpriority(os.PRIO_PROCESS, thread, min(19, niceness + SERVER_NICENESS))
+        _lower(threading.get_native_id(), SERVER_NICENESS)
     except OSError:
         return False
     return True
@@ -136,4 +114,4 @@ def yield_to_training(cores: int | None = None) -> bool:
 def launch(start: Callable[[], T]) -> T:
     """`start()` (a process's start, say) from the thread that kept the server's first priority when the server
     yields to training (`yield_to_training`); in the calling thread otherwise."""
-    return start() if _launcher is None else _launcher.call(start)
+    return start() if _launcher is None else _launcher.submit(start).result()
