@@ -91,8 +91,13 @@ class RunManager:
 
             with self._lock:
                 if self._umap_worker is None:
-                    self._umap_worker = UmapService()
+                    self._umap_worker = UmapService(training=self.training)
         return self._umap_worker
+
+    def training(self) -> bool:
+        """Whether some run trains now (not paused, not done): the UMAP process holds still meanwhile."""
+        with self._lock:
+            return any(not run.resting for run in self._runs.values())
 
     def _projector(self):
         if self._project is None:

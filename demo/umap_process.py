@@ -1,8 +1,10 @@
 """UMAP for the page, in a process of its own: its seconds of CPU never hold the interpreter lock the trainer needs.
 
-`UmapProcess` is one child process (a fresh interpreter: it shares no torch threads or locks with the app) that lowers
-its own priority, imports umap, pays numba's compile on a tiny layout at once, then lays out the point sets it is sent
-(memvir.projection.umap_layout). `layout(points, seed, init)` blocks only the calling thread, which waits on a pipe.
+`UmapProcess` is one child process (a fresh interpreter: it shares no torch threads or locks with the app;
+demo/umap_child.py is its side) that lowers its own priority, imports umap, pays numba's compile on a tiny layout at
+once, then lays out the point sets it is sent (memvir.projection.umap_layout). `layout(points, seed, init)` blocks
+only the calling thread, which waits on a pipe. While a run trains, the child is held stopped between layouts
+(`hold`).
 
 `UmapService` is what the run manager holds: a memvir.projection.UmapWorker for the all-classes picture, laid out in
 the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
@@ -14,19 +16,23 @@ first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
 from demo.cores import run_in_background
 from demo.settings import REPO_ROOT
+from demo.umap_child import DIES_WITH_THE_SERVER, send
 from memvir.projection import UmapWorker, project_focus, project_snapshot
 
 log = logging.getLogger(__name__)
@@ -45,50 +51,27 @@ class UmapFailed(RuntimeError):
     """The child could not lay the points out; the message is its error."""
 
 
-def _serve(requests, answers) -> None:
-    """The child: compile, then answer each (points, seed, init) with (xy, error, CPU seconds), pickled on pipes."""
-    from memvir.projection import umap_layout
-
-    started = time.process_time()
-    umap_layout(np.random.default_rng(0).normal(size=(24, 8)), 0)  # numba compiles here, not in the first real job
-    _send(answers, ("ready", None, time.process_time() - started))
-    while True:
-        try:
-            job = pickle.load(requests)
-        except EOFError:  # the app closed the pipe, or is gone
-            return
-        points, seed, init = job
-        started = time.process_time()
-        try:
-            xy, error = umap_layout(points, seed, init), None
-        except Exception as exc:  # noqa: BLE001 - a failed layout is an answer; the child serves on
-            xy, error = None, f"{type(exc).__name__}: {exc}"
-        _send(answers, (xy, error, time.process_time() - started))
-
-
-def _send(pipe, message) -> None:
-    pickle.dump(message, pipe, protocol=pickle.HIGHEST_PROTOCOL)
-    pipe.flush()
-
-
 class UmapProcess:
     """The child process (`python -m demo.umap_process`, so nothing of the app's main module runs again in it) and
     pipes to it; one layout at a time, thread-safe. A child that died is started again on the next call.
     `last_cpu_s` is the child's CPU time for the last layout, `compile_cpu_s` its start's; `layouts` and `layout_cpu_s`
-    count them all (docs/benchmarks.md reads them)."""
+    count them all (docs/benchmarks.md reads them). While `hold`ing, the child is stopped between layouts."""
 
     def __init__(self, niceness: int = NICENESS):
         self._niceness = niceness
         self._lock = threading.Lock()
         self._process: subprocess.Popen | None = None
         self._closed = False
+        self._held = False
         self.last_cpu_s = 0.0
         self.compile_cpu_s: float | None = None
         self.layouts = 0
         self.layout_cpu_s = 0.0
 
     def start(self) -> None:
-        """Start the child now: it compiles while nothing waits for it, rather than in the first layout."""
+        """Start the child now: it compiles while nothing waits for it, rather than in the first layout. Call it
+        (and `layout`, which starts a child that ended) from a thread that lasts: on Linux the child ends with the
+        thread that started it (demo/umap_child.py)."""
         with self._lock:
             self._ensure_started()
 
@@ -97,20 +80,50 @@ class UmapProcess:
             raise UmapFailed("the UMAP process is closed")
         if self._process is not None and self._process.poll() is None:
             return
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "demo.umap_process", str(self._niceness)], cwd=REPO_ROOT,
+        process = subprocess.Popen(
+            [sys.executable, "-m", "demo.umap_child", str(self._niceness), str(os.getpid())], cwd=REPO_ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            pickle.load(process.stdout)  # "alive": it ends with the server from now on, and may be held
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            process.kill()
+            raise UmapFailed(f"the UMAP process did not start ({type(exc).__name__})") from exc
+        self._process = process
         self.compile_cpu_s = None
+        if self._held:
+            self._signal(stop=True)
+
+    def hold(self, held: bool) -> None:
+        """Stop the child between layouts while `held` (SIGSTOP, and SIGCONT once released); a layout asked for
+        meanwhile still runs. Why: even at the lowest priority, the child takes the moments a training run leaves a
+        core idle (numba's compile at its start alone is about 15 s of CPU), and each time the run's thread wakes on
+        that core, it has to wait for the child to be put aside, in a cache the child has filled: measured, that cost
+        a run on 2 cores as much as the web server did (docs/benchmarks.md). Stopped, it costs nothing. Waits for a
+        layout in progress to end."""
+        if not DIES_WITH_THE_SERVER:  # a stopped child the server left behind would stay, stopped, for good
+            return
+        with self._lock:
+            if held != self._held:
+                self._held = held
+                self._signal(stop=held)
+
+    def _signal(self, stop: bool) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(process.pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
     def layout(self, points: np.ndarray, seed: int, init: np.ndarray | None = None) -> np.ndarray:
         """UMAP of `points` [n, D] to [n, 2] in the child (memvir.projection.umap_layout's arguments)."""
         with self._lock:
             self._ensure_started()
             process = self._process
+            if self._held:
+                self._signal(stop=False)
             try:
                 if self.compile_cpu_s is None:
                     _, _, self.compile_cpu_s = pickle.load(process.stdout)
-                _send(process.stdin, (np.ascontiguousarray(points, dtype=np.float64), seed, init))
+                send(process.stdin, (np.ascontiguousarray(points, dtype=np.float64), seed, init))
                 xy, error, self.last_cpu_s = pickle.load(process.stdout)
                 self.layouts += 1
                 self.layout_cpu_s += self.last_cpu_s
@@ -118,6 +131,9 @@ class UmapProcess:
                 process.kill()
                 self._process = None  # started again on the next call
                 raise UmapFailed(f"the UMAP process ended ({type(exc).__name__})") from exc
+            finally:
+                if self._held:
+                    self._signal(stop=True)
         if error is not None:
             raise UmapFailed(error)
         return xy
@@ -128,6 +144,7 @@ class UmapProcess:
         process = self._process
         if process is None:
             return
+        self._signal(stop=False)  # a stopped child could not read the end of its input
         try:
             process.stdin.close()  # the child reads the end of its input and returns
         except OSError:
@@ -162,8 +179,9 @@ class UmapService(UmapWorker):
     rests), and the few-class views of the tracks `watch`ed, all laid out in one `UmapProcess`."""
 
     def __init__(self, max_points: int = 3000, seed: int = 0, process: UmapProcess | None = None,
-                 pacer: Pacer | None = None):
+                 pacer: Pacer | None = None, training: Callable[[], bool] = lambda: False):
         self.process = process or UmapProcess()
+        self._training = training  # whether a run trains now: the process is held (stopped) between layouts then
         self.seed = seed
         self.pacer = pacer or Pacer()
 
@@ -172,7 +190,6 @@ class UmapService(UmapWorker):
                                     layout=self.process.layout)
 
         super().__init__(project=project_in_child)
-        self.process.start()
         self._tracks: weakref.WeakSet = weakref.WeakSet()
         self._wake = threading.Condition()
         self._stopping = False
@@ -203,14 +220,22 @@ class UmapService(UmapWorker):
 
     def _lay_out_focus(self) -> None:
         run_in_background()
+        # The child starts now, so that it compiles before the first snapshot needs it, and from this thread, which
+        # lasts as long as the service: the kernel ends the child with the thread that started it (DIES_WITH_THE_SERVER)
+        try:
+            self.process.start()
+        except (UmapFailed, OSError) as error:  # closed already, or no process to be had: each layout tries again
+            log.warning("the UMAP process did not start: %s", error)
         while True:
+            # Outside the lock that `watch` takes: holding waits for an all-classes layout in progress
+            self.process.hold(self._training())
             with self._wake:
-                track, job = self._next_job()
-                while track is None and not self._stopping:
-                    self._wake.wait(job)
-                    track, job = self._next_job()
                 if self._stopping:
                     return
+                track, job = self._next_job()
+                if track is None:
+                    self._wake.wait(job)
+                    continue
             step, points, reference = job
             try:
                 projection = project_focus(points, "umap", reference, seed=self.seed, layout=self.process.layout)
@@ -229,11 +254,3 @@ class UmapService(UmapWorker):
         self.process.close()
         super().close(timeout)
         self._focus_thread.join(timeout)
-
-
-if __name__ == "__main__":
-    os.nice(int(sys.argv[1]))
-    # The answers go on the original stdout; anything a library prints goes to stderr, not into the pipe.
-    answers = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    _serve(sys.stdin.buffer, answers)

@@ -1,8 +1,11 @@
 """The page's UMAP service (demo/umap_process.py) with a stand-in for the child process: the pacing arithmetic,
 few-class layouts only as the pacer allows while a run trains and all of them at rest, the all-classes picture
-through the same process. The real child (umap, numba) runs only in the opt-in slow test."""
+through the same process, the process held while a run trains. The real child is held and ends with a killed server
+here; it lays points out (umap, numba) only in the opt-in slow test."""
 
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -10,6 +13,7 @@ import pytest
 import torch
 
 from demo.few_class_view import FocusTrack
+from demo.settings import REPO_ROOT
 from demo.umap_process import Pacer, UmapFailed, UmapProcess, UmapService
 from memvir.events import SnapshotEvent
 
@@ -20,9 +24,13 @@ class StandInProcess:
     def __init__(self, cost=0.01, fail=False):
         self.calls, self.cost, self.fail = [], cost, fail
         self.last_cpu_s, self.started, self.closed = 0.0, False, False
+        self.held = False
 
     def start(self):
         self.started = True
+
+    def hold(self, held):
+        self.held = held
 
     def layout(self, points, seed, init=None):
         self.calls.append((len(points), init is not None))
@@ -78,7 +86,7 @@ def test_while_training_the_pacer_holds_layouts_back_and_at_rest_all_are_made(se
     service, process = service
     resting = {"value": False}
     track = FocusTrack(lambda: resting["value"])
-    assert process.started  # the child starts (and compiles) before the first snapshot needs it
+    wait_for(lambda: process.started)  # the child starts (and compiles) before the first snapshot needs it
     track.add(snapshot(10), 60)
     service.watch(track)
     assert track.umap_expected
@@ -123,13 +131,78 @@ def test_the_all_classes_picture_is_laid_out_in_the_same_process():
         service.close()
 
 
+def test_while_a_run_trains_the_process_is_held_between_layouts():
+    process, training = StandInProcess(), {"value": False}
+    service = UmapService(process=process, training=lambda: training["value"])
+    try:
+        time.sleep(0.7)  # more than the service's idle wait
+        assert not process.held
+        training["value"] = True
+        wait_for(lambda: process.held)
+        training["value"] = False
+        wait_for(lambda: not process.held)
+    finally:
+        service.close()
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat: T while stopped."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads the child's state from /proc")
+def test_a_held_child_is_stopped_until_released_and_closes_held():
+    process = UmapProcess()
+    try:
+        process.start()  # it imports umap and compiles: the work a held child must not do
+        pid = process._process.pid
+        process.hold(True)
+        wait_for(lambda: _process_state(pid) == "T")
+        cpu = _cpu_ticks(pid)
+        time.sleep(0.5)
+        assert _cpu_ticks(pid) == cpu  # stopped: not a tick of CPU
+        process.hold(False)
+        wait_for(lambda: _process_state(pid) != "T")
+        process.hold(True)
+        wait_for(lambda: _process_state(pid) == "T")
+    finally:
+        process.close()  # a held child is continued to read the end of its input
+    assert process._process.poll() is not None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel ends the child with the server on Linux")
+def test_a_held_child_ends_with_a_server_killed_with_minus_9():
+    code = (f"import sys, time; sys.path.insert(0, {str(REPO_ROOT)!r})\n"
+            "from demo.umap_process import UmapProcess\n"
+            "process = UmapProcess(); process.start(); process.hold(True)\n"
+            "print(process._process.pid, flush=True); time.sleep(120)\n")
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(server.stdout.readline())
+        wait_for(lambda: _process_state(child) == "T")
+    finally:
+        server.kill()
+        server.wait()
+    # gone, or dead and waiting to be reaped by whoever inherited it: not stopped, nor compiling on
+    wait_for(lambda: not os.path.exists(f"/proc/{child}") or _process_state(child) in ("Z", "X"))
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("MEMVIR_SLOW") != "1", reason="the child compiles numba (~15 s); set MEMVIR_SLOW=1")
 def test_the_real_child_lays_points_out_and_ends_with_the_pipe():
     process = UmapProcess()
     try:
+        process.hold(True)  # held, as while a run trains: a layout asked for still runs
         points = np.random.default_rng(0).normal(size=(40, 8))
         xy = process.layout(points, seed=0)
+        assert _process_state(process._process.pid) == "T"  # and the child holds still again after it
         assert xy.shape == (40, 2) and np.isfinite(xy).all()
         assert process.compile_cpu_s > 0 and process.last_cpu_s > 0
         assert (process.layouts, process.layout_cpu_s) == (1, process.last_cpu_s)
