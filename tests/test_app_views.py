@@ -208,3 +208,27 @@ def test_few_class_views_are_laid_out_in_umap_only_once_a_page_shows_them_so(tmp
         assert runs.umap_worker.watched == [run.focus, run.focus]
     finally:
         figures.close()
+
+
+def test_the_figures_drawn_in_the_background_are_only_those_a_page_asked_for(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(live_view, "build_curves", lambda run: drawn.append("curves") or ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: drawn.append("spread") or ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    figures = live_view.FigureBuilder(interval=0.01, forget_after=0.3)
+    try:
+        assert figures.curves(run) == (live_view.curve_key(run), ("c1", "c2", "c3"))  # drawn at once the first time
+        run.records.append({"type": "step", "step": 1})  # a new record: the curves are out of date
+        wait_for(lambda: drawn.count("curves") == 2, 5)
+        time.sleep(0.1)
+        assert "spread" not in drawn  # no page asked for the spread figures: never drawn
+        assert figures.spread(run)[1] == ("s1", "s2")
+        run.records.append({"type": "step", "step": 2})
+        wait_for(lambda: drawn.count("spread") == 2 and drawn.count("curves") == 3, 5)
+        time.sleep(0.6)  # no page asks any more: nothing is redrawn after forget_after
+        settled = len(drawn)
+        run.records.append({"type": "step", "step": 3})
+        time.sleep(0.2)
+        assert len(drawn) == settled
+    finally:
+        figures.close()
