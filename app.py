@@ -1,8 +1,9 @@
 """MemVir Studio: `python app.py` serves the page on http://127.0.0.1:7860.
 
 GRADIO_SERVER_NAME and GRADIO_SERVER_PORT move it (Hugging Face Spaces sets them); MEMVIR_APP_DATA,
-MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET and MEMVIR_ALLOWED_FOLDERS are described in
-demo/settings.py. The port opens only once torch and the trainer are imported (a few seconds).
+MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET, MEMVIR_ALLOWED_FOLDERS and
+MEMVIR_SERVER_PRIORITY are described in demo/settings.py. The port opens only once torch and the trainer are
+imported (a few seconds).
 """
 
 import importlib
@@ -35,9 +36,9 @@ def main() -> None:
     from demo.cores import yield_to_training
     from demo.settings import AppSettings
 
-    yield_to_training()  # first, before any thread starts: on small machines the runs' processes go first
-
     settings = AppSettings.from_env()
+    # first, before any thread starts: on small machines the runs' processes go first
+    yield_to_training(settings.server_priority)
     settings.gradio_dir.mkdir(parents=True, exist_ok=True)
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))

@@ -29,6 +29,8 @@ SERVER_CORES_ON_LARGER_MACHINES = 1
 BACKGROUND_NICENESS = 10
 # How much lower than the runs' processes the whole server runs on a machine of up to SMALL_MACHINE_CORES cores.
 SERVER_NICENESS = 10
+# How the server yields to its runs there (yield_to_training): the idle scheduling class, a lower niceness, or not.
+SERVER_PRIORITIES = ("idle", "low", "normal")
 
 
 def machine_cores() -> int:
@@ -87,20 +89,26 @@ def run_in_background() -> None:
 _launcher: ThreadPoolExecutor | None = None
 
 
-def yield_to_training(cores: int | None = None) -> bool:
+def yield_to_training(priority: str = "idle", cores: int | None = None) -> bool:
     """Run the server below its runs' processes: on a machine of up to SMALL_MACHINE_CORES cores, where a run's
-    threads take every core, lower this thread, and every thread it starts from now on, by SERVER_NICENESS, while
-    the runs' processes are started at the priority the server had (`launch`). Call it first thing, before the server
-    starts its threads. True when the priority was lowered.
+    threads take every core, lower this thread, and every thread it starts from now on, while the runs' processes are
+    started at the priority the server had (`launch`). Call it first thing, before the server starts its threads.
+    `priority` (SERVER_PRIORITIES, MEMVIR_SERVER_PRIORITY): "idle" lowers the niceness by SERVER_NICENESS and takes
+    Linux's idle scheduling class, "low" only lowers the niceness, "normal" changes nothing. True when lowered.
 
     Why: there a run's OpenMP threads hold every core, and each time the server wakes (a poll, an event read, its
-    event loop's timers) the kernel preempts one of them, and its partners wait at the next barrier: the server's
-    7-12% of one core cost a run 15-25% of its speed (docs/benchmarks.md). Below the run, the server runs where a
-    core falls idle (between steps, while a batch is assembled) and seldom preempts a training thread. A page's
-    answers wait a little longer while a run trains; on a larger machine a core is kept for the server instead."""
+    event loop's timers) the kernel preempts one of them, and its partners wait at the next barrier: at equal
+    priority, the server's 7-12% of one core cost a run 15-25% of its speed. Niced ("low"), the server still takes
+    its share by preempting a training thread, at a lower rate: the run trains at 0.85-0.9 of the command line's
+    speed. In the idle class, a training thread that wakes always takes its core back at once, and the server runs
+    only where a core is left idle: the run trains at the command line's speed, and a page's answers wait for such
+    moments, about a second while the run takes its steps (docs/benchmarks.md). On a larger machine a core is kept
+    for the server instead, and nothing changes."""
     global _launcher
+    if priority not in SERVER_PRIORITIES:
+        raise ValueError(f"the server's priority is one of {', '.join(SERVER_PRIORITIES)}, got {priority!r}")
     cores = machine_cores() if cores is None else cores
-    if sys.platform != "linux" or cores > SMALL_MACHINE_CORES or _launcher is not None:
+    if priority == "normal" or sys.platform != "linux" or cores > SMALL_MACHINE_CORES or _launcher is not None:
         return False
     _launcher = ThreadPoolExecutor(1, thread_name_prefix="memvir-launcher")
     _launcher.submit(int).result()  # its thread made now, before the lowering: it keeps the first priority
@@ -108,6 +116,9 @@ def yield_to_training(cores: int | None = None) -> bool:
         _lower(threading.get_native_id(), SERVER_NICENESS)
     except OSError:
         return False
+    if priority == "idle":
+        with contextlib.suppress(OSError):  # refused: the niceness alone stays
+            os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
     return True
 
 

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.cores import SERVER_PRIORITIES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MB = 1024**2
 # Where a Space's persistent storage is mounted (https://huggingface.co/docs/hub/spaces-storage); Spaces set SPACE_ID.
@@ -118,12 +120,16 @@ class AppSettings:
     finished_runs_kept: int = 8
     train_threads: int | None = None
     run_memory_limit: int | None = None
+    server_priority: str = "idle"  # how the server yields to its runs on small machines (demo/cores.yield_to_training)
 
     def __post_init__(self):
         if self.max_active_runs < 1:
             raise ValueError(f"max_active_runs must be at least 1, got {self.max_active_runs}")
         if self.snapshot_history < 2:
             raise ValueError(f"snapshot_history must be at least 2, got {self.snapshot_history}")
+        if self.server_priority not in SERVER_PRIORITIES:
+            raise ValueError(f"MEMVIR_SERVER_PRIORITY={self.server_priority!r} is not one of "
+                             f"{', '.join(SERVER_PRIORITIES)}; set it to one of them (default idle)")
 
     @property
     def runs_dir(self) -> Path:
@@ -146,7 +152,8 @@ class AppSettings:
         """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
         MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default: the
-        cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none)."""
+        cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none), MEMVIR_SERVER_PRIORITY
+        (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores; default idle)."""
         return cls(
             data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
@@ -156,4 +163,5 @@ class AppSettings:
             allowed_folders=_folders_from_env("MEMVIR_ALLOWED_FOLDERS"),
             train_threads=_int_from_env("MEMVIR_TRAIN_THREADS", None, 1),
             run_memory_limit=_bytes_from_env("MEMVIR_RUN_MEMORY_LIMIT"),
+            server_priority=(os.environ.get("MEMVIR_SERVER_PRIORITY") or "idle").strip().lower(),
         )

@@ -344,30 +344,45 @@ def test_on_a_small_machine_the_server_yields_to_the_processes_it_launches():
     code = """
 import os, subprocess, sys, threading
 from demo.cores import SERVER_NICENESS, launch, yield_to_training
-first = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-assert yield_to_training(cores=2)
-assert not yield_to_training(cores=2)  # once
-here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+def mine():  # (niceness, scheduling policy) of the calling thread
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), os.sched_getscheduler(threading.get_native_id())
+first = mine()
+assert yield_to_training("idle", cores=2)
+assert not yield_to_training("idle", cores=2)  # once
+here = mine()
 later = []
-thread = threading.Thread(target=lambda: later.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+thread = threading.Thread(target=lambda: later.append(mine()))
 thread.start(); thread.join()
-ask = [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"]
-launched = launch(lambda: subprocess.run(ask, capture_output=True, text=True, check=True)).stdout.strip()
-plain = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip()
-print(first, here, later[0], launched, plain, SERVER_NICENESS)
+ask = [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))"]
+launched = launch(lambda: subprocess.run(ask, capture_output=True, text=True, check=True)).stdout.split()
+plain = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.split()
+print(*first, *here, *later[0], *launched, *plain, SERVER_NICENESS, os.SCHED_IDLE)
 """
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    first, here, later, launched, plain, lowered_by = map(int, result.stdout.split())
-    assert here == later == plain == min(19, first + lowered_by)  # the server and whatever it starts itself
-    assert launched == first  # a launched process keeps the server's first priority
+    first, first_policy, *lowered, lowered_by, idle = map(int, result.stdout.split())
+    here, later, launched, plain = zip(lowered[::2], lowered[1::2], strict=True)
+    # the server and whatever it starts itself: lower, and scheduled only where a core is left idle
+    assert here == later == plain == (min(19, first + lowered_by), idle)
+    assert launched == (first, first_policy) != (first, idle)  # a launched process keeps the server's first priority
 
 
-def test_on_a_larger_machine_the_server_keeps_its_priority():
-    code = ("import os, threading; from demo.cores import yield_to_training; before = os.getpriority(os.PRIO_PROCESS, "
-            "threading.get_native_id()); print(yield_to_training(cores=8), "
-            "os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before)")
+@pytest.mark.parametrize(("priority", "cores", "lowered", "idle_class"), [
+    ("idle", 8, False, False), ("normal", 2, False, False), ("low", 2, True, False)])
+def test_the_server_keeps_its_priority_on_larger_machines_and_lowers_as_asked_on_small_ones(priority, cores, lowered,
+                                                                                          idle_class):
+    code = ("import os, threading; from demo.cores import yield_to_training; me = threading.get_native_id(); "
+            "before = os.getpriority(os.PRIO_PROCESS, me); "
+            f"print(yield_to_training({priority!r}, cores={cores}), os.getpriority(os.PRIO_PROCESS, me) > before, "
+            "os.sched_getscheduler(me) == os.SCHED_IDLE)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    assert result.stdout.split() == ["False", "True"]
+    assert result.stdout.split() == [str(lowered), str(lowered), str(idle_class)]
+
+
+def test_an_unknown_server_priority_is_refused():
+    from demo.cores import yield_to_training
+
+    with pytest.raises(ValueError, match="the server's priority is one of idle, low, normal, got 'high'"):
+        yield_to_training("high")
 
 
 def _wake_ups() -> int:

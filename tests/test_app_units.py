@@ -53,16 +53,20 @@ def test_settings_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("MEMVIR_MAX_RUNS", "3")
     monkeypatch.setenv("MEMVIR_UMAP", "0")
+    monkeypatch.setenv("MEMVIR_SERVER_PRIORITY", " Low ")
     settings = AppSettings.from_env()
     assert settings.runs_dir == tmp_path / "data" / "runs"
     assert settings.uploads_dir == tmp_path / "data" / "uploads"
-    assert (settings.max_active_runs, settings.umap) == (3, False)
+    assert (settings.max_active_runs, settings.umap, settings.server_priority) == (3, False, "low")
+    monkeypatch.delenv("MEMVIR_SERVER_PRIORITY")
+    assert AppSettings.from_env().server_priority == "idle"
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
     ("MEMVIR_MAX_RUNS", "two", "MEMVIR_MAX_RUNS='two' is not a whole number"),
     ("MEMVIR_MAX_RUNS", "0", "MEMVIR_MAX_RUNS=0 is too small"),
     ("MEMVIR_UMAP", "maybe", "MEMVIR_UMAP='maybe' is not a yes/no value"),
+    ("MEMVIR_SERVER_PRIORITY", "high", "MEMVIR_SERVER_PRIORITY='high' is not one of idle, low, normal"),
 ])
 def test_bad_settings_say_which_variable(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
