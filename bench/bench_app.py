@@ -4,7 +4,8 @@ memory, and a query on a 10,000+ image gallery.
 
 Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]. Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
-the wall time of the training loop; the app is polled once a second over HTTP, as an open page does. App and CLI runs
+the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
+its second poll for the spread figures and the results). App and CLI runs
 alternate, `--rounds` of each, so that a machine's load drifting during the benchmark touches both alike: the ratio is
 given as the median of the rounds' ratios, with their spread. The first search is timed from the moment the page is
 served by a fresh `python app.py` to the answer of a search through gradio_client (the client's own connection
@@ -27,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
+
+from demo.cores import SERVER_PRIORITIES  # noqa: E402 - after the repository is on the path
 
 
 def free_port() -> int:
@@ -120,12 +123,12 @@ def first_searches(tmp: Path, starts: int) -> dict:
     return {"warm": warm, "cold": cold}
 
 
-def app_round(data_dir: Path, epochs: int) -> dict:
+def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
     """`python app.py` in a subprocess; time to the page, then a run driven and watched through gradio_client as an
     open page does (a poll a second, each timed), with the server's memory and CPU time read from /proc."""
     from gradio_client import Client
 
-    server, url, page_s = start_app(data_dir)
+    server, url, page_s = start_app(data_dir, MEMVIR_SERVER_PRIORITY=server_priority)
     try:
         time.sleep(3)  # let the background import of the trainer finish, as for a visitor reading the page
 
@@ -141,10 +144,11 @@ def app_round(data_dir: Path, epochs: int) -> dict:
         trained_from, cpu_from = time.perf_counter(), _cpu_seconds(server.pid)
         poll_ms, server_mb, child_mb = [], [], []
         while not status.startswith("**Finished**"):
-            time.sleep(1.0)  # an open page polls once a second
+            time.sleep(1.0)  # an open page polls once a second: the status, curves and picture, then the spread views
             began = time.perf_counter()
             status = client.predict(api_name="/poll")[0]
             poll_ms.append(1000 * (time.perf_counter() - began))
+            client.predict(api_name="/poll_views")
             server_mb.append(_status_kb(server.pid, "VmRSS") / 1024)
             for child in _children(server.pid):
                 with contextlib.suppress(OSError, RuntimeError):  # gone, or a zombie without memory, meanwhile
@@ -172,14 +176,14 @@ def cli_train(out: Path, epochs: int) -> dict:
     return {"cli_images_per_s": median_images_per_s(out), "cli_process_s": time.perf_counter() - started}
 
 
-def training_speed(tmp: Path, epochs: int, rounds: int) -> dict:
+def training_speed(tmp: Path, epochs: int, rounds: int, server_priority: str) -> dict:
     """App and CLI runs of the same settings, alternating (app first in odd rounds, the CLI in even ones)."""
     apps, clis = [], []
     for number in range(rounds):
         app_first = number % 2 == 0
         for which in (("app", "cli") if app_first else ("cli", "app")):
             if which == "app":
-                apps.append(app_round(tmp / f"app-{number}", epochs))
+                apps.append(app_round(tmp / f"app-{number}", epochs, server_priority))
             else:
                 clis.append(cli_train(tmp / f"cli-{number}", epochs))
     ratios = [app["app_images_per_s"] / cli["cli_images_per_s"] for app, cli in zip(apps, clis, strict=True)]
@@ -307,12 +311,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="app runs and CLI runs compared, alternating")
     parser.add_argument("--starts", type=int, default=3, help="fresh starts timed for the first search")
     parser.add_argument("--first-query-only", action="store_true", help="time only the first search")
+    parser.add_argument("--server-priority", choices=SERVER_PRIORITIES, default="low",
+                        help="the app's MEMVIR_SERVER_PRIORITY in the training comparison")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         tmp = Path(tmp)
         rows = first_search_rows(first_searches(tmp / "first", args.starts))
         if not args.first_query_only:
-            speed = training_speed(tmp, args.epochs, args.rounds)
+            speed = training_speed(tmp, args.epochs, args.rounds, args.server_priority)
             app = speed["apps"][0]
             inner = in_process(tmp / "inner", app["run_dir"])
             polls = poll_handler_while_training(tmp / "poll")  # last: it keeps this process to one thread
@@ -324,7 +330,8 @@ def main() -> None:
                  f"{inner['query_median_ms']:.0f} ms", "< 150 ms"),
             ]
     load = os.getloadavg()[0]
-    flags = " --first-query-only" if args.first_query_only else f" --epochs {args.epochs} --rounds {args.rounds}"
+    flags = (" --first-query-only" if args.first_query_only else
+             f" --epochs {args.epochs} --rounds {args.rounds} --server-priority {args.server_priority}")
     print(f"Command: `{Path(PYTHON).name} bench/bench_app.py{flags} --starts {args.starts}` on "
           f"{os.cpu_count()} CPU cores (load average {load:.1f} at the end)\n")
     print("| measure | result | target |\n|---|---|---|")

@@ -3,12 +3,13 @@
 Training runs in a process of its own (demo/run_process.py), so the two share no interpreter lock and no OpenMP
 pool. A training process takes every core on a machine of up to `SMALL_MACHINE_CORES` cores, where keeping a whole
 core for the server would cost the run a third to a half of its speed; on larger machines one core stays free for
-the server. On the small machines the server instead runs below its runs (`yield_to_training`), and its background
-threads below its own (`run_in_background`): the server needs little CPU (7-12% of one core while a page watches a
-run), but each time it wakes it takes a core from one of the run's OpenMP threads, whose partners then wait at the
-next barrier, so at equal priority that little cost a run 15-25% of its speed (docs/benchmarks.md). The server
-keeps torch and faiss to one thread: its tensor work (projecting a snapshot, embedding a query) is small, and
-threads it spun up would compete with the run's for the same cores.
+the server. On the small machines the server instead runs below its runs (`yield_to_training`: niced by default,
+or in Linux's idle scheduling class, only where a run leaves a core idle), and its background threads below its own
+(`run_in_background`): the server needs little CPU (7-12% of one core while a page watches a run), but each time it
+wakes it takes a core from one of the run's OpenMP threads, whose partners then wait at the next barrier, so at
+equal priority that little cost a run 15-25% of its speed (docs/benchmarks.md). The server keeps torch and faiss to
+one thread: its tensor work (projecting a snapshot, embedding a query) is small, and threads it spun up would
+compete with the run's for the same cores.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def run_in_background() -> None:
 _launcher: ThreadPoolExecutor | None = None
 
 
-def yield_to_training(priority: str = "idle", cores: int | None = None) -> bool:
+def yield_to_training(priority: str = "low", cores: int | None = None) -> bool:
     """Run the server below its runs' processes: on a machine of up to SMALL_MACHINE_CORES cores, where a run's
     threads take every core, lower this thread, and every thread it starts from now on, while the runs' processes are
     started at the priority the server had (`launch`). Call it first thing, before the server starts its threads.
@@ -101,9 +102,10 @@ def yield_to_training(priority: str = "idle", cores: int | None = None) -> bool:
     priority, the server's 7-12% of one core cost a run 15-25% of its speed. Niced ("low"), the server still takes
     its share by preempting a training thread, at a lower rate: the run trains at 0.85-0.9 of the command line's
     speed. In the idle class, a training thread that wakes always takes its core back at once, and the server runs
-    only where a core is left idle: the run trains at the command line's speed, and a page's answers wait for such
-    moments, about a second while the run takes its steps (docs/benchmarks.md). On a larger machine a core is kept
-    for the server instead, and nothing changes."""
+    only where a core is left idle: the run trains at 0.94-1.0 of the command line's speed, but a page's answers
+    wait for such moments, a second or two while the run takes its steps, and the first loss point shows 11-15 s
+    after Start instead of 4-5 s, which is why "low" is the default (docs/benchmarks.md). On a larger machine a core
+    is kept for the server instead, and nothing changes."""
     global _launcher
     if priority not in SERVER_PRIORITIES:
         raise ValueError(f"the server's priority is one of {', '.join(SERVER_PRIORITIES)}, got {priority!r}")

@@ -120,7 +120,7 @@ class AppSettings:
     finished_runs_kept: int = 8
     train_threads: int | None = None
     run_memory_limit: int | None = None
-    server_priority: str = "idle"  # how the server yields to its runs on small machines (demo/cores.yield_to_training)
+    server_priority: str = "low"  # how the server yields to its runs on small machines (demo/cores.yield_to_training)
 
     def __post_init__(self):
         if self.max_active_runs < 1:
@@ -129,7 +129,7 @@ class AppSettings:
             raise ValueError(f"snapshot_history must be at least 2, got {self.snapshot_history}")
         if self.server_priority not in SERVER_PRIORITIES:
             raise ValueError(f"MEMVIR_SERVER_PRIORITY={self.server_priority!r} is not one of "
-                             f"{', '.join(SERVER_PRIORITIES)}; set it to one of them (default idle)")
+                             f"{', '.join(SERVER_PRIORITIES)}; set it to one of them (default low)")
 
     @property
     def runs_dir(self) -> Path:
@@ -153,7 +153,7 @@ class AppSettings:
         MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default: the
         cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none), MEMVIR_SERVER_PRIORITY
-        (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores; default idle)."""
+        (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores; default low)."""
         return cls(
             data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
@@ -163,5 +163,5 @@ class AppSettings:
             allowed_folders=_folders_from_env("MEMVIR_ALLOWED_FOLDERS"),
             train_threads=_int_from_env("MEMVIR_TRAIN_THREADS", None, 1),
             run_memory_limit=_bytes_from_env("MEMVIR_RUN_MEMORY_LIMIT"),
-            server_priority=(os.environ.get("MEMVIR_SERVER_PRIORITY") or "idle").strip().lower(),
+            server_priority=(os.environ.get("MEMVIR_SERVER_PRIORITY") or "low").strip().lower(),
         )

@@ -53,13 +53,13 @@ def test_settings_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("MEMVIR_MAX_RUNS", "3")
     monkeypatch.setenv("MEMVIR_UMAP", "0")
-    monkeypatch.setenv("MEMVIR_SERVER_PRIORITY", " Low ")
+    monkeypatch.setenv("MEMVIR_SERVER_PRIORITY", " Idle ")
     settings = AppSettings.from_env()
     assert settings.runs_dir == tmp_path / "data" / "runs"
     assert settings.uploads_dir == tmp_path / "data" / "uploads"
-    assert (settings.max_active_runs, settings.umap, settings.server_priority) == (3, False, "low")
+    assert (settings.max_active_runs, settings.umap, settings.server_priority) == (3, False, "idle")
     monkeypatch.delenv("MEMVIR_SERVER_PRIORITY")
-    assert AppSettings.from_env().server_priority == "idle"
+    assert AppSettings.from_env().server_priority == "low"
 
 
 @pytest.mark.parametrize(("name", "value", "message"), [
