@@ -52,7 +52,7 @@ class UmapFailed(RuntimeError):
 
 
 class UmapProcess:
-    """The child process (`python -m demo.umap_process`, so nothing of the app's main module runs again in it) and
+    """The child process (`python -m demo.umap_child`, so nothing of the app's main module runs again in it) and
     pipes to it; one layout at a time, thread-safe. A child that died is started again on the next call.
     `last_cpu_s` is the child's CPU time for the last layout, `compile_cpu_s` its start's; `layouts` and `layout_cpu_s`
     count them all (docs/benchmarks.md reads them). While `hold`ing, the child is stopped between layouts."""
@@ -96,10 +96,10 @@ class UmapProcess:
     def hold(self, held: bool) -> None:
         """Stop the child between layouts while `held` (SIGSTOP, and SIGCONT once released); a layout asked for
         meanwhile still runs. Why: even at the lowest priority, the child takes the moments a training run leaves a
-        core idle (numba's compile at its start alone is about 15 s of CPU), and each time the run's thread wakes on
-        that core, it has to wait for the child to be put aside, in a cache the child has filled: measured, that cost
-        a run on 2 cores as much as the web server did (docs/benchmarks.md). Stopped, it costs nothing. Waits for a
-        layout in progress to end."""
+        core idle (numba's compile at its start alone is 10-15 s of CPU), and each time the run's thread wakes on
+        that core, it has to wait for the child to be put aside, in a cache the child has filled: measured, it took
+        10-20% of one core through a whole 2-epoch run on 2 cores (docs/benchmarks.md). Stopped, it costs nothing.
+        Waits for a layout in progress to end."""
         if not DIES_WITH_THE_SERVER:  # a stopped child the server left behind would stay, stopped, for good
             return
         with self._lock:
