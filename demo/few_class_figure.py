@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
 from demo.few_class_view import FocusView
-from demo.figures import age_label, empty_figure, finish_layout
+from demo.figures import age_label, built, empty_figure, house_layout
 
 FEW_PALETTE = qualitative.T10  # ten clearly different colours: the default view shows 8 classes
 MANY_PALETTE = qualitative.Alphabet  # up to 26, for a visitor who asks for more
@@ -68,19 +68,19 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
     colors = class_colors(projection.classes)
     oldest = int(max(projection.weight_ages.max(initial=0), projection.memory_ages.max(initial=0)))
     margin = projection.margin
-    fig = go.Figure()
+    traces = []
     lines = _drift_lines(view)
     if lines is not None:
-        fig.add_trace(lines)
+        traces.append(lines)
 
     def add(xy, labels, age, kind, symbol, size, outline=None):
         name = age_label(age, margin, "class weights" if kind == "weights" else "embeddings")
         if kind == "embeddings" and age == 0:
             name = "embeddings now (the classes' training images)"
         marker = dict(symbol=symbol, size=size, line=outline or dict(width=0))
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
+        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
                                  marker=dict(marker, color=shade(LEGEND_GREY, age, oldest))))
-        fig.add_trace(go.Scatter(
+        traces.append(go.Scatter(
             x=xy[:, 0], y=xy[:, 1], name=name, mode="markers", customdata=labels, legendgroup=name, showlegend=False,
             meta={"kind": kind, "age": age},
             marker=dict(marker, color=[shade(colors[int(label)], age, oldest) for label in labels]),
@@ -103,11 +103,10 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
 
     method = projection.method.upper()
     axis = "PC" if projection.method == "pca" else method
-    finish_layout(fig, f"{len(projection.classes)} classes at step {projection.step:,}, {method}", f"{axis} 1",
-                  f"{axis} 2", f"few-classes-{projection.method}")
     # the legend under the plot: its entries are long words, and a picture with equal units wants the width
-    fig.update_layout(height=FEW_CLASS_HEIGHT, margin=dict(l=50, r=20, t=40, b=40),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=11)),
-                      xaxis=dict(range=list(view.x_range), zeroline=False),
-                      yaxis=dict(range=list(view.y_range), zeroline=False, scaleanchor="x", scaleratio=1))
-    return fig
+    return built(traces, house_layout(
+        f"{len(projection.classes)} classes at step {projection.step:,}, {method}", f"{axis} 1", f"{axis} 2",
+        f"few-classes-{projection.method}", height=FEW_CLASS_HEIGHT, margin=dict(l=50, r=20, t=40, b=40),
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=11)),
+        xaxis=dict(range=list(view.x_range), zeroline=False),
+        yaxis=dict(range=list(view.y_range), zeroline=False, scaleanchor="x", scaleratio=1)))

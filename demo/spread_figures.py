@@ -11,6 +11,7 @@ at the snapshot cadence). Pure functions of the records, like demo/figures.py.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -19,12 +20,14 @@ from plotly.subplots import make_subplots
 
 from demo.figures import (
     MAIN_COLOR,
-    add_warmup_line,
     age_color,
     baseline_line,
+    built,
     empty_figure,
-    finish_layout,
+    house_layout,
+    merged,
     step_columns,
+    warmup_marks,
 )
 
 _VIRTUAL_WEIGHT = re.compile(r"virtual_weight_cos_(\d+)$")
@@ -44,6 +47,17 @@ def _spread_columns(records: list[dict] | None, *fields: str) -> dict[str, np.nd
     return step_columns([record for record in records or () if "weight_mean_cos" in record], *fields)
 
 
+@functools.cache
+def _two_panels() -> dict:
+    """The drift figure's two panels, one above the other on a shared step axis, with their titles: plotly's own
+    subplot layout, taken once (laying it out costs as much as the rest of the figure)."""
+    grid = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                         subplot_titles=("stored class weights · the live ones", "embeddings · their class weight now"))
+    grid.update_annotations(font_size=11)  # the panels' titles
+    layout = grid.layout.to_plotly_json()
+    return {key: layout[key] for key in ("xaxis", "xaxis2", "yaxis", "yaxis2", "annotations")}
+
+
 def drift_figure(records: list[dict], margin: int) -> go.Figure:
     """Cosines of the virtual sets to the live class weights, per set j, over steps, in two panels with their own
     scales: the stored class weights (near 1: copies) above, the stored embeddings with the live ones below.
@@ -55,32 +69,32 @@ def drift_figure(records: list[dict], margin: int) -> go.Figure:
     fields = [f"virtual_{kind}_cos_{age}" for age in ages for kind in ("weight", "embedding")]
     columns = _spread_columns(records, "mean_target_cosine", *fields)
     steps = columns["step"]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("stored class weights · the live ones", "embeddings · their class weight now"))
-    fig.update_annotations(font_size=11)  # the panels' titles
+    traces = []
     oldest = ages[-1]
     for age in ages:
         ago = f"{age * (margin + 1):,} steps ago"
         color = age_color(age, oldest)
-        fig.add_trace(go.Scatter(x=steps, y=columns[f"virtual_weight_cos_{age}"], name=f"from {ago}",
+        traces.append(go.Scatter(x=steps, y=columns[f"virtual_weight_cos_{age}"], name=f"from {ago}",
                                  mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2),
-                                 legendgroup=f"set{age}",
+                                 legendgroup=f"set{age}", xaxis="x", yaxis="y",
                                  hovertemplate=f"step %{{x}}<br>class weights from {ago} · the live ones: "
-                                               "cos %{y:.4f}<extra></extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=steps, y=columns[f"virtual_embedding_cos_{age}"], name=f"from {ago}",
+                                               "cos %{y:.4f}<extra></extra>"))
+        traces.append(go.Scatter(x=steps, y=columns[f"virtual_embedding_cos_{age}"], name=f"from {ago}",
                                  mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2, dash="dot"),
-                                 legendgroup=f"set{age}", showlegend=False,
+                                 legendgroup=f"set{age}", showlegend=False, xaxis="x2", yaxis="y2",
                                  hovertemplate=f"step %{{x}}<br>embeddings from {ago} · their class weight now: "
-                                               "cos %{y:.3f}<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=steps, y=columns["mean_target_cosine"], name="now (the live batch)", mode="lines",
-                             line=dict(color=LIVE_COLOR, width=1.5),
+                                               "cos %{y:.3f}<extra></extra>"))
+    traces.append(go.Scatter(x=steps, y=columns["mean_target_cosine"], name="now (the live batch)", mode="lines",
+                             xaxis="x2", yaxis="y2", line=dict(color=LIVE_COLOR, width=1.5),
                              hovertemplate="step %{x}<br>embeddings now · their class weight now: cos %{y:.3f}"
-                                           "<extra></extra>"), row=2, col=1)
-    add_warmup_line(fig, records)
-    finish_layout(fig, "Virtual classes against the live ones (mean cosine)", "step", "", "drift")
-    fig.update_layout(height=DRIFT_HEIGHT, margin=dict(t=60, b=110), xaxis2_title_text="step", xaxis_title_text="",
-                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=10)))
-    return fig
+                                           "<extra></extra>"))
+    shapes, annotations = warmup_marks(records)
+    panels = _two_panels()
+    layout = house_layout("Virtual classes against the live ones (mean cosine)", "", "", "drift", **panels,
+                          height=DRIFT_HEIGHT, margin=dict(t=60, b=110),
+                          legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=10)))
+    return built(traces, merged(layout, dict(xaxis2=dict(title_text="step"), shapes=shapes,
+                                             annotations=panels["annotations"] + annotations)))
 
 
 def class_spread_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
@@ -89,22 +103,22 @@ def class_spread_figure(records: list[dict], baseline: list[dict] | None = None)
     columns = _spread_columns(records, "weight_mean_cos", "weight_uniformity")
     if len(columns["step"]) == 0:
         return empty_figure("No spread measure yet:<br>it is taken at every snapshot step.")
-    fig = go.Figure()
+    traces = []
     if baseline:
         base = _spread_columns(baseline, "weight_mean_cos", "weight_uniformity")
-        fig.add_trace(baseline_line(base["step"], base["weight_mean_cos"], "baseline mean cos"))
-        fig.add_trace(baseline_line(base["step"], base["weight_uniformity"], "baseline uniformity", yaxis="y2")
+        traces.append(baseline_line(base["step"], base["weight_mean_cos"], "baseline mean cos"))
+        traces.append(baseline_line(base["step"], base["weight_uniformity"], "baseline uniformity", yaxis="y2")
                       .update(line_dash="dash"))
-    fig.add_trace(go.Scatter(x=columns["step"], y=columns["weight_mean_cos"], name="mean cos between two classes",
+    traces.append(go.Scatter(x=columns["step"], y=columns["weight_mean_cos"], name="mean cos between two classes",
                              mode="lines", line=dict(color=MAIN_COLOR, width=2),
                              hovertemplate="step %{x}<br>mean cos between two class weights %{y:.4f}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=columns["step"], y=columns["weight_uniformity"], name="uniformity (lower: more even)",
+    traces.append(go.Scatter(x=columns["step"], y=columns["weight_uniformity"], name="uniformity (lower: more even)",
                              mode="lines", yaxis="y2", line=dict(color=MAIN_COLOR, width=1.5, dash="dash"),
                              hovertemplate="step %{x}<br>uniformity %{y:.3f}<extra></extra>"))
-    add_warmup_line(fig, records)
-    fig.update_layout(yaxis2=dict(title_text="uniformity", overlaying="y", side="right", showgrid=False))
-    finish_layout(fig, "How the real classes spread", "step", "mean cos between two classes", "class-spread")
+    shapes, annotations = warmup_marks(records)
     # the legend under the plot, as in the drift figure beside it: four long entries would cover the title
-    fig.update_layout(height=DRIFT_HEIGHT, margin=dict(t=50, b=110),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=10)))
-    return fig
+    return built(traces, house_layout(
+        "How the real classes spread", "step", "mean cos between two classes", "class-spread",
+        yaxis2=dict(title_text="uniformity", overlaying="y", side="right", showgrid=False), height=DRIFT_HEIGHT,
+        margin=dict(t=50, b=110), legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top",
+                                              font=dict(size=10)), shapes=shapes, annotations=annotations))

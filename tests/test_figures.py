@@ -13,6 +13,7 @@ from demo.figures import (
     curves_figure,
     embedding_figure,
     empty_figure,
+    merged,
     target_cosine_figure,
 )
 from memvir.projection import ProjectedSnapshot
@@ -305,3 +306,11 @@ def test_no_snapshot_gives_a_friendly_message():
 def test_unknown_colouring_is_refused():
     with pytest.raises(ValueError, match="color_by must be one of age, class; got 'step'"):
         embedding_figure(projected_snapshot(), color_by="step")
+
+
+def test_layouts_merge_nested_settings_key_by_key_as_plotly_does():
+    base = {"height": 350, "margin": {"l": 60, "r": 60, "t": 80}, "legend": {"orientation": "h", "x": 0}}
+    more = {"margin": {"r": 20}, "legend": {"orientation": "v"}, "shapes": [{"type": "line"}]}
+    assert merged(base, more) == {"height": 350, "margin": {"l": 60, "r": 20, "t": 80},
+                                  "legend": {"orientation": "v", "x": 0}, "shapes": [{"type": "line"}]}
+    assert base["margin"] == {"l": 60, "r": 60, "t": 80}  # the base is left as it was
