@@ -22,7 +22,7 @@ from pathlib import Path
 from demo.cores import run_in_background
 from demo.run_messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
-_CLOSE = object()
+SEND_EVERY_S = 0.5  # the outbox's pace (`_Outbox`)
 
 
 def main(connection, spec: LaunchSpec) -> None:
@@ -77,39 +77,54 @@ def _crash(error: BaseException, step: int | None) -> Crash:
 
 class _Outbox:
     """Sends to the server from a thread of its own, in order: the training thread only queues, so a full pipe, a
-    busy server or a snapshot file being written never holds up a step."""
+    busy server or a snapshot file being written never holds up a step.
+
+    The thread wakes every SEND_EVERY_S and sends what came meanwhile as one message (a list), not one message per
+    event: a run takes several steps a second, and each wake-up of this thread, and of the server's reader at the
+    other end, takes a core from a training thread for a moment on a machine whose every core trains (docs/
+    benchmarks.md). A page polls once a second, so a step shown up to SEND_EVERY_S later changes nothing it sees."""
 
     def __init__(self, connection, run_folder: Path):
         self._connection = connection
         self._run_folder = run_folder
         self._queue = queue.SimpleQueue()
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._send_all, name="memvir-outbox")
         self._thread.start()
 
     def put(self, item) -> None:
-        self._queue.put(item)
+        self._queue.put(item)  # no wake-up: the thread looks at its own pace
 
     def _send_all(self) -> None:
         from demo.snapshot_transport import to_message
 
         run_in_background()
         gone = False  # the server closed its end: nothing more can reach it
-        while (item := self._queue.get()) is not _CLOSE:
-            if gone:
-                continue
-            try:
-                message = to_message(item, self._run_folder)
-            except Exception as error:  # noqa: BLE001 - e.g. a full disk: that snapshot is lost, the run goes on
-                print(f"memvir run process: {type(item).__name__} not sent: {error}", file=sys.stderr)
-                continue
-            try:
-                self._connection.send(message)
-            except OSError:
-                gone = True
+        while True:
+            closing = self._closing.wait(SEND_EVERY_S)
+            batch = []
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            messages = []
+            for item in batch:
+                try:
+                    messages.append(to_message(item, self._run_folder))
+                except Exception as error:  # noqa: BLE001 - e.g. a full disk: that snapshot is lost, the run goes on
+                    print(f"memvir run process: {type(item).__name__} not sent: {error}", file=sys.stderr)
+            if messages and not gone:
+                try:
+                    self._connection.send(messages)
+                except OSError:
+                    gone = True
+            if closing:
+                return
 
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
-        self._queue.put(_CLOSE)
+        self._closing.set()
         self._thread.join()
 
 

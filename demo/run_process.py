@@ -165,10 +165,11 @@ class RunProcess:
                 if self._connection not in ready and not self._connection.poll():
                     break  # the process ended and everything it sent has been read
                 try:
-                    message = self._connection.recv()
+                    messages = self._connection.recv()  # what the process sent in one go (demo/run_child._Outbox)
                 except (EOFError, OSError):
                     break
-                self._handle(message)
+                for message in messages:
+                    self._handle(message)
         finally:
             self._process.join()
             self._end()

@@ -276,10 +276,13 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
                 eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
+    # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
+    # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
+    # demo/ui.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
     dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
-                   show_progress="hidden")
+                   show_progress="hidden", queue=False)
     dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, notice],
-                  api_name="suggest_settings", show_progress="hidden")
+                  api_name="suggest_settings", show_progress="hidden", queue=False)
     start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
     pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")

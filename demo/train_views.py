@@ -105,12 +105,16 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
                                            elem_classes="small-note", padding=True)
     views_sent = gr.State(None)
 
+    # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/poll), not
+    # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
+    # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
+    # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
                [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step],
-               api_name="poll", show_progress="hidden", concurrency_limit=None
+               api_name="poll", show_progress="hidden", queue=False
                ).then(bind(poll_views, runs, figures), [state, views_sent, visitor],
                       [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
-                      concurrency_limit=None)
+                      queue=False)
     snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
                           [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
                           show_progress="hidden")

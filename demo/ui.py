@@ -25,9 +25,10 @@ JS = Path(__file__).with_name("page.js").read_text(encoding="utf-8")
 THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
 # Gradio's queue looks for new events every millisecond while it has none (on Linux; 50 ms on Windows): a thousand
 # wake-ups a second of the server, idle or not, and on a machine whose every core trains a run each one takes a core
-# from a training thread (demo/cores.py). Every 25 ms still starts an event well within a poll's second, about 12 ms
-# later on average; progress messages, every 10 ms, go every 100 ms, gradio's own Windows pace.
-QUEUE_IDLE_CHECK_S = 0.025
+# from a training thread (demo/cores.py). The polls do not go through the queue (demo/train_views.py), only clicks,
+# uploads and searches: every 100 ms starts one about 50 ms later on average, which nobody sees; progress messages,
+# every 10 ms, go every 100 ms, gradio's own Windows pace.
+QUEUE_IDLE_CHECK_S = 0.1
 PROGRESS_CHECK_S = 0.1
 HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
           "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "

@@ -89,6 +89,31 @@ def test_the_process_says_ready_then_sends_the_trainers_events_in_order(tmp_path
     assert not (folder / snapshot_transport.FOLDER).exists()
 
 
+def test_the_process_sends_what_came_meanwhile_in_one_message_at_its_pace(tmp_path):
+    from multiprocessing import Pipe
+
+    from demo.run_child import SEND_EVERY_S, _Outbox
+
+    receiving, sending = Pipe(duplex=False)
+    outbox = _Outbox(sending, tmp_path)
+    steps = [StepEvent(step=step, epoch=0, loss=1.0, num_classes=4, num_virtual_sets=0, mean_target_cosine=0.5,
+                       images_per_s=10.0, lr=0.1, warmup=False) for step in range(1, 23)]
+    for event in steps[:20]:  # queued within microseconds: one message, or two if the pace fell in between
+        outbox.put(event)
+    messages = []
+    while sum(map(len, messages)) < 20:
+        assert receiving.poll(10 * SEND_EVERY_S), f"{sum(map(len, messages))} of 20 steps sent"
+        messages.append(receiving.recv())
+    assert len(messages) <= 2 and [event for message in messages for event in message] == steps[:20]
+    outbox.put(steps[20])
+    outbox.put(steps[21])
+    outbox.close()  # sends what is queued
+    rest = []
+    while receiving.poll(0.1):
+        rest += receiving.recv()
+    assert rest == steps[20:]
+
+
 def test_live_changes_are_confirmed_with_their_step_or_refused_with_the_trainers_reason(tmp_path):
     heard = Heard()
     process = RunProcess(LaunchSpec(str(tmp_path / "run"), quick(epochs=500, snapshot_every=0), 1), heard)
@@ -407,4 +432,4 @@ def test_an_idle_server_wakes_up_tens_of_times_a_second_not_a_thousand(tmp_path)
         per_second = (_wake_ups() - before) / (time.monotonic() - began)
     finally:
         app.close()
-    assert per_second < 300, f"{per_second:.0f} wake-ups a second"
+    assert per_second < 100, f"{per_second:.0f} wake-ups a second"  # about 22 measured (0.1 s queue checks)
