@@ -23,6 +23,7 @@ from demo.cores import run_in_background
 from demo.run_messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
 SEND_EVERY_S = 0.5  # the outbox's pace (`_Outbox`)
+_CLOSE = object()
 
 
 def main(connection, spec: LaunchSpec) -> None:
@@ -79,10 +80,12 @@ class _Outbox:
     """Sends to the server from a thread of its own, in order: the training thread only queues, so a full pipe, a
     busy server or a snapshot file being written never holds up a step.
 
-    The thread wakes every SEND_EVERY_S and sends what came meanwhile as one message (a list), not one message per
-    event: a run takes several steps a second, and each wake-up of this thread, and of the server's reader at the
-    other end, takes a core from a training thread for a moment on a machine whose every core trains (docs/
-    benchmarks.md). A page polls once a second, so a step shown up to SEND_EVERY_S later changes nothing it sees."""
+    An event that comes after a quiet spell goes at once (Ready, a run's first step, a reply to a live change); after
+    each send the thread rests SEND_EVERY_S, and what came meanwhile goes as one message (a list). A training run
+    takes several steps a second: one message per step would wake this thread, and the server's reader at the other
+    end, at each, and on a machine whose every core trains each wake-up takes a core from a training thread for a
+    moment (docs/benchmarks.md). A page polls once a second, so a step shown up to SEND_EVERY_S later changes
+    nothing it sees."""
 
     def __init__(self, connection, run_folder: Path):
         self._connection = connection
@@ -93,7 +96,7 @@ class _Outbox:
         self._thread.start()
 
     def put(self, item) -> None:
-        self._queue.put(item)  # no wake-up: the thread looks at its own pace
+        self._queue.put(item)
 
     def _send_all(self) -> None:
         from demo.snapshot_transport import to_message
@@ -101,15 +104,17 @@ class _Outbox:
         run_in_background()
         gone = False  # the server closed its end: nothing more can reach it
         while True:
-            closing = self._closing.wait(SEND_EVERY_S)
-            batch = []
+            batch = [self._queue.get()]  # waits only when nothing is queued
             while True:
                 try:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            closing = any(item is _CLOSE for item in batch)
             messages = []
             for item in batch:
+                if item is _CLOSE:
+                    continue
                 try:
                     messages.append(to_message(item, self._run_folder))
                 except Exception as error:  # noqa: BLE001 - e.g. a full disk: that snapshot is lost, the run goes on
@@ -121,10 +126,12 @@ class _Outbox:
                     gone = True
             if closing:
                 return
+            self._closing.wait(SEND_EVERY_S)  # the rest; a close cuts it short
 
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
         self._closing.set()
+        self._queue.put(_CLOSE)
         self._thread.join()
 
 

@@ -98,7 +98,8 @@ def test_the_process_sends_what_came_meanwhile_in_one_message_at_its_pace(tmp_pa
     outbox = _Outbox(sending, tmp_path)
     steps = [StepEvent(step=step, epoch=0, loss=1.0, num_classes=4, num_virtual_sets=0, mean_target_cosine=0.5,
                        images_per_s=10.0, lr=0.1, warmup=False) for step in range(1, 23)]
-    for event in steps[:20]:  # queued within microseconds: one message, or two if the pace fell in between
+    # queued within microseconds: the first goes at once, perhaps with a few of the others, the rest after the pause
+    for event in steps[:20]:
         outbox.put(event)
     messages = []
     while sum(map(len, messages)) < 20:
