@@ -2,7 +2,8 @@
 Start, the poll handler, training speed with a page polling vs the CLI on the same configuration, the server's
 memory, and a query on a 10,000+ image gallery.
 
-Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]. Prints a
+Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]
+[--server-priority low|idle|normal] [--noise-floor] (a CLI run in place of the app: the measure's own spread). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
 the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
 its second poll for the spread figures and the results). App and CLI runs
@@ -214,6 +215,19 @@ def training_speed(tmp: Path, epochs: int, rounds: int, server_priority: str) ->
     return {"apps": apps, "clis": clis, "ratios": ratios}
 
 
+def noise_floor(tmp: Path, epochs: int, rounds: int) -> list[tuple[str, str, str]]:
+    """The same measure with the CLI in both arms: how far two identical runs, one after the other, differ on this
+    machine, so that a round's app / CLI ratio can be read against it."""
+    ratios, speeds = [], []
+    for number in range(rounds):
+        first, second = (cli_train(tmp / f"cli-{number}-{arm}", epochs)["cli_images_per_s"] for arm in "ab")
+        ratios.append(second / first)
+        speeds += [first, second]
+    return [(f"training images/s, a CLI run / the CLI run before it ({epochs} epochs of glyphs), {rounds} rounds",
+             f"median {statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)})", ""),
+            ("CLI images/s, in order", ", ".join(f"{v:,.0f}" for v in speeds), "")]
+
+
 def poll_handler_while_training(data_dir: Path) -> dict:
     """The poll handler called in-process, as pages call it, while a run trains in its own process: milliseconds per
     call, of the wall clock and of the calling thread's own CPU time (their gap is time spent waiting for a core or
@@ -337,7 +351,18 @@ def main() -> None:
     parser.add_argument("--first-query-only", action="store_true", help="time only the first search")
     parser.add_argument("--server-priority", choices=SERVER_PRIORITIES, default="low",
                         help="the app's MEMVIR_SERVER_PRIORITY in the training comparison")
+    parser.add_argument("--noise-floor", action="store_true",
+                        help="only the training comparison, with a CLI run in place of the app: the measure's noise")
     args = parser.parse_args()
+    if args.noise_floor:
+        with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
+            rows = noise_floor(Path(tmp), args.epochs, args.rounds)
+        print(f"Command: `{Path(PYTHON).name} bench/bench_app.py --noise-floor --epochs {args.epochs} --rounds "
+              f"{args.rounds}` on {os.cpu_count()} CPU cores (load average {os.getloadavg()[0]:.1f} at the end)\n")
+        print("| measure | result | target |\n|---|---|---|")
+        for name, value, target in rows:
+            print(f"| {name} | {value} | {target} |")
+        return
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         tmp = Path(tmp)
         rows = first_search_rows(first_searches(tmp / "first", args.starts))
