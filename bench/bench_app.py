@@ -3,7 +3,8 @@ Start, the poll handler, training speed with a page polling vs the CLI on the sa
 memory, and a query on a 10,000+ image gallery.
 
 Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]
-[--server-priority low|idle|normal] [--noise-floor] (a CLI run in place of the app: the measure's own spread). Prints a
+[--server-priority low|idle|normal] [--noise-floor] (a CLI run in place of the app: the measure's own spread)
+[--interleaved BLOCKS] (one app run paused in turns with CLI runs: app and CLI timed in the same minutes). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
 the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
 its second poll for the spread figures and the results). App and CLI runs
@@ -192,11 +193,11 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
             "child_mb": max(child_mb, default=float("nan")), "server_cpu_share": server_cpu_share}
 
 
-def cli_train(out: Path, epochs: int) -> dict:
+def cli_train(out: Path, epochs: int, *more: str) -> dict:
     started = time.perf_counter()
     subprocess.run([PYTHON, "-m", "memvir", "train", "--dataset", "glyphs", "--loss", "norm-softmax",
                     "--memvir-n", "5", "--memvir-m", "10", "--warmup-epochs", "0", "--epochs", str(epochs),
-                    "--batch-size", "128", "--seed", "0", "--out", str(out)], cwd=REPO, check=True,
+                    "--batch-size", "128", "--seed", "0", "--out", str(out), *more], cwd=REPO, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return {"cli_images_per_s": median_images_per_s(out), "cli_process_s": time.perf_counter() - started}
 
@@ -226,6 +227,57 @@ def noise_floor(tmp: Path, epochs: int, rounds: int) -> list[tuple[str, str, str
     return [(f"training images/s, a CLI run / the CLI run before it ({epochs} epochs of glyphs), {rounds} rounds",
              f"median {statistics.median(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)})", ""),
             ("CLI images/s, in order", ", ".join(f"{v:,.0f}" for v in speeds), "")]
+
+
+def _step_records(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [record for record in records if record["type"] == "step"]
+
+
+def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str) -> list[tuple[str, str, str]]:
+    """One long app run, watched by a page for `block_s` seconds at a time and paused in between while a CLI run of
+    the same settings takes 130 steps: each block's app images/s against the CLI's of the same minutes, so that the
+    machine's drift touches both alike. UMAP is off (MEMVIR_UMAP=0): at each pause the app would lay out the latest
+    snapshot in UMAP, on the cores the CLI run is timed on."""
+    from gradio_client import Client
+
+    server, url, _ = start_app(tmp / "app", MEMVIR_SERVER_PRIORITY=server_priority, MEMVIR_UMAP="0")
+    ratios = []
+    try:
+        time.sleep(3)
+        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+        page = PagePolls(url, client.session_hash)
+        client.predict(dataset="glyphs", epochs=100, batch_size=128, snapshot_every=25, eval_every=1, memvir_n=5,
+                       memvir_m=10, warmup_epochs=0, api_name="/start")
+        run_dir = next((tmp / "app" / "runs").iterdir())
+        while not (run_dir / "metrics.jsonl").exists() or len(_step_records(run_dir)) < 8:  # the memory full
+            time.sleep(1.0)
+            page.poll()
+        for block in range(blocks):
+            first = _step_records(run_dir)[-1]["step"]
+            began = time.perf_counter()
+            while time.perf_counter() - began < block_s:
+                time.sleep(1.0)
+                page.poll()
+                page.poll_views()
+            client.predict(api_name="/pause")
+            while "Paused" not in page.poll():
+                time.sleep(0.2)
+            steps = [record for record in _step_records(run_dir) if record["step"] > first + 20]  # past the resume
+            app = statistics.median(record["images_per_s"] for record in steps)
+            cli = cli_train(tmp / f"cli-{block}", 100, "--max-steps", "130")["cli_images_per_s"]
+            ratios.append((app, cli))
+            print(f"block {block}: app {app:.0f}, CLI {cli:.0f} images/s", file=sys.stderr, flush=True)
+            client.predict(api_name="/resume")
+    finally:
+        server.terminate()
+        server.wait(30)
+    each = [app / cli for app, cli in ratios]
+    return [(f"training images/s, app / CLI in {blocks} interleaved blocks (the app's run paused while the CLI's "
+             f"130 steps run; the app polled 1/s for {block_s:.0f} s a block)",
+             f"median {statistics.median(each):.2f} ({', '.join(f'{r:.2f}' for r in each)})", ">= 0.95"),
+            ("app images/s; CLI images/s, per block", ", ".join(f"{a:,.0f}" for a, _ in ratios) + "; "
+             + ", ".join(f"{c:,.0f}" for _, c in ratios), "")]
 
 
 def poll_handler_while_training(data_dir: Path) -> dict:
@@ -353,12 +405,20 @@ def main() -> None:
                         help="the app's MEMVIR_SERVER_PRIORITY in the training comparison")
     parser.add_argument("--noise-floor", action="store_true",
                         help="only the training comparison, with a CLI run in place of the app: the measure's noise")
+    parser.add_argument("--interleaved", type=int, metavar="BLOCKS",
+                        help="only the training comparison, in BLOCKS blocks of one app run paused in turns with a "
+                             "CLI run")
     args = parser.parse_args()
-    if args.noise_floor:
+    if args.noise_floor or args.interleaved:
         with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
-            rows = noise_floor(Path(tmp), args.epochs, args.rounds)
-        print(f"Command: `{Path(PYTHON).name} bench/bench_app.py --noise-floor --epochs {args.epochs} --rounds "
-              f"{args.rounds}` on {os.cpu_count()} CPU cores (load average {os.getloadavg()[0]:.1f} at the end)\n")
+            if args.noise_floor:
+                rows = noise_floor(Path(tmp), args.epochs, args.rounds)
+                flags = f"--noise-floor --epochs {args.epochs} --rounds {args.rounds}"
+            else:
+                rows = interleaved(Path(tmp), args.interleaved, 20.0, args.server_priority)
+                flags = f"--interleaved {args.interleaved} --server-priority {args.server_priority}"
+        print(f"Command: `{Path(PYTHON).name} bench/bench_app.py {flags}` on {os.cpu_count()} CPU cores "
+              f"(load average {os.getloadavg()[0]:.1f} at the end)\n")
         print("| measure | result | target |\n|---|---|---|")
         for name, value, target in rows:
             print(f"| {name} | {value} | {target} |")
