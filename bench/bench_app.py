@@ -270,8 +270,12 @@ def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str) ->
             print(f"block {block}: app {app:.0f}, CLI {cli:.0f} images/s", file=sys.stderr, flush=True)
             client.predict(api_name="/resume")
     finally:
+        runs = _children(server.pid)
         server.terminate()
         server.wait(30)
+        deadline = time.monotonic() + 60  # the run's process saves a checkpoint into the folder as the server goes
+        while any(Path(f"/proc/{pid}").exists() for pid in runs) and time.monotonic() < deadline:
+            time.sleep(0.2)
     each = [app / cli for app, cli in ratios]
     return [(f"training images/s, app / CLI in {blocks} interleaved blocks (the app's run paused while the CLI's "
              f"130 steps run; the app polled 1/s for {block_s:.0f} s a block)",
