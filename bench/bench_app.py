@@ -40,11 +40,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _step_records(run_dir: Path) -> list[dict]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [record for record in records if record["type"] == "step"]
+
+
 def median_images_per_s(run_dir: Path) -> float:
     """Median logged images/s over the second half of the run: with no warm-up and N(M+1) = 55 steps, the memory is
     full and the step's cost steady there, so a shift between two runs' phases cannot move the median."""
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["type"] == "step"]
+    steps = _step_records(run_dir)
     last = steps[-1]["step"]
     return statistics.median(r["images_per_s"] for r in steps if r["step"] > last / 2)
 
@@ -229,11 +233,6 @@ def noise_floor(tmp: Path, epochs: int, rounds: int) -> list[tuple[str, str, str
             ("CLI images/s, in order", ", ".join(f"{v:,.0f}" for v in speeds), "")]
 
 
-def _step_records(run_dir: Path) -> list[dict]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [record for record in records if record["type"] == "step"]
-
-
 def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str) -> list[tuple[str, str, str]]:
     """One long app run, watched by a page for `block_s` seconds at a time and paused in between while a CLI run of
     the same settings takes 130 steps: each block's app images/s against the CLI's of the same minutes, so that the
@@ -413,40 +412,34 @@ def main() -> None:
                         help="only the training comparison, in BLOCKS blocks of one app run paused in turns with a "
                              "CLI run")
     args = parser.parse_args()
-    if args.noise_floor or args.interleaved:
-        with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
-            if args.noise_floor:
-                rows = noise_floor(Path(tmp), args.epochs, args.rounds)
-                flags = f"--noise-floor --epochs {args.epochs} --rounds {args.rounds}"
-            else:
-                rows = interleaved(Path(tmp), args.interleaved, 20.0, args.server_priority)
-                flags = f"--interleaved {args.interleaved} --server-priority {args.server_priority}"
-        print(f"Command: `{Path(PYTHON).name} bench/bench_app.py {flags}` on {os.cpu_count()} CPU cores "
-              f"(load average {os.getloadavg()[0]:.1f} at the end)\n")
-        print("| measure | result | target |\n|---|---|---|")
-        for name, value, target in rows:
-            print(f"| {name} | {value} | {target} |")
-        return
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         tmp = Path(tmp)
-        rows = first_search_rows(first_searches(tmp / "first", args.starts))
-        if not args.first_query_only:
-            speed = training_speed(tmp, args.epochs, args.rounds, args.server_priority)
-            app = speed["apps"][0]
-            inner = in_process(tmp / "inner", app["run_dir"])
-            polls = poll_handler_while_training(tmp / "poll")  # last: it keeps this process to one thread
-            rows += [
-                ("first loss point after Start (glyphs, batch 128)", f"{app['first_loss_s']:.1f} s", "< 5 s"),
-                *speed_rows(speed, polls, args.epochs),
-                (f"gallery index build ({inner['gallery_size']:,} images, once)", f"{inner['index_s']:.1f} s", ""),
-                (f"query on the {inner['gallery_size']:,}-image gallery, index built, median",
-                 f"{inner['query_median_ms']:.0f} ms", "< 150 ms"),
-            ]
-    load = os.getloadavg()[0]
-    flags = (" --first-query-only" if args.first_query_only else
-             f" --epochs {args.epochs} --rounds {args.rounds} --server-priority {args.server_priority}")
-    print(f"Command: `{Path(PYTHON).name} bench/bench_app.py{flags} --starts {args.starts}` on "
-          f"{os.cpu_count()} CPU cores (load average {load:.1f} at the end)\n")
+        if args.noise_floor:
+            rows = noise_floor(tmp, args.epochs, args.rounds)
+            flags = f"--noise-floor --epochs {args.epochs} --rounds {args.rounds}"
+        elif args.interleaved:
+            rows = interleaved(tmp, args.interleaved, 20.0, args.server_priority)
+            flags = f"--interleaved {args.interleaved} --server-priority {args.server_priority}"
+        else:
+            rows = first_search_rows(first_searches(tmp / "first", args.starts))
+            flags = ("--first-query-only" if args.first_query_only else
+                     f"--epochs {args.epochs} --rounds {args.rounds} --server-priority {args.server_priority}")
+            flags += f" --starts {args.starts}"
+            if not args.first_query_only:
+                speed = training_speed(tmp, args.epochs, args.rounds, args.server_priority)
+                app = speed["apps"][0]
+                inner = in_process(tmp / "inner", app["run_dir"])
+                polls = poll_handler_while_training(tmp / "poll")  # last: it keeps this process to one thread
+                rows += [
+                    ("first loss point after Start (glyphs, batch 128)", f"{app['first_loss_s']:.1f} s", "< 5 s"),
+                    *speed_rows(speed, polls, args.epochs),
+                    (f"gallery index build ({inner['gallery_size']:,} images, once)", f"{inner['index_s']:.1f} s",
+                     ""),
+                    (f"query on the {inner['gallery_size']:,}-image gallery, index built, median",
+                     f"{inner['query_median_ms']:.0f} ms", "< 150 ms"),
+                ]
+    print(f"Command: `{Path(PYTHON).name} bench/bench_app.py {flags}` on {os.cpu_count()} CPU cores "
+          f"(load average {os.getloadavg()[0]:.1f} at the end)\n")
     print("| measure | result | target |\n|---|---|---|")
     for name, value, target in rows:
         print(f"| {name} | {value} | {target} |")

@@ -11,6 +11,7 @@ Nothing here is imported before the thread count is set: torch and faiss read it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -105,21 +106,13 @@ class _Outbox:
         gone = False  # the server closed its end: nothing more can reach it
         while True:
             batch = [self._queue.get()]  # waits only when nothing is queued
-            while True:
-                try:
+            with contextlib.suppress(queue.Empty):
+                while True:
                     batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
             closing = any(item is _CLOSE for item in batch)
-            messages = []
-            for item in batch:
-                if item is _CLOSE:
-                    continue
-                try:
-                    messages.append(to_message(item, self._run_folder))
-                except Exception as error:  # noqa: BLE001 - e.g. a full disk: that snapshot is lost, the run goes on
-                    print(f"memvir run process: {type(item).__name__} not sent: {error}", file=sys.stderr)
-            if messages and not gone:
+            messages = [] if gone else [message for item in batch if item is not _CLOSE
+                                        and (message := self._message(item, to_message)) is not None]
+            if messages:
                 try:
                     self._connection.send(messages)
                 except OSError:
@@ -127,6 +120,14 @@ class _Outbox:
             if closing:
                 return
             self._closing.wait(SEND_EVERY_S)  # the rest; a close cuts it short
+
+    def _message(self, item, to_message):
+        """What goes into the pipe for `item` (a snapshot's file written now); None if it could not be made."""
+        try:
+            return to_message(item, self._run_folder)
+        except Exception as error:  # noqa: BLE001 - e.g. a full disk: that snapshot is lost, the run goes on
+            print(f"memvir run process: {type(item).__name__} not sent: {error}", file=sys.stderr)
+            return None
 
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
