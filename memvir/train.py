@@ -33,6 +33,7 @@ from memvir.data.batches import TrainingBatches
 from memvir.devices import pick_device, place_model, training_network
 from memvir.distributed import World
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.host_memory import keep_freed_memory
 from memvir.losses import build_loss
 from memvir.memory import MemVir
 from memvir.memory_checks import NonFiniteError
@@ -69,6 +70,8 @@ class Trainer:
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
         self.out_dir = Path(out_dir) if out_dir is not None and self.world.is_main else None
         self.device = self.world.start(pick_device(config.device))
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's memory mapped once, not at every step (memvir/host_memory.py)
         self._listeners = list(listeners)
         self._lock = threading.Lock()
         self._pending: dict = {}
