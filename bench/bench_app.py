@@ -4,7 +4,8 @@ memory, and a query on a 10,000+ image gallery.
 
 Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]
 [--server-priority low|idle|normal] [--noise-floor] (a CLI run in place of the app: the measure's own spread)
-[--interleaved BLOCKS] (one app run paused in turns with CLI runs: app and CLI timed in the same minutes). Prints a
+[--interleaved BLOCKS [--turn-s 30]] (a long app run and a long CLI run taking turns: both timed in the same minutes,
+neither paying its start; with --noise-floor, two CLI runs). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
 the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
 its second poll for the spread figures and the results). App and CLI runs
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -32,6 +34,14 @@ sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 
 from demo.cores import SERVER_PRIORITIES  # noqa: E402 - after the repository is on the path
+
+# The training compared, in the app and on the command line: the app's defaults for glyphs where not named here, and
+# no warm-up, so that the memory is full (N(M+1) = 55 steps) well before the timed second half of a run.
+APP_SETTINGS = {"dataset": "glyphs", "batch_size": 128, "snapshot_every": 25, "eval_every": 1, "memvir_n": 5,
+                "memvir_m": 10, "warmup_epochs": 0, "memvir_reduction": "balanced"}
+CLI_FLAGS = ["--dataset", "glyphs", "--loss", "norm-softmax", "--batch-size", "128", "--memvir-n", "5",
+             "--memvir-m", "10", "--warmup-epochs", "0", "--memvir-reduction", "balanced", "--seed", "0"]
+SETTLE_STEPS = 50  # a block's first steps left out: the logged images/s is a moving average (weight 0.9 a step)
 
 
 def free_port() -> int:
@@ -166,8 +176,7 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
         page = PagePolls(url, client.session_hash)
         server_idle_mb = _status_kb(server.pid, "VmRSS") / 1024
         clicked = time.perf_counter()
-        client.predict(dataset="glyphs", epochs=epochs, batch_size=128, snapshot_every=25, eval_every=1,
-                       memvir_n=5, memvir_m=10, warmup_epochs=0, api_name="/start")  # the CLI run's settings
+        client.predict(epochs=epochs, **APP_SETTINGS, api_name="/start")
         while "step 0 of" in (status := page.poll()) or "Training" not in status:
             time.sleep(0.02)
         first_loss_s = time.perf_counter() - clicked
@@ -197,12 +206,14 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
             "child_mb": max(child_mb, default=float("nan")), "server_cpu_share": server_cpu_share}
 
 
-def cli_train(out: Path, epochs: int, *more: str) -> dict:
+def _cli_command(out: Path, epochs: int) -> list[str]:
+    return [PYTHON, "-m", "memvir", "train", *CLI_FLAGS, "--epochs", str(epochs), "--out", str(out)]
+
+
+def cli_train(out: Path, epochs: int) -> dict:
     started = time.perf_counter()
-    subprocess.run([PYTHON, "-m", "memvir", "train", "--dataset", "glyphs", "--loss", "norm-softmax",
-                    "--memvir-n", "5", "--memvir-m", "10", "--warmup-epochs", "0", "--epochs", str(epochs),
-                    "--batch-size", "128", "--seed", "0", "--out", str(out), *more], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(_cli_command(out, epochs), cwd=REPO, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
     return {"cli_images_per_s": median_images_per_s(out), "cli_process_s": time.perf_counter() - started}
 
 
@@ -233,54 +244,117 @@ def noise_floor(tmp: Path, epochs: int, rounds: int) -> list[tuple[str, str, str
             ("CLI images/s, in order", ", ".join(f"{v:,.0f}" for v in speeds), "")]
 
 
-def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str) -> list[tuple[str, str, str]]:
-    """One long app run, watched by a page for `block_s` seconds at a time and paused in between while a CLI run of
-    the same settings takes 130 steps: each block's app images/s against the CLI's of the same minutes, so that the
-    machine's drift touches both alike. UMAP is off (MEMVIR_UMAP=0): at each pause the app would lay out the latest
-    snapshot in UMAP, on the cores the CLI run is timed on."""
-    from gradio_client import Client
+class _CliArm:
+    """A long CLI run, held with SIGSTOP between its turns."""
 
-    server, url, _ = start_app(tmp / "app", MEMVIR_SERVER_PRIORITY=server_priority, MEMVIR_UMAP="0")
-    ratios = []
-    try:
+    def __init__(self, out: Path):
+        self.run_dir = out
+        self.process = subprocess.Popen(_cli_command(out, 100), cwd=REPO, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+
+    def steps(self) -> list[dict]:
+        path = self.run_dir / "metrics.jsonl"
+        return _step_records(self.run_dir) if path.exists() else []
+
+    def hold(self) -> None:
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def take_turn(self, seconds: float) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+        time.sleep(seconds)
+        self.hold()
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGCONT)
+        self.process.terminate()
+        self.process.wait(60)
+
+
+class _AppArm:
+    """A long app run, watched by a page that polls once a second during its turns and paused (its Pause) between
+    them. UMAP is off (MEMVIR_UMAP=0): at each pause the app would lay out the latest snapshot, on the cores the other
+    arm is timed on."""
+
+    def __init__(self, tmp: Path, server_priority: str):
+        from gradio_client import Client
+
+        self.tmp = tmp
+        self.server, url, _ = start_app(tmp, MEMVIR_SERVER_PRIORITY=server_priority, MEMVIR_UMAP="0")
         time.sleep(3)
-        client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
-        page = PagePolls(url, client.session_hash)
-        client.predict(dataset="glyphs", epochs=100, batch_size=128, snapshot_every=25, eval_every=1, memvir_n=5,
-                       memvir_m=10, warmup_epochs=0, api_name="/start")
-        run_dir = next((tmp / "app" / "runs").iterdir())
-        while not (run_dir / "metrics.jsonl").exists() or len(_step_records(run_dir)) < 8:  # the memory full
+        self.client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+        self.page = PagePolls(url, self.client.session_hash)
+        self.client.predict(epochs=100, **APP_SETTINGS, api_name="/start")
+        self.run_dir = next((tmp / "runs").iterdir())
+
+    def steps(self) -> list[dict]:
+        self.page.poll()
+        return _step_records(self.run_dir) if (self.run_dir / "metrics.jsonl").exists() else []
+
+    def hold(self) -> None:
+        self.client.predict(api_name="/pause")
+        while "Paused" not in self.page.poll():
+            time.sleep(0.2)
+
+    def take_turn(self, seconds: float) -> None:
+        self.client.predict(api_name="/resume")
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
             time.sleep(1.0)
-            page.poll()
-        for block in range(blocks):
-            first = _step_records(run_dir)[-1]["step"]
-            began = time.perf_counter()
-            while time.perf_counter() - began < block_s:
-                time.sleep(1.0)
-                page.poll()
-                page.poll_views()
-            client.predict(api_name="/pause")
-            while "Paused" not in page.poll():
-                time.sleep(0.2)
-            steps = [record for record in _step_records(run_dir) if record["step"] > first + 20]  # past the resume
-            app = statistics.median(record["images_per_s"] for record in steps)
-            cli = cli_train(tmp / f"cli-{block}", 100, "--max-steps", "130")["cli_images_per_s"]
-            ratios.append((app, cli))
-            print(f"block {block}: app {app:.0f}, CLI {cli:.0f} images/s", file=sys.stderr, flush=True)
-            client.predict(api_name="/resume")
-    finally:
-        runs = _children(server.pid)
-        server.terminate()
-        server.wait(30)
+            self.page.poll()
+            self.page.poll_views()
+        self.hold()
+
+    def close(self) -> None:
+        runs = _children(self.server.pid)
+        self.server.terminate()
+        self.server.wait(30)
         deadline = time.monotonic() + 60  # the run's process saves a checkpoint into the folder as the server goes
         while any(Path(f"/proc/{pid}").exists() for pid in runs) and time.monotonic() < deadline:
             time.sleep(0.2)
-    each = [app / cli for app, cli in ratios]
-    return [(f"training images/s, app / CLI in {blocks} interleaved blocks (the app's run paused while the CLI's "
-             f"130 steps run; the app polled 1/s for {block_s:.0f} s a block)",
-             f"median {statistics.median(each):.2f} ({', '.join(f'{r:.2f}' for r in each)})", ">= 0.95"),
-            ("app images/s; CLI images/s, per block", ", ".join(f"{a:,.0f}" for a, _ in ratios) + "; "
-             + ", ".join(f"{c:,.0f}" for _, c in ratios), "")]
+
+
+def _full_memory(arm, more_steps: int = 80) -> None:
+    """Wait for the arm's run to pass its start (evaluation, the memory filling), then hold it."""
+    while not (steps := arm.steps()) or steps[-1]["step"] < more_steps:
+        time.sleep(1.0)
+    arm.hold()
+
+
+def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str,
+                noise_floor: bool = False) -> list[tuple[str, str, str]]:
+    """One long app run and one long CLI run of the same settings taking turns of `block_s` seconds, the one waiting
+    held meanwhile (the app's by its Pause, the CLI's by SIGSTOP), the order swapped every block (app-CLI, CLI-app):
+    both timed over the same minutes, in the steady state, with neither paying a start. A turn's images/s is the
+    median of its logged steps, its first SETTLE_STEPS left out. With `noise_floor`, a second CLI run takes the app's
+    place: the measure's own spread."""
+    first = _CliArm(tmp / "cli-a") if noise_floor else _AppArm(tmp / "app", server_priority)
+    arms = [first]
+    try:
+        _full_memory(first)
+        arms.append(_CliArm(tmp / "cli"))
+        _full_memory(arms[1])
+        pairs = []
+        for block in range(blocks):
+            speeds = {}
+            for arm in (arms if block % 2 == 0 else arms[::-1]):
+                start = arm.steps()[-1]["step"]
+                arm.take_turn(block_s)
+                speeds[id(arm)] = statistics.median(record["images_per_s"] for record in arm.steps()
+                                                    if record["step"] > start + SETTLE_STEPS)
+            pairs.append((speeds[id(arms[0])], speeds[id(arms[1])]))
+            print(f"block {block}: {pairs[-1][0]:.0f} vs CLI {pairs[-1][1]:.0f} images/s", file=sys.stderr, flush=True)
+    finally:
+        for arm in arms:
+            arm.close()
+    each = [a / b for a, b in pairs]
+    name = "a CLI run / another" if noise_floor else "app / CLI"
+    return [(f"training images/s, {name} in {blocks} turns of {block_s:.0f} s each, one run of each held while the "
+             "other trains" + ("" if noise_floor else " (the app polled 1/s)"),
+             f"median {statistics.median(each):.2f} ({', '.join(f'{r:.2f}' for r in each)})",
+             "" if noise_floor else ">= 0.95"),
+            ("images/s per turn, first; CLI", ", ".join(f"{a:,.0f}" for a, _ in pairs) + "; "
+             + ", ".join(f"{c:,.0f}" for _, c in pairs), "")]
 
 
 def poll_handler_while_training(data_dir: Path) -> dict:
@@ -409,17 +483,19 @@ def main() -> None:
     parser.add_argument("--noise-floor", action="store_true",
                         help="only the training comparison, with a CLI run in place of the app: the measure's noise")
     parser.add_argument("--interleaved", type=int, metavar="BLOCKS",
-                        help="only the training comparison, in BLOCKS blocks of one app run paused in turns with a "
-                             "CLI run")
+                        help="only the training comparison: a long app run and a long CLI run taking turns, "
+                             "BLOCKS times each (with --noise-floor: two CLI runs)")
+    parser.add_argument("--turn-s", type=float, default=30.0, help="seconds of one turn in --interleaved")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         tmp = Path(tmp)
-        if args.noise_floor:
+        if args.interleaved:
+            rows = interleaved(tmp, args.interleaved, args.turn_s, args.server_priority, args.noise_floor)
+            flags = (f"--interleaved {args.interleaved} --turn-s {args.turn_s:g}"
+                     + (" --noise-floor" if args.noise_floor else f" --server-priority {args.server_priority}"))
+        elif args.noise_floor:
             rows = noise_floor(tmp, args.epochs, args.rounds)
             flags = f"--noise-floor --epochs {args.epochs} --rounds {args.rounds}"
-        elif args.interleaved:
-            rows = interleaved(tmp, args.interleaved, 20.0, args.server_priority)
-            flags = f"--interleaved {args.interleaved} --server-priority {args.server_priority}"
         else:
             rows = first_search_rows(first_searches(tmp / "first", args.starts))
             flags = ("--first-query-only" if args.first_query_only else
