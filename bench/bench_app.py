@@ -51,7 +51,11 @@ def free_port() -> int:
 
 
 def _step_records(run_dir: Path) -> list[dict]:
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    """The step records of a run's metrics.jsonl; none before the run has written it."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [record for record in records if record["type"] == "step"]
 
 
@@ -253,8 +257,7 @@ class _CliArm:
                                         stderr=subprocess.DEVNULL)
 
     def steps(self) -> list[dict]:
-        path = self.run_dir / "metrics.jsonl"
-        return _step_records(self.run_dir) if path.exists() else []
+        return _step_records(self.run_dir)
 
     def hold(self) -> None:
         os.kill(self.process.pid, signal.SIGSTOP)
@@ -279,7 +282,6 @@ class _AppArm:
     def __init__(self, tmp: Path, server_priority: str):
         from gradio_client import Client
 
-        self.tmp = tmp
         self.server, url, _ = start_app(tmp, MEMVIR_SERVER_PRIORITY=server_priority, MEMVIR_UMAP="0")
         time.sleep(3)
         self.client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
@@ -289,7 +291,7 @@ class _AppArm:
 
     def steps(self) -> list[dict]:
         self.page.poll()
-        return _step_records(self.run_dir) if (self.run_dir / "metrics.jsonl").exists() else []
+        return _step_records(self.run_dir)
 
     def hold(self) -> None:
         self.client.predict(api_name="/pause")
@@ -314,9 +316,9 @@ class _AppArm:
             time.sleep(0.2)
 
 
-def _full_memory(arm, more_steps: int = 80) -> None:
+def _full_memory(arm, past_step: int = 80) -> None:
     """Wait for the arm's run to pass its start (evaluation, the memory filling), then hold it."""
-    while not (steps := arm.steps()) or steps[-1]["step"] < more_steps:
+    while not (steps := arm.steps()) or steps[-1]["step"] < past_step:
         time.sleep(1.0)
     arm.hold()
 
@@ -336,13 +338,13 @@ def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str,
         _full_memory(arms[1])
         pairs = []
         for block in range(blocks):
-            speeds = {}
-            for arm in (arms if block % 2 == 0 else arms[::-1]):
-                start = arm.steps()[-1]["step"]
-                arm.take_turn(block_s)
-                speeds[id(arm)] = statistics.median(record["images_per_s"] for record in arm.steps()
-                                                    if record["step"] > start + SETTLE_STEPS)
-            pairs.append((speeds[id(arms[0])], speeds[id(arms[1])]))
+            speeds = [0.0, 0.0]
+            for which in ((0, 1) if block % 2 == 0 else (1, 0)):
+                start = arms[which].steps()[-1]["step"]
+                arms[which].take_turn(block_s)
+                speeds[which] = statistics.median(record["images_per_s"] for record in arms[which].steps()
+                                                  if record["step"] > start + SETTLE_STEPS)
+            pairs.append((speeds[0], speeds[1]))
             print(f"block {block}: {pairs[-1][0]:.0f} vs CLI {pairs[-1][1]:.0f} images/s", file=sys.stderr, flush=True)
     finally:
         for arm in arms:
