@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
 from demo.few_class_view import FocusView
-from demo.figures import age_label, built, empty_figure, house_layout
+from demo.figures import age_label, built, empty_figure, house_layout, scatter
 
 FEW_PALETTE = qualitative.T10  # ten clearly different colours: the default view shows 8 classes
 MANY_PALETTE = qualitative.Alphabet  # up to 26, for a visitor who asks for more
@@ -40,7 +40,7 @@ def shade(color: str, age: int, oldest: int) -> str:
     return f"rgb({red}, {green}, {blue})"
 
 
-def _drift_lines(view: FocusView) -> go.Scatter | None:
+def _drift_lines(view: FocusView) -> dict | None:
     """One faint segment from each stored class weight to its class's live weight (None-separated)."""
     projection = view.projection
     live = {int(label): xy for label, age, xy in
@@ -53,8 +53,8 @@ def _drift_lines(view: FocusView) -> go.Scatter | None:
             ys += [xy[1], target[1], None]
     if not xs:
         return None
-    return go.Scatter(x=xs, y=ys, mode="lines", name="stored weight → live weight", hoverinfo="skip",
-                      line=dict(color=LINE_COLOR, width=1))
+    return scatter(x=xs, y=ys, mode="lines", name="stored weight → live weight", hoverinfo="skip",
+                   line=dict(color=LINE_COLOR, width=1))
 
 
 def few_class_figure(view: FocusView | None) -> go.Figure:
@@ -78,9 +78,9 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
         if kind == "embeddings" and age == 0:
             name = "embeddings now (the classes' training images)"
         marker = dict(symbol=symbol, size=size, line=outline or dict(width=0))
-        traces.append(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
-                                 marker=dict(marker, color=shade(LEGEND_GREY, age, oldest))))
-        traces.append(go.Scatter(
+        traces.append(scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
+                              marker=dict(marker, color=shade(LEGEND_GREY, age, oldest))))
+        traces.append(scatter(
             x=xy[:, 0], y=xy[:, 1], name=name, mode="markers", customdata=labels, legendgroup=name, showlegend=False,
             meta={"kind": kind, "age": age},
             marker=dict(marker, color=[shade(colors[int(label)], age, oldest) for label in labels]),

@@ -7,14 +7,17 @@ analysis visible while a run trains: loss and test Recall@1 with the warm-up end
 coloured by age (Fig. 7).
 
 The app redraws every second, so these stay light: columns are pulled out once into numpy arrays, long histories
-are thinned to at most ``MAX_PLOTTED_POINTS`` points, each figure is built whole from its traces and layout
-(``built``), and nothing here raises on empty input (a figure with a message is returned instead).
+are thinned to at most ``MAX_PLOTTED_POINTS`` points, traces and layout are plain dicts in plotly's own nested form
+(``scatter``; ``title=dict(text=...)``, never plotly's ``title_text`` shorthand), the figure is made of them whole
+without plotly's validation (``built``), and nothing here raises on empty input (a figure with a message is returned
+instead). tests/test_figure_validity.py checks every kind of figure against plotly's validators.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.colors import qualitative, sample_colorscale
 
 from memvir.projection import ProjectedSnapshot
@@ -29,6 +32,7 @@ RECALL_COLOR = "#d9480f"
 CLASS_PALETTE = qualitative.Dark24
 AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
 _AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
+_AGE_STOPS = go.scatter.Marker(colorscale=AGE_COLORSCALE).colorscale  # the scale's colour stops, as plotly sends them
 COLOR_BY = ("age", "class")
 # Live-change notes: a 32-character note at 9 px is about a fifth of the chart's width, so notes closer than that
 # stack in rows this many pixels apart.
@@ -36,20 +40,29 @@ CONTROL_NOTE_SHARE = 0.22
 CONTROL_LANES = 4
 CONTROL_LANE_PX = 14
 # The house look: plotly's "plotly_white" for 2-D charts, set directly. Naming the template instead makes plotly copy
-# and validate all of it (the defaults of every trace type) into each figure, about 8 ms of a figure's 9 ms to build
-# and 6 KB of its JSON; the app redraws several figures a second while a run trains, on the cores the run trains on.
-HOUSE_LAYOUT = dict(template="none", paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"),
-                    hoverlabel=dict(align="left"))
+# all of it (the defaults of every trace type) into each figure, 6 KB of its JSON; plotly's empty template ("none", as
+# it is sent) keeps plotly.js from applying its own.
+HOUSE_LAYOUT = dict(template=pio.templates["none"].to_plotly_json(), paper_bgcolor="white", plot_bgcolor="white",
+                    font=dict(color="#2a3f5f"), hoverlabel=dict(align="left"))
 HOUSE_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
-                  automargin=True, title_standoff=15)
+                  automargin=True, title=dict(standoff=15))
 
 
 # ------------------------------------------------------------------------------------------------ shared pieces
-def built(traces: list, layout: dict) -> go.Figure:
-    """The figure of `traces` and `layout`, validated once as a whole. Each add_trace, add_shape or update_layout on
-    a figure goes through plotly's update machinery instead: 5 times the cost (13 against 2.7 ms for a three-line
-    chart), on the cores a run trains on, for every figure the app redraws while it trains."""
-    return go.Figure(data=traces, layout=layout)
+def built(traces: list[dict], layout: dict) -> go.Figure:
+    """The figure of `traces` (`scatter` dicts) and `layout`, taken as they are: plotly's validation of each property
+    (`_validate`, plotly's own switch, which its figure copies use) was two thirds of the cost of the app's figures,
+    17 ms for the drift figure alone, on the cores a run trains on, for figures redrawn every second while it trains
+    (docs/benchmarks.md). What validation would catch, a misspelt property or a value of the wrong kind, is caught by
+    tests/test_figure_validity.py, which builds every kind of figure and has plotly validate it."""
+    # empty lists (no shapes, no annotations) left out, as plotly's validation leaves them out of the JSON
+    layout = {key: value for key, value in layout.items() if not (isinstance(value, list) and not value)}
+    return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def scatter(**properties) -> dict:
+    """A scatter trace as plotly's JSON has it: nested dicts (``line=dict(dash="dash")``, not ``line_dash``)."""
+    return dict(type="scatter", **properties)
 
 
 def merged(base: dict, more: dict) -> dict:
@@ -77,7 +90,8 @@ def house_layout(title: str, x_title: str, y_title: str, uirevision: str, **more
         title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=15)),
         legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11)),
         margin=dict(l=60, r=60, t=80, b=45), hovermode="closest",
-        xaxis=dict(HOUSE_AXIS, title_text=x_title), yaxis=dict(HOUSE_AXIS, title_text=y_title),
+        xaxis=merged(HOUSE_AXIS, dict(title=dict(text=x_title))),
+        yaxis=merged(HOUSE_AXIS, dict(title=dict(text=y_title))),
     ), more)
 
 
@@ -144,9 +158,10 @@ def warmup_marks(records: list[dict]) -> tuple[list[dict], list[dict]]:
     return [line], [label]
 
 
-def baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **kwargs) -> go.Scatter:
-    return go.Scatter(x=steps, y=values, name=name, mode="lines", line=dict(color=BASELINE_COLOR, width=1.5),
-                      hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>", **kwargs)
+def baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **more) -> dict:
+    """The baseline's line in grey; `more` on top (`merged`: ``line=dict(dash="dash")`` keeps the colour)."""
+    return merged(scatter(x=steps, y=values, name=name, mode="lines", line=dict(color=BASELINE_COLOR, width=1.5),
+                          hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"), more)
 
 
 def control_lanes(steps: list[int], span: int) -> list[int]:
@@ -190,27 +205,27 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
         base_eval_steps, base_recall = _eval_columns(baseline)
         shown = thinned(base["step"], base_eval_steps)
         traces.append(baseline_line(base["step"][shown], base["loss"][shown], "baseline loss"))
-        traces.append(baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2").update(
-            mode="lines+markers", marker=dict(size=5, color=BASELINE_COLOR)))
+        traces.append(baseline_line(base_eval_steps, base_recall, "baseline R@1", yaxis="y2", mode="lines+markers",
+                                    marker=dict(size=5, color=BASELINE_COLOR)))
         base_val_steps, base_val_recall = _eval_columns(baseline, "val_recall@1")
         if len(base_val_steps):
-            traces.append(baseline_line(base_val_steps, base_val_recall, "baseline validation R@1", yaxis="y2")
-                          .update(line_dash="dash"))
+            traces.append(baseline_line(base_val_steps, base_val_recall, "baseline validation R@1", yaxis="y2",
+                                        line=dict(dash="dash")))
 
     steps, loss = columns["step"], columns["loss"]
     shown = thinned(steps, eval_steps)
-    traces.append(go.Scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
-                             line=dict(color=MAIN_COLOR, width=1.5),
-                             hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"))
-    traces.append(go.Scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
-                             line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
-                             hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))
+    traces.append(scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
+                          line=dict(color=MAIN_COLOR, width=1.5),
+                          hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"))
+    traces.append(scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
+                          line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
+                          hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))
     val_steps, val_recall = _eval_columns(records, "val_recall@1")
     if len(val_steps):  # classes held out of training (--val-classes): the ones to choose settings on
-        traces.append(go.Scatter(x=val_steps, y=val_recall, name="validation R@1", mode="lines+markers", yaxis="y2",
-                                 line=dict(color=RECALL_COLOR, width=2, dash="dash"),
-                                 marker=dict(size=6, symbol="diamond", color=RECALL_COLOR),
-                                 hovertemplate="step %{x}<br>validation Recall@1 %{y:.2%}<extra></extra>"))
+        traces.append(scatter(x=val_steps, y=val_recall, name="validation R@1", mode="lines+markers", yaxis="y2",
+                              line=dict(color=RECALL_COLOR, width=2, dash="dash"),
+                              marker=dict(size=6, symbol="diamond", color=RECALL_COLOR),
+                              hovertemplate="step %{x}<br>validation Recall@1 %{y:.2%}<extra></extra>"))
 
     # Arrivals are found on the full history: thinning could hide the exact record where k grew.
     virtual_sets = columns["num_virtual_sets"]
@@ -220,9 +235,9 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
         now = virtual_sets[grew].astype(np.int64)
         labels = [f"k={k}" + ("" if step_added == 1 else f" (+{step_added})")
                   for k, step_added in zip(now, added, strict=True)]
-        traces.append(go.Scatter(x=steps[grew], y=loss[grew], name="virtual set arrives", mode="markers",
-                                 text=labels, marker=dict(symbol="triangle-up", size=9, color="#2b8a3e"),
-                                 hovertemplate="step %{x}: %{text}<extra>+ virtual set</extra>"))
+        traces.append(scatter(x=steps[grew], y=loss[grew], name="virtual set arrives", mode="markers",
+                              text=labels, marker=dict(symbol="triangle-up", size=9, color="#2b8a3e"),
+                              hovertemplate="step %{x}: %{text}<extra>+ virtual set</extra>"))
 
     shapes, annotations = warmup_marks(records)
     controls = [record for record in records if record.get("type") == "control"]
@@ -236,8 +251,8 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
                                font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8",
                                bgcolor="rgba(255,255,255,0.8)"))
 
-    recall_axis = dict(title_text="Recall@1", overlaying="y", side="right", range=[0, 1], tickmode="linear", tick0=0,
-                       dtick=0.2, tickformat=".0%", showgrid=False)
+    recall_axis = dict(title=dict(text="Recall@1"), overlaying="y", side="right", range=[0, 1], tickmode="linear",
+                       tick0=0, dtick=0.2, tickformat=".0%", showgrid=False)
     return built(traces, house_layout("Training loss and Recall@1", "step", "loss", "curves", yaxis2=recall_axis,
                                       shapes=shapes, annotations=annotations))
 
@@ -255,11 +270,11 @@ def class_count_figure(records: list[dict], baseline: list[dict] | None = None) 
         base = step_columns(baseline, "num_classes")
         shown = _change_points(base["num_classes"])
         traces.append(baseline_line(base["step"][shown], base["num_classes"][shown], "baseline s(i)",
-                                     line_shape="hv"))
+                                     line=dict(shape="hv")))
     shown = _change_points(columns["num_classes"])
-    traces.append(go.Scatter(x=columns["step"][shown], y=columns["num_classes"][shown], name="classes s(i)",
-                             mode="lines", line_shape="hv", line=dict(color=MAIN_COLOR, width=2),
-                             hovertemplate="from step %{x}<br>%{y:d} classes<extra></extra>"))
+    traces.append(scatter(x=columns["step"][shown], y=columns["num_classes"][shown], name="classes s(i)",
+                          mode="lines", line=dict(shape="hv", color=MAIN_COLOR, width=2),
+                          hovertemplate="from step %{x}<br>%{y:d} classes<extra></extra>"))
     shapes, annotations = warmup_marks(records)
     return built(traces, house_layout("Classes in the loss, s(i)", "step", "real + virtual classes", "class-count",
                                       shapes=shapes, annotations=annotations))
@@ -279,9 +294,9 @@ def target_cosine_figure(records: list[dict], baseline: list[dict] | None = None
         shown = thinned(base["step"])
         traces.append(baseline_line(base["step"][shown], base["mean_target_cosine"][shown], "baseline cos"))
     shown = thinned(columns["step"])
-    traces.append(go.Scatter(x=columns["step"][shown], y=columns["mean_target_cosine"][shown],
-                             name="mean cos(x, W_y)", mode="lines", line=dict(color=MAIN_COLOR, width=1.5),
-                             hovertemplate="step %{x}<br>cos %{y:.4f}<extra></extra>"))
+    traces.append(scatter(x=columns["step"][shown], y=columns["mean_target_cosine"][shown],
+                          name="mean cos(x, W_y)", mode="lines", line=dict(color=MAIN_COLOR, width=1.5),
+                          hovertemplate="step %{x}<br>cos %{y:.4f}<extra></extra>"))
     shapes, annotations = warmup_marks(records)
     return built(traces, house_layout("Mean cos(x, W_y) of seen classes", "step", "mean cos(x, W_y)", "target-cosine",
                                       shapes=shapes, annotations=annotations))
@@ -304,7 +319,7 @@ def age_color(age: int, oldest: int) -> str:
 def _age_marker(ages: np.ndarray, oldest: int) -> dict:
     """Per-point colours by age as numbers on the age colour scale (plotly checks a numeric array at once, but
     every string of a colour array one by one, which costs ~0.1 s per figure)."""
-    return dict(color=ages, colorscale=AGE_COLORSCALE, cmin=0, cmax=max(oldest, 1) / _AGE_SPAN, showscale=False)
+    return dict(color=ages, colorscale=_AGE_STOPS, cmin=0, cmax=max(oldest, 1) / _AGE_SPAN, showscale=False)
 
 
 def _class_marker(labels: np.ndarray) -> dict:
@@ -333,46 +348,46 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
         for age in np.unique(ages):
             rows = ages == age
             name = age_label(int(age), margin)
-            traces.append(go.Scatter(x=projected.xy[rows, 0], y=projected.xy[rows, 1], name=name, mode="markers",
-                                     customdata=labels[rows], legendgroup=f"age{age}",
-                                     marker=dict(size=5, color=age_color(int(age), oldest), opacity=0.75),
-                                     hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
+            traces.append(scatter(x=projected.xy[rows, 0], y=projected.xy[rows, 1], name=name, mode="markers",
+                                  customdata=labels[rows], legendgroup=f"age{age}",
+                                  marker=dict(size=5, color=age_color(int(age), oldest), opacity=0.75),
+                                  hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
     else:
         row_names = np.array([age_label(int(age), margin) for age in ages], dtype=object)
-        traces.append(go.Scatter(x=projected.xy[:, 0], y=projected.xy[:, 1], name="batch + memory rows",
-                                 mode="markers", customdata=np.stack([labels.astype(object), row_names], axis=1),
-                                 marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
-                                             **_class_marker(labels)),
-                                 hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+        traces.append(scatter(x=projected.xy[:, 0], y=projected.xy[:, 1], name="batch + memory rows",
+                              mode="markers", customdata=np.stack([labels.astype(object), row_names], axis=1),
+                              marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
+                                          **_class_marker(labels)),
+                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
 
     def weight_colors(rows):
         return _age_marker(weight_ages[rows], oldest) if color_by == "age" else _class_marker(weight_labels[rows])
 
     real = weight_ages == 0
     if real.any():
-        traces.append(go.Scatter(x=projected.weight_xy[real, 0], y=projected.weight_xy[real, 1],
-                                 name="class weights (real)", mode="markers", customdata=weight_labels[real],
-                                 marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
-                                             **weight_colors(real)),
-                                 hovertemplate="class %{customdata}<br>class weight now<extra></extra>"))
+        traces.append(scatter(x=projected.weight_xy[real, 0], y=projected.weight_xy[real, 1],
+                              name="class weights (real)", mode="markers", customdata=weight_labels[real],
+                              marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
+                                          **weight_colors(real)),
+                              hovertemplate="class %{customdata}<br>class weight now<extra></extra>"))
     if (~real).any():
         virtual_ages = weight_ages[~real]
         names = np.array([age_label(int(age), margin, "class weight") for age in virtual_ages], dtype=object)
-        traces.append(go.Scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
-                                 name="class weights (virtual)", mode="markers",
-                                 customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
-                                 marker=dict(symbol="diamond", size=9, line=dict(width=0),
-                                             opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
-                                             **weight_colors(~real)),
-                                 hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+        traces.append(scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
+                              name="class weights (virtual)", mode="markers",
+                              customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
+                              marker=dict(symbol="diamond", size=9, line=dict(width=0),
+                                          opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
+                                          **weight_colors(~real)),
+                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
 
     if len(projected.probe_xy):
         probe_labels = np.asarray(projected.probe_labels)
         probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
-        traces.append(go.Scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
-                                 mode="markers", customdata=probe_labels,
-                                 marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
-                                 hovertemplate="probe, test class %{customdata}<extra></extra>"))
+        traces.append(scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
+                              mode="markers", customdata=probe_labels,
+                              marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
+                              hovertemplate="probe, test class %{customdata}<extra></extra>"))
 
     method = projected.method.upper()
     axis = "PC" if projected.method == "pca" else method

@@ -94,6 +94,24 @@ def curve_key(run: LiveRun | None) -> tuple | None:
             None if baseline is None else (baseline.id, id(baseline.records), len(baseline.records)))
 
 
+def _last_spread_step(run: LiveRun) -> int | None:
+    """The step of the run's latest record with the spread measures (taken at the snapshot cadence); None before one.
+    Looked for from the end: records only grow, and one comes every few steps."""
+    with run.lock:
+        return next((record["step"] for record in reversed(run.records) if "weight_mean_cos" in record), None)
+
+
+def spread_key(run: LiveRun | None) -> tuple | None:
+    """Changes when the spread figures would: a new spread measure in the run or its baseline (every snapshot step,
+    not every step, so that pages are sent them anew a few times a minute rather than every second), or a live change
+    of M (which names the virtual sets' ages). The warm-up's end mark joins them with the next measure."""
+    if run is None:
+        return None
+    baseline = run.baseline
+    return (run.id, id(run.records), _last_spread_step(run), run.live_values.get("memvir_m"),
+            None if baseline is None else (baseline.id, id(baseline.records), _last_spread_step(baseline)))
+
+
 def build_curves(run: LiveRun):
     """(curves, class count, target cosine) figures of the run, with its baseline overlaid."""
     with run.lock:
@@ -187,7 +205,7 @@ class FigureBuilder:
         return self._curve_figures(run, _CURVES)
 
     def spread(self, run: LiveRun) -> tuple[tuple, tuple]:
-        """(curve key, the two spread figures) of the run as last drawn; drawn now if never yet."""
+        """(spread key, the two spread figures) of the run as last drawn; drawn now if never yet."""
         return self._curve_figures(run, _SPREAD)
 
     def _curve_figures(self, run: LiveRun, kind: str) -> tuple:
@@ -199,7 +217,7 @@ class FigureBuilder:
         return drawn
 
     def _draw_curves(self, run: LiveRun, kind: str) -> tuple:
-        drawn = curve_key(run), (build_curves if kind == _CURVES else build_spread)(run)
+        drawn = (curve_key(run), build_curves(run)) if kind == _CURVES else (spread_key(run), build_spread(run))
         with self._lock:
             self._drawn[(run.id, kind)] = drawn
         return drawn
@@ -233,14 +251,14 @@ class FigureBuilder:
 
     def _refresh(self, run: LiveRun, wanted: list[str]) -> None:
         """Redraw what pages asked for lately where the run has changed; forget what none asked for."""
-        key, snapshot_key = curve_key(run), picture_key(run)
+        keys, snapshot_key = {_CURVES: curve_key(run), _SPREAD: spread_key(run)}, picture_key(run)
         with self._lock:
             for stale in [drawn for drawn in self._drawn if drawn[0] == run.id and drawn[1] not in wanted]:
                 del self._drawn[stale]
             drawn = {what: self._drawn.get((run.id, what)) for what in wanted}
         for what, current in drawn.items():
             if what in (_CURVES, _SPREAD):
-                if current is None or current[0] != key:
+                if current is None or current[0] != keys[what]:
                     self._draw_curves(run, what)
                 continue
             latest = run.snapshot_at(None)

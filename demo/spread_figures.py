@@ -26,6 +26,7 @@ from demo.figures import (
     empty_figure,
     house_layout,
     merged,
+    scatter,
     step_columns,
     warmup_marks,
 )
@@ -74,26 +75,26 @@ def drift_figure(records: list[dict], margin: int) -> go.Figure:
     for age in ages:
         ago = f"{age * (margin + 1):,} steps ago"
         color = age_color(age, oldest)
-        traces.append(go.Scatter(x=steps, y=columns[f"virtual_weight_cos_{age}"], name=f"from {ago}",
-                                 mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2),
-                                 legendgroup=f"set{age}", xaxis="x", yaxis="y",
-                                 hovertemplate=f"step %{{x}}<br>class weights from {ago} · the live ones: "
-                                               "cos %{y:.4f}<extra></extra>"))
-        traces.append(go.Scatter(x=steps, y=columns[f"virtual_embedding_cos_{age}"], name=f"from {ago}",
-                                 mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2, dash="dot"),
-                                 legendgroup=f"set{age}", showlegend=False, xaxis="x2", yaxis="y2",
-                                 hovertemplate=f"step %{{x}}<br>embeddings from {ago} · their class weight now: "
-                                               "cos %{y:.3f}<extra></extra>"))
-    traces.append(go.Scatter(x=steps, y=columns["mean_target_cosine"], name="now (the live batch)", mode="lines",
-                             xaxis="x2", yaxis="y2", line=dict(color=LIVE_COLOR, width=1.5),
-                             hovertemplate="step %{x}<br>embeddings now · their class weight now: cos %{y:.3f}"
-                                           "<extra></extra>"))
+        traces.append(scatter(x=steps, y=columns[f"virtual_weight_cos_{age}"], name=f"from {ago}",
+                              mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2),
+                              legendgroup=f"set{age}", xaxis="x", yaxis="y",
+                              hovertemplate=f"step %{{x}}<br>class weights from {ago} · the live ones: "
+                                            "cos %{y:.4f}<extra></extra>"))
+        traces.append(scatter(x=steps, y=columns[f"virtual_embedding_cos_{age}"], name=f"from {ago}",
+                              mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2, dash="dot"),
+                              legendgroup=f"set{age}", showlegend=False, xaxis="x2", yaxis="y2",
+                              hovertemplate=f"step %{{x}}<br>embeddings from {ago} · their class weight now: "
+                                            "cos %{y:.3f}<extra></extra>"))
+    traces.append(scatter(x=steps, y=columns["mean_target_cosine"], name="now (the live batch)", mode="lines",
+                          xaxis="x2", yaxis="y2", line=dict(color=LIVE_COLOR, width=1.5),
+                          hovertemplate="step %{x}<br>embeddings now · their class weight now: cos %{y:.3f}"
+                                        "<extra></extra>"))
     shapes, annotations = warmup_marks(records)
     panels = _two_panels()
     layout = house_layout("Virtual classes against the live ones (mean cosine)", "", "", "drift", **panels,
                           height=DRIFT_HEIGHT, margin=dict(t=60, b=110),
                           legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top", font=dict(size=10)))
-    return built(traces, merged(layout, dict(xaxis2=dict(title_text="step"), shapes=shapes,
+    return built(traces, merged(layout, dict(xaxis2=dict(title=dict(text="step")), shapes=shapes,
                                              annotations=panels["annotations"] + annotations)))
 
 
@@ -107,18 +108,18 @@ def class_spread_figure(records: list[dict], baseline: list[dict] | None = None)
     if baseline:
         base = _spread_columns(baseline, "weight_mean_cos", "weight_uniformity")
         traces.append(baseline_line(base["step"], base["weight_mean_cos"], "baseline mean cos"))
-        traces.append(baseline_line(base["step"], base["weight_uniformity"], "baseline uniformity", yaxis="y2")
-                      .update(line_dash="dash"))
-    traces.append(go.Scatter(x=columns["step"], y=columns["weight_mean_cos"], name="mean cos between two classes",
-                             mode="lines", line=dict(color=MAIN_COLOR, width=2),
-                             hovertemplate="step %{x}<br>mean cos between two class weights %{y:.4f}<extra></extra>"))
-    traces.append(go.Scatter(x=columns["step"], y=columns["weight_uniformity"], name="uniformity (lower: more even)",
-                             mode="lines", yaxis="y2", line=dict(color=MAIN_COLOR, width=1.5, dash="dash"),
-                             hovertemplate="step %{x}<br>uniformity %{y:.3f}<extra></extra>"))
+        traces.append(baseline_line(base["step"], base["weight_uniformity"], "baseline uniformity", yaxis="y2",
+                                    line=dict(dash="dash")))
+    traces.append(scatter(x=columns["step"], y=columns["weight_mean_cos"], name="mean cos between two classes",
+                          mode="lines", line=dict(color=MAIN_COLOR, width=2),
+                          hovertemplate="step %{x}<br>mean cos between two class weights %{y:.4f}<extra></extra>"))
+    traces.append(scatter(x=columns["step"], y=columns["weight_uniformity"], name="uniformity (lower: more even)",
+                          mode="lines", yaxis="y2", line=dict(color=MAIN_COLOR, width=1.5, dash="dash"),
+                          hovertemplate="step %{x}<br>uniformity %{y:.3f}<extra></extra>"))
     shapes, annotations = warmup_marks(records)
     # the legend under the plot, as in the drift figure beside it: four long entries would cover the title
     return built(traces, house_layout(
         "How the real classes spread", "step", "mean cos between two classes", "class-spread",
-        yaxis2=dict(title_text="uniformity", overlaying="y", side="right", showgrid=False), height=DRIFT_HEIGHT,
+        yaxis2=dict(title=dict(text="uniformity"), overlaying="y", side="right", showgrid=False), height=DRIFT_HEIGHT,
         margin=dict(t=50, b=110), legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top",
                                               font=dict(size=10)), shapes=shapes, annotations=annotations))

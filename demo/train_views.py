@@ -27,7 +27,8 @@ PICTURE_CHOICES = [("a few classes, PCA", "few"), ("a few classes, UMAP", "few-u
 
 @dataclass(frozen=True)
 class ViewsSent:
-    """What a page's second poll sent: the spread figures at a curve key (None: the empty ones) and the results."""
+    """What a page's second poll sent: the spread figures at a spread key (live_view.spread_key; None: the empty ones)
+    and the results."""
 
     key: tuple | None
     results: str

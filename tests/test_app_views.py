@@ -223,12 +223,35 @@ def test_the_figures_drawn_in_the_background_are_only_those_a_page_asked_for(tmp
         time.sleep(0.1)
         assert "spread" not in drawn  # no page asked for the spread figures: never drawn
         assert figures.spread(run)[1] == ("s1", "s2")
-        run.records.append({"type": "step", "step": 2})
+        run.records.append({"type": "step", "step": 2, "weight_mean_cos": 0.1})  # with a spread measure: both
         wait_for(lambda: drawn.count("spread") == 2 and drawn.count("curves") == 3, 5)
         time.sleep(0.6)  # no page asks any more: nothing is redrawn after forget_after
         settled = len(drawn)
         run.records.append({"type": "step", "step": 3})
         time.sleep(0.2)
         assert len(drawn) == settled
+    finally:
+        figures.close()
+
+
+def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(live_view, "build_curves", lambda run: drawn.append("curves") or ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: drawn.append("spread") or ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    figures = live_view.FigureBuilder(interval=0.01)
+    try:
+        figures.curves(run), figures.spread(run)
+        first_key = figures.spread(run)[0]
+        for step in (1, 2, 3):  # steps between snapshots: the curves change, the spread measures do not
+            run.records.append({"type": "step", "step": step})
+            wait_for(lambda step=step: drawn.count("curves") == step + 1, 5)
+        time.sleep(0.1)
+        assert drawn.count("spread") == 1 and figures.spread(run)[0] == first_key  # a page polling is sent nothing
+        run.records.append({"type": "step", "step": 4, "weight_mean_cos": 0.1})
+        wait_for(lambda: drawn.count("spread") == 2, 5)
+        assert figures.spread(run)[0] != first_key
+        run.live_values["memvir_m"] += 1  # a live change of M renames the virtual sets' ages
+        wait_for(lambda: drawn.count("spread") == 3, 5)
     finally:
         figures.close()
