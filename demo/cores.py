@@ -5,11 +5,11 @@ pool. A training process takes every core on a machine of up to `SMALL_MACHINE_C
 core for the server would cost the run a third to a half of its speed; on larger machines one core stays free for
 the server. On the small machines the server instead runs below its runs (`yield_to_training`: niced by default,
 or in Linux's idle scheduling class, only where a run leaves a core idle), and its background threads below its own
-(`run_in_background`): the server needs little CPU (7-12% of one core while a page watches a run), but each time it
+(`run_in_background`): the server needs little CPU (3% of one core while a page watches a run), but each time it
 wakes it takes a core from one of the run's OpenMP threads, whose partners then wait at the next barrier, so at
-equal priority that little cost a run 15-25% of its speed (docs/benchmarks.md). The server keeps torch and faiss to
-one thread: its tensor work (projecting a snapshot, embedding a query) is small, and threads it spun up would
-compete with the run's for the same cores.
+equal priority the 7-12% it took before its figures got lighter cost a run 15-25% of its speed (docs/benchmarks.md).
+The server keeps torch and faiss to one thread: its tensor work (projecting a snapshot, embedding a query) is small,
+and threads it spun up would compete with the run's for the same cores.
 """
 
 from __future__ import annotations

@@ -146,8 +146,8 @@ def build_spread(run: LiveRun):
 
 @functools.cache
 def empty_curves():
-    """Built once and shared, as the runs' figures are: building a figure takes tens of milliseconds, which a fresh
-    page's poll would otherwise spend."""
+    """Built once and shared, as the runs' figures are: building a figure takes milliseconds, which a fresh page's
+    poll would otherwise spend."""
     empty = _figures().empty_figure("Press Start to train; the curves fill in as it trains.")
     return empty, empty, empty
 
@@ -174,9 +174,9 @@ def picture_key(run: LiveRun) -> tuple:
 class FigureBuilder:
     """Draws the figures of the runs pages are watching on one background thread, at most once per `interval`.
 
-    Building a plotly figure costs tens of milliseconds of Python, every second while a run trains. Done in the
-    poll handler, that would be the handler's whole cost and would hold the interpreter lock at the moment pages
-    ask; here the poll only picks up the finished figures, and all pages watching a run share them. Only what some
+    Building a plotly figure costs 0.5-3 ms of Python (bench/bench_figures.py), several a second while a run trains.
+    Done in the poll handler, that would be the handler's whole cost and would hold the interpreter lock at the moment
+    pages ask; here the poll only picks up the finished figures, and all pages watching a run share them. Only what some
     page asked for lately is kept drawn (the curves, the spread figures, each picture): on a machine whose cores a
     run trains on, every figure drawn for nobody is time taken from the run.
     """
