@@ -5,7 +5,8 @@ memory, and a query on a 10,000+ image gallery.
 Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] [--first-query-only]
 [--server-priority low|idle|normal] [--noise-floor] (a CLI run in place of the app: the measure's own spread)
 [--interleaved BLOCKS [--turn-s 30]] (a long app run and a long CLI run taking turns: both timed in the same minutes,
-neither paying its start; with --noise-floor, two CLI runs). Prints a
+neither paying its start; with --noise-floor, two CLI runs) [--page-cost WINDOWS [--turn-s 30]] (one app run with and
+without a page polling, in alternating windows: what the page costs the run, and where the CPU goes). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
 the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
 its second poll for the spread figures and the results). App and CLI runs
@@ -359,6 +360,55 @@ def interleaved(tmp: Path, blocks: int, block_s: float, server_priority: str,
              + ", ".join(f"{c:,.0f}" for _, c in pairs), "")]
 
 
+def page_cost(tmp: Path, windows: int, window_s: float, server_priority: str) -> list[tuple[str, str, str]]:
+    """What a page watching a run costs it: one long app run, in alternating windows of `window_s` seconds with a page
+    polling once a second and with none (`windows` of each), each window's CPU of the server, of the run's process
+    and of this polling process, and the run's images/s (the median of the window's logged steps, its first
+    SETTLE_STEPS left out)."""
+    arm = _AppArm(tmp / "app", server_priority)
+    windows_seen = {True: [], False: []}
+    try:
+        while not (steps := arm.steps()) or steps[-1]["step"] < 80:  # past the start, the memory full
+            time.sleep(1.0)
+        run_process = [pid for pid in _children(arm.server.pid) if _cpu_seconds(pid) > 1.0]
+        for window in range(2 * windows):
+            polling = window % 2 == 0
+            start = arm.steps()[-1]["step"]
+            server_from, run_from = _cpu_seconds(arm.server.pid), sum(_cpu_seconds(pid) for pid in run_process)
+            own_from, began = time.process_time(), time.perf_counter()
+            while time.perf_counter() - began < window_s:
+                time.sleep(1.0)
+                if polling:
+                    arm.page.poll()
+                    arm.page.poll_views()
+            wall = time.perf_counter() - began
+            speed = statistics.median(record["images_per_s"] for record in _step_records(arm.run_dir)
+                                      if record["step"] > start + SETTLE_STEPS)
+            windows_seen[polling].append((
+                (_cpu_seconds(arm.server.pid) - server_from) / wall,
+                (sum(_cpu_seconds(pid) for pid in run_process) - run_from) / wall,
+                (time.process_time() - own_from) / wall, speed))
+            print(f"window {window} ({'polled' if polling else 'no page'}): {speed:.0f} images/s", file=sys.stderr,
+                  flush=True)
+    finally:
+        arm.close()
+
+    def column(polling: bool, index: int, form: str) -> str:
+        return ", ".join(form.format(values[index]) for values in windows_seen[polling])
+
+    speeds = {polling: [values[3] for values in seen] for polling, seen in windows_seen.items()}
+    return [(f"one app run, {windows} windows of {window_s:.0f} s with a page polling 1/s and {windows} with none: "
+             "images/s, mean (each window)",
+             f"{statistics.mean(speeds[True]):.0f} ({column(True, 3, '{:.0f}')}) with; "
+             f"{statistics.mean(speeds[False]):.0f} ({column(False, 3, '{:.0f}')}) without", ""),
+            ("server CPU (share of one core), each window, with; without",
+             f"{column(True, 0, '{:.1%}')}; {column(False, 0, '{:.1%}')}", ""),
+            ("the run's process CPU (share of one core), each window, with; without",
+             f"{column(True, 1, '{:.0%}')}; {column(False, 1, '{:.0%}')}", ""),
+            ("the polling page (this process: HTTP and JSON), each window with polls",
+             column(True, 2, "{:.1%}"), "")]
+
+
 def poll_handler_while_training(data_dir: Path) -> dict:
     """The poll handler called in-process, as pages call it, while a run trains in its own process: milliseconds per
     call, of the wall clock and of the calling thread's own CPU time (their gap is time spent waiting for a core or
@@ -487,11 +537,18 @@ def main() -> None:
     parser.add_argument("--interleaved", type=int, metavar="BLOCKS",
                         help="only the training comparison: a long app run and a long CLI run taking turns, "
                              "BLOCKS times each (with --noise-floor: two CLI runs)")
-    parser.add_argument("--turn-s", type=float, default=30.0, help="seconds of one turn in --interleaved")
+    parser.add_argument("--turn-s", type=float, default=30.0,
+                        help="seconds of one turn in --interleaved, of one window in --page-cost")
+    parser.add_argument("--page-cost", type=int, metavar="WINDOWS",
+                        help="only what a page polling costs a run: one app run, WINDOWS windows with a page "
+                             "polling and as many without, alternating")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-app-") as tmp:
         tmp = Path(tmp)
-        if args.interleaved:
+        if args.page_cost:
+            rows = page_cost(tmp, args.page_cost, args.turn_s, args.server_priority)
+            flags = f"--page-cost {args.page_cost} --turn-s {args.turn_s:g} --server-priority {args.server_priority}"
+        elif args.interleaved:
             rows = interleaved(tmp, args.interleaved, args.turn_s, args.server_priority, args.noise_floor)
             flags = (f"--interleaved {args.interleaved} --turn-s {args.turn_s:g}"
                      + (" --noise-floor" if args.noise_floor else f" --server-priority {args.server_priority}"))
