@@ -102,9 +102,9 @@ def _last_spread_step(run: LiveRun) -> int | None:
 
 
 def spread_key(run: LiveRun | None) -> tuple | None:
-    """Changes when the spread figures would: a new spread measure in the run or its baseline (every snapshot step,
-    not every step, so that pages are sent them anew a few times a minute rather than every second), or a live change
-    of M (which names the virtual sets' ages). The warm-up's end mark joins them with the next measure."""
+    """Changes when the spread figures would: a new spread measure in the run or its baseline (at each snapshot step,
+    every few seconds, so that they are not drawn and sent to every page anew with each record), or a live change of
+    M (which names the virtual sets' ages). The warm-up's end mark joins them with the next measure."""
     if run is None:
         return None
     baseline = run.baseline
