@@ -317,10 +317,15 @@ class _AppArm:
             time.sleep(0.2)
 
 
-def _full_memory(arm, past_step: int = 80) -> None:
-    """Wait for the arm's run to pass its start (evaluation, the memory filling), then hold it."""
+def _past_start(arm, past_step: int = 80) -> None:
+    """Wait for the arm's run to pass its start (evaluation, the memory filling)."""
     while not (steps := arm.steps()) or steps[-1]["step"] < past_step:
         time.sleep(1.0)
+
+
+def _full_memory(arm) -> None:
+    """Wait for the arm's run to pass its start, then hold it."""
+    _past_start(arm)
     arm.hold()
 
 
@@ -368,8 +373,7 @@ def page_cost(tmp: Path, windows: int, window_s: float, server_priority: str) ->
     arm = _AppArm(tmp / "app", server_priority)
     windows_seen = {True: [], False: []}
     try:
-        while not (steps := arm.steps()) or steps[-1]["step"] < 80:  # past the start, the memory full
-            time.sleep(1.0)
+        _past_start(arm)
         run_process = [pid for pid in _children(arm.server.pid) if _cpu_seconds(pid) > 1.0]
         for window in range(2 * windows):
             polling = window % 2 == 0

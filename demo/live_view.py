@@ -217,7 +217,7 @@ class FigureBuilder:
         return drawn
 
     def _draw_curves(self, run: LiveRun, kind: str) -> tuple:
-        drawn = (curve_key(run), build_curves(run)) if kind == _CURVES else (spread_key(run), build_spread(run))
+        drawn = (_curves_key(run, kind), build_curves(run) if kind == _CURVES else build_spread(run))
         with self._lock:
             self._drawn[(run.id, kind)] = drawn
         return drawn
@@ -251,14 +251,14 @@ class FigureBuilder:
 
     def _refresh(self, run: LiveRun, wanted: list[str]) -> None:
         """Redraw what pages asked for lately where the run has changed; forget what none asked for."""
-        keys, snapshot_key = {_CURVES: curve_key(run), _SPREAD: spread_key(run)}, picture_key(run)
+        snapshot_key = picture_key(run)
         with self._lock:
             for stale in [drawn for drawn in self._drawn if drawn[0] == run.id and drawn[1] not in wanted]:
                 del self._drawn[stale]
             drawn = {what: self._drawn.get((run.id, what)) for what in wanted}
         for what, current in drawn.items():
             if what in (_CURVES, _SPREAD):
-                if current is None or current[0] != keys[what]:
+                if current is None or current[0] != _curves_key(run, what):
                     self._draw_curves(run, what)
                 continue
             latest = run.snapshot_at(None)
@@ -274,6 +274,11 @@ class FigureBuilder:
 
 # What FigureBuilder draws besides the pictures (PICTURES): the three curve figures, and the two spread figures.
 _CURVES, _SPREAD = "curves", "spread"
+
+
+def _curves_key(run: LiveRun, kind: str) -> tuple | None:
+    """The key that changes when the figures of `kind` (_CURVES or _SPREAD) would."""
+    return curve_key(run) if kind == _CURVES else spread_key(run)
 
 
 def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
