@@ -8,7 +8,7 @@ Run: .venv/bin/python bench/bench_app.py [--epochs 2] [--rounds 3] [--starts 3] 
 neither paying its start; with --noise-floor, two CLI runs) [--page-cost WINDOWS [--turn-s 30]] (one app run with and
 without a page polling, in alternating windows: what the page costs the run, and where the CPU goes). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
-the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, then
+the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, and
 its second poll for the spread figures and the results). App and CLI runs
 alternate, `--rounds` of each, so that a machine's load drifting during the benchmark touches both alike: the ratio is
 given as the median of the rounds' ratios, with their spread. The first search is timed from the moment the page is
@@ -153,6 +153,8 @@ class PagePolls:
 
         self.http = httpx.Client(timeout=120)  # a slow poll on a busy machine is a figure to record, not a failure
         self.url, self.session_hash = url, session_hash
+        self.views_polls = 0  # second polls sent
+        self.poll_ms = float("nan")
 
     def _post(self, name: str, data: list) -> list:
         response = self.http.post(f"{self.url}gradio_api/run/{name}",
@@ -161,11 +163,15 @@ class PagePolls:
         return response.json()["data"]
 
     def poll(self) -> str:
-        """The poll (state, picture "few", following, no browser key); its status line."""
-        return self._post("poll", [None, "few", True, None])[1]
-
-    def poll_views(self) -> None:
-        self._post("poll_views", [None, None, None])
+        """The poll (state, picture "few", following, no browser key), and the second poll when the first sent a new
+        views key (a skipped output comes as an update without a value); the status line."""
+        began = time.perf_counter()
+        answer = self._post("poll", [None, "few", True, None])
+        self.poll_ms = 1000 * (time.perf_counter() - began)  # the first poll's answer, as the page waits for it
+        if isinstance(answer[-1], str):
+            self.views_polls += 1
+            self._post("poll_views", [None, None, None])
+        return answer[1]
 
 
 def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
@@ -188,11 +194,9 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
         trained_from, cpu_from = time.perf_counter(), _cpu_seconds(server.pid)
         poll_ms, server_mb, child_mb = [], [], []
         while not status.startswith("**Finished**"):
-            time.sleep(1.0)  # an open page polls once a second: the status, curves and picture, then the spread views
-            began = time.perf_counter()
+            time.sleep(1.0)  # an open page polls once a second: the status, curves and picture (and the spread views)
             status = page.poll()
-            poll_ms.append(1000 * (time.perf_counter() - began))
-            page.poll_views()
+            poll_ms.append(page.poll_ms)
             server_mb.append(_status_kb(server.pid, "VmRSS") / 1024)
             for child in _children(server.pid):
                 with contextlib.suppress(OSError, RuntimeError):  # gone, or a zombie without memory, meanwhile
@@ -208,7 +212,8 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
     return {"page_s": page_s, "first_loss_s": first_loss_s, "app_images_per_s": median_images_per_s(run_dir),
             "app_wall_s": wall_s, "run_dir": run_dir, "poll_ms": poll_ms, "server_idle_mb": server_idle_mb,
             "server_training_mb": max(server_mb), "server_after_mb": server_after_mb,
-            "child_mb": max(child_mb, default=float("nan")), "server_cpu_share": server_cpu_share}
+            "child_mb": max(child_mb, default=float("nan")), "server_cpu_share": server_cpu_share,
+            "views_polls": page.views_polls}
 
 
 def _cli_command(out: Path, epochs: int) -> list[str]:
@@ -305,7 +310,6 @@ class _AppArm:
         while time.perf_counter() - began < seconds:
             time.sleep(1.0)
             self.page.poll()
-            self.page.poll_views()
         self.hold()
 
     def close(self) -> None:
@@ -384,7 +388,6 @@ def page_cost(tmp: Path, windows: int, window_s: float, server_priority: str) ->
                 time.sleep(1.0)
                 if polling:
                     arm.page.poll()
-                    arm.page.poll_views()
             wall = time.perf_counter() - began
             speed = statistics.median(record["images_per_s"] for record in _step_records(arm.run_dir)
                                       if record["step"] > start + SETTLE_STEPS)
@@ -471,6 +474,8 @@ def speed_rows(speed: dict, polls: dict, epochs: int) -> list[tuple[str, str, st
          "p99 < 50 ms"),
         (f"a page's poll over HTTP (POST /gradio_api/run/poll) while training ({len(http_ms)} polls), median / p99",
          f"{statistics.median(http_ms):.0f} / {percentile(http_ms, 0.99):.0f} ms", ""),
+        ("second polls (POST /gradio_api/run/poll_views, sent when the poll's views key changed) per poll, per round",
+         spread([a["views_polls"] / max(1, len(a["poll_ms"])) for a in apps], "{:.2f}"), ""),
         ("server CPU while training (share of one core), per round",
          spread([a["server_cpu_share"] for a in apps], "{:.0%}"), ""),
         ("server memory (RSS): before Start / training (max) / after the run, median of rounds",

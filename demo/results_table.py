@@ -63,6 +63,13 @@ def results_rows(run: dict, baseline: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def results_key(run) -> tuple:
+    """Changes when results_markdown(run, run.baseline) would: the table needs both runs finished, and a finished
+    run's records no longer change (its last evaluation is kept before its finished status, in event order)."""
+    baseline = run.baseline
+    return run.id, run.state, None if baseline is None else (baseline.id, baseline.state)
+
+
 def results_markdown(run, baseline) -> str:
     """The table and the expectations as markdown, or "" until both runs (LiveRuns) have finished."""
     if run is None or baseline is None:

@@ -1,7 +1,7 @@
 """The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current:
 the poll (every second), scrubbing the snapshots, and recolouring them (or switching between the few-class view and
 all classes: `color_by` is one of live_view.PICTURES). The spread curves and the results table have a poll of their
-own (demo/train_views.py).
+own (demo/train_views.py), which the page sends only when the poll's views key says they changed.
 
 A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
 are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
@@ -18,6 +18,7 @@ import gradio as gr
 from demo import live_view
 from demo.handlers import visitor_key
 from demo.live_view import FigureBuilder
+from demo.results_table import results_key
 from demo.runs import RunManager
 
 POLL_SECONDS = 1.0
@@ -49,20 +50,33 @@ class PollState:
     curves: CurvesSent | None = None  # None: nothing sent yet
     embedding: EmbeddingSent | None = None  # None: nothing sent yet
     scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
+    views: str | None = None  # the views key last sent (views_key); None: nothing sent yet
 
 
 def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, follow, visitor=None,
          request: gr.Request = None):
-    """Every second: status line always; figures only when what they show changed (gr.skip otherwise)."""
+    """Every second: status line always; figures only when what they show changed (gr.skip otherwise); the views
+    key only when it changed, which is what sends the page's second poll (demo/train_views.py)."""
     visitor = visitor_key(visitor, request)
     run = runs.attach(visitor, state.run_id, after=state.after)
     _use_umap(runs, run, color_by)
     status = live_view.status_markdown(run, visitor)
     curves, sent_curves = _curves(figures, run, state.curves)
     (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
+    views = views_key(figures, run)
     new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
-                                    embedding=sent_embedding)
-    return new_state, status, *curves, embedding, caption, slider
+                                    embedding=sent_embedding, views=views)
+    return new_state, status, *curves, embedding, caption, slider, views if views != state.views else gr.skip()
+
+
+def views_key(figures: FigureBuilder, run) -> str:
+    """Changes when what the second poll sends would (the spread figures as drawn, the results table), so that a page
+    asks for them then and not every second: the spread figures change at the snapshot cadence, the results once.
+    A string: it is the value of a hidden textbox whose change sends the second poll."""
+    if run is None:
+        return "no run"
+    spread, _ = figures.spread(run)
+    return repr((spread, results_key(run)))
 
 
 def _use_umap(runs: RunManager, run, color_by) -> None:

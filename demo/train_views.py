@@ -1,6 +1,7 @@
 """The Train tab's right-hand side: the live views of the run shown (status, curves, the spread curves, the snapshot
 picture with its controls and the words beside it, the results table), their events, and the handlers that are
-theirs alone: the second poll (spread curves and results table) and the choice of the few-class view's classes.
+theirs alone: the second poll (spread curves and results table, sent when the first poll's views key changes) and
+the choice of the few-class view's classes.
 
 The first poll, scrubbing and recolouring are demo/train_poll.py's; the controls on the left are demo/train_tab.py's.
 """
@@ -105,17 +106,21 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
             snapshot_caption = gr.Markdown("No snapshot yet.", elem_id="snapshot-caption",
                                            elem_classes="small-note", padding=True)
     views_sent = gr.State(None)
+    # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
+    views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
 
     # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/poll), not
     # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
     # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
-               [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step],
-               api_name="poll", show_progress="hidden", queue=False
-               ).then(bind(poll_views, runs, figures), [state, views_sent, visitor],
-                      [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
-                      queue=False)
+               [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step,
+                views_key], api_name="poll", show_progress="hidden", queue=False)
+    # The second poll only when the first says its views changed (every few seconds while a run trains, not every
+    # second): each request costs the server a few milliseconds of gradio's handling, taken from the run.
+    views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],
+                     [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
+                     queue=False)
     snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
                           [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
                           show_progress="hidden")

@@ -59,14 +59,19 @@ class StandInRuns:
 
 
 class StandInFigures:
-    """What the poll asks of the FigureBuilder, with strings for figures: the curves at a key, the latest snapshot."""
+    """What the poll asks of the FigureBuilder, with strings for figures: the curves and the spread figures at a key,
+    the latest snapshot."""
 
     def __init__(self):
         self.curve_key = ("r1", 1)
+        self.spread_key = ("r1", None)
         self.latest = None  # (snapshot key, step), once there is one
 
     def curves(self, run):
         return self.curve_key, (f"loss {self.curve_key}", f"classes {self.curve_key}", f"cosine {self.curve_key}")
+
+    def spread(self, run):
+        return self.spread_key, (f"drift {self.spread_key}", f"spread {self.spread_key}")
 
     def latest_embedding(self, run, color_by):
         if self.latest is None:
@@ -86,49 +91,59 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     runs, figures = StandInRuns(), StandInFigures()
 
     # a fresh page, no run: the empty views once, then nothing new
-    state, status, *views = poll(runs, figures, PollState(), "age", True, visitor="bob")
+    state, status, *views, key = poll(runs, figures, PollState(), "age", True, visitor="bob")
     assert status.startswith("**Ready.**")
     assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
                                                        gr.update(maximum=1, value=1))
-    assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None))
-    again, _, *views = poll(runs, figures, state, "age", True, visitor="bob")
-    assert views == [SKIP] * 6 and again == state
+    assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
+    assert key == "no run"  # the page's second poll: the empty spread figures and no results table
+    again, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and again == state and key == SKIP
 
     # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
     runs.run = _live_run(tmp_path)
-    state, status, *views = poll(runs, figures, state, "age", True, visitor="bob")
+    state, status, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert status.startswith("**Training** · step 0 of 45")
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.", SKIP)
-    assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"))
-    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 6
+    running = repr((("r1", None), ("r1", "running", None)))  # the spread key as drawn, and the results key
+    assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
+                              views=running)
+    assert key == running
+    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 7
 
     # new records and the first snapshot: both views, the slider moved to the snapshot's step
     figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
-    state, _, *views = poll(runs, figures, state, "age", True, visitor="bob")
+    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
                      "caption of step 30", gr.update(maximum=30, value=30)]
     assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
+    assert key == SKIP  # new records without a spread measure: the second poll is not sent
+
+    # a spread measure: the spread figures redrawn, and the page asks for them
+    figures.spread_key = ("r1", 30)
+    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and key == repr((("r1", 30), ("r1", "running", None)))
 
     # another colouring is another picture; the curves are as they were
-    state, _, *views = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
 
     # not following: only the slider's range, once per change to the run's snapshots
-    state, _, *views = poll(runs, figures, state, "class", False, visitor="bob")
+    state, _, *views, key = poll(runs, figures, state, "class", False, visitor="bob")
     assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
     assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
-    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 6
+    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 7
 
     # following again: the latest picture at once
-    state, _, *views = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
 
     # the run forgotten: the empty views again
     runs.run = None
-    state, _, *views = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
     assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
 

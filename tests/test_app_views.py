@@ -13,7 +13,7 @@ from demo.inputs import whole_numbers
 from demo.live_run import LiveRun
 from demo.runs import RunManager
 from demo.settings import AppSettings
-from demo.train_poll import PollState, recolor, show_snapshot
+from demo.train_poll import PollState, recolor, show_snapshot, views_key
 from demo.train_views import ViewsSent, poll_views, show_classes
 from memvir.train import TrainConfig
 
@@ -253,5 +253,38 @@ def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_pa
         assert figures.spread(run)[0] != first_key
         run.live_values["memvir_m"] += 1  # a live change of M renames the virtual sets' ages
         wait_for(lambda: drawn.count("spread") == 3, 5)
+    finally:
+        figures.close()
+
+
+def test_the_views_key_that_sends_the_second_poll_changes_with_a_spread_measure_and_as_either_run_finishes(
+        tmp_path, monkeypatch):
+    from memvir.events import StatusEvent
+
+    monkeypatch.setattr(live_view, "build_curves", lambda run: ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    run._on_event(StatusEvent("running", 0))
+    figures = live_view.FigureBuilder(interval=0.01)
+    try:
+        assert views_key(figures, None) == "no run"
+        seen = [views_key(figures, run)]
+        for step in (1, 2, 3):  # steps between snapshots: no second poll
+            run.records.append({"type": "step", "step": step})
+        time.sleep(0.2)
+        assert views_key(figures, run) == seen[-1]
+        run.records.append({"type": "step", "step": 4, "weight_mean_cos": 0.1})  # drawn anew in the background
+        wait_for(lambda: views_key(figures, run) != seen[-1], 5)
+        seen.append(views_key(figures, run))
+        run.baseline = LiveRun("r1-baseline", "alice", tmp_path / "b", quick(memvir_n=0))
+        run.baseline._on_event(StatusEvent("running", 0))
+        wait_for(lambda: views_key(figures, run) != seen[-1], 5)  # the results key at once, its spread next
+        time.sleep(0.2)
+        seen.append(views_key(figures, run))
+        run._on_event(StatusEvent("finished", 9))
+        seen.append(views_key(figures, run))
+        run.baseline._on_event(StatusEvent("finished", 9))  # the results table can be sent now
+        seen.append(views_key(figures, run))
+        assert len(set(seen)) == len(seen) == 5
     finally:
         figures.close()

@@ -1,7 +1,8 @@
 """The Train tab's new views in a real headless chromium: a short glyphs-mini run whose few-class snapshot holds
 virtual sets of two ages and whose spread curves fill in, and a run finished beside its baseline whose results table
-holds both runs' final metrics as their metrics.jsonl files have them. Read from the page's plotly figures and
-table; waits are Playwright's, bounded; nothing asserts speed."""
+holds both runs' final metrics as their metrics.jsonl files have them; a page at rest sends its poll and not the
+second one (the spread figures and results, asked for when the poll's views key changes). Read from the page's plotly
+figures, table and requests; waits are Playwright's, bounded; nothing asserts speed."""
 
 import json
 import re
@@ -85,3 +86,19 @@ def test_the_results_table_holds_both_runs_final_metrics(page, app_root, screens
         expected.append([f"{name} (test)", mine, theirs, "0.00" if points == 0 else f"{points:+.2f}"])
     assert cells == expected
     screenshot("train-results-table")
+
+
+def test_a_page_at_rest_polls_every_second_but_asks_for_the_spread_views_only_when_they_change(page):
+    # The page's first polls have drawn the empty spread figures (a second poll sent once, at the first views key)
+    page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
+                           timeout=WAIT_MS)
+    page.wait_for_function("() => document.querySelector('#drift-plot')?.innerText.includes('first snapshot')",
+                           timeout=WAIT_MS)
+    page.wait_for_timeout(1500)
+    posted = []  # each event the page sends is a POST naming its function by number
+    page.on("request", lambda request: posted.append(json.loads(request.post_data or "{}").get("fn_index")))
+    page.wait_for_timeout(6000)
+    names = page.evaluate("() => Object.fromEntries(window.gradio_config.dependencies.map(d => [d.id, d.api_name]))")
+    sent = [names.get(str(number)) for number in posted if number is not None]
+    assert sent.count("poll") >= 4, sent  # the first poll, once a second
+    assert set(sent) == {"poll"}, sent  # no second poll: nothing new for the spread figures and the results table
