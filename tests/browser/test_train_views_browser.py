@@ -94,6 +94,7 @@ def test_a_page_at_rest_polls_every_second_but_asks_for_the_spread_views_only_wh
                            timeout=WAIT_MS)
     page.wait_for_function("() => document.querySelector('#drift-plot')?.innerText.includes('first snapshot')",
                            timeout=WAIT_MS)
+    assert page.locator("#views-key").count() == 1 and not page.locator("#views-key").is_visible()  # out of sight
     page.wait_for_timeout(1500)
     posted = []  # each event the page sends is a POST naming its function by number
     page.on("request", lambda request: posted.append(json.loads(request.post_data or "{}").get("fn_index")))
