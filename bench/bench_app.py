@@ -9,7 +9,7 @@ neither paying its start; with --noise-floor, two CLI runs) [--page-cost WINDOWS
 without a page polling, in alternating windows: what the page costs the run, and where the CPU goes). Prints a
 markdown table (for docs/benchmarks.md). Training speed is the trainer's own images/s (median of the logged steps) and
 the wall time of the training loop; the app is polled once a second over HTTP, as an open page does (its poll, and
-its second poll for the spread figures and the results). App and CLI runs
+its second poll for the spread figures and the results when the first says they changed). App and CLI runs
 alternate, `--rounds` of each, so that a machine's load drifting during the benchmark touches both alike: the ratio is
 given as the median of the rounds' ratios, with their spread. The first search is timed from the moment the page is
 served by a fresh `python app.py` to the answer of a search through gradio_client (the client's own connection

@@ -116,8 +116,8 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
                [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step,
                 views_key], api_name="poll", show_progress="hidden", queue=False)
-    # The second poll only when the first says its views changed (every few seconds while a run trains, not every
-    # second): each request costs the server a few milliseconds of gradio's handling, taken from the run.
+    # The second poll only when the first says its views changed: every few seconds while a run trains (at its
+    # snapshots), never while a page rests, rather than after every poll.
     views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],
                      [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
                      queue=False)
