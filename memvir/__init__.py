@@ -13,6 +13,7 @@ _EXPORTS = {
     "build_loss": "memvir.losses",
     "LOSSES": "memvir.losses",
     "retrieval_metrics": "memvir.metrics",
+    "per_query_metrics": "memvir.metrics",
     "EmbeddingModel": "memvir.models",
     "TrainConfig": "memvir.config",
     "Trainer": "memvir.train",

@@ -85,6 +85,8 @@ def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
     evaluate.add_argument("--dataset", default=None, help="default: the dataset the model was trained on")
     evaluate.add_argument("--data-root", default=None)
     evaluate.add_argument("--batch-size", type=int, default=256)
+    evaluate.add_argument("--per-query", default=None, metavar="FILE.npz",
+                          help="also save each query's metrics (recall@1, r_precision, map@r, its label) as .npz")
 
     index = commands.add_parser("index", help="embed a dataset split into a saved faiss index")
     index.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
@@ -237,7 +239,14 @@ def _eval(args) -> int:
     from memvir import serving
 
     model, dataset, split = serving.load_model_and_split(args.model, args.dataset, args.data_root, "test")
-    metrics = serving.evaluate(model, split, dataset, batch_size=args.batch_size, progress=True)
+    embeddings, labels = serving.embed(model, split, batch_size=args.batch_size, progress=True)
+    metrics = serving.score(embeddings, labels, dataset)
+    if args.per_query:
+        import numpy as np
+
+        from memvir.metrics import per_query_metrics
+
+        np.savez(args.per_query, **per_query_metrics(embeddings, labels))
     print(json.dumps({"dataset": dataset, "items": len(split), **metrics}))
     return 0
 

@@ -23,6 +23,10 @@ LR_DECAYS = ("none", "cosine", "step")
 # all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
 # weight it has without MemVir.
 REDUCTIONS = ("official", "balanced")
+# What the stored embeddings are labelled in the loss (docs/method.md, "Virtual or seen labels"): "virtual" is MemVir
+# (a past copy of class c is a new class, with its stored weight appended); "seen" is the control in which the same
+# memory only adds more instances of the seen classes (labels y, no stored weights), as XBM and BroadFace do.
+MEMORY_LABELS = ("virtual", "seen")
 FOCUS_CLASSES = 8  # the few-class view's default: few enough to tell apart by colour, enough to show a spread
 MAX_FOCUS_CLASSES = 20
 _MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed + 1, which torch takes as an int64
@@ -69,6 +73,9 @@ class TrainConfig:
     memvir_reduction: str = _setting(
         "official", "official: the loss is the mean over all (k+1)B rows, as the reference code (the live batch "
         "weighs 1/(k+1)); balanced: each set averaged on its own and the means summed", choices=REDUCTIONS)
+    memvir_labels: str = _setting(
+        "virtual", "virtual (MemVir: stored embeddings and weights become new classes) | seen (the control: stored "
+        "embeddings keep their own classes and no stored weight is used, as XBM and BroadFace)", choices=MEMORY_LABELS)
     loss_scale_after_warmup: float = _setting(
         1.0, "ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
         "MemVir(1, M)'s official dilution without virtual classes)")
@@ -103,6 +110,8 @@ class TrainConfig:
         live=True, item_type=int)
     val_classes: int = _setting(0, "training classes held out as validation, scored as val_* metrics (for choices "
                                    "made without the test classes)")
+    val_fold: int = _setting(0, "which of the class-disjoint folds of --val-classes classes each is held out: fold f "
+                                "is the f-th block of a fixed permutation of the training classes")
     augment: bool = _setting(True, "train on the clean images, without random augmentation", flag="--no-augment")
     max_steps: int | None = _setting(None, "stop after this many steps", resumable=True)
     eval_at_start: bool = _setting(True, "the untrained model's metrics as the first point of the curve", cli=False,
@@ -119,7 +128,7 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig: {message}")
 
         for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed",
-                     "val_classes"):
+                     "val_classes", "val_fold"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                  f"{name} must be an integer >= 0, got {value!r}")
@@ -144,7 +153,8 @@ class TrainConfig:
              f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
         need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
         for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
-                              ("sampler", SAMPLERS), ("memvir_reduction", REDUCTIONS), ("lr_decay", LR_DECAYS)):
+                              ("sampler", SAMPLERS), ("memvir_reduction", REDUCTIONS), ("lr_decay", LR_DECAYS),
+                              ("memvir_labels", MEMORY_LABELS)):
             need(getattr(self, name) in choices,
                  f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
@@ -162,6 +172,11 @@ class TrainConfig:
         need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
              "for the balanced sampler")
+        need(self.memvir_labels != "seen" or self.memvir_reduction == "official",
+             "memvir_labels 'seen' keeps every row in the seen classes, so there are no sets for the balanced "
+             "reduction to average apart; use the official reduction with it")
+        need(self.val_fold == 0 or self.val_classes > 0,
+             f"val_fold {self.val_fold} needs val_classes, the size of each fold")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
         for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
             need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")

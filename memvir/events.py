@@ -24,11 +24,14 @@ class StepEvent:
     # at the spread cadence: memvir.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j in
     # use, weight_mean_cos, weight_uniformity); empty on other steps
     spread: dict = field(default_factory=dict)
+    # on logged steps: memvir.adam_regime's shares of parameters whose Adam step grows with the gradient
+    adam: dict = field(default_factory=dict)
     logged: bool = False  # whether the Trainer wrote this step's record to metrics.jsonl (not every step's)
 
     def record(self) -> dict:
         fields = asdict(self)
-        return {"type": "step", **{k: v for k, v in fields.items() if k not in ("spread", "logged")}, **self.spread}
+        kept = {k: v for k, v in fields.items() if k not in ("spread", "adam", "logged")}
+        return {"type": "step", **kept, **self.spread, **self.adam}
 
 
 @dataclass(frozen=True)

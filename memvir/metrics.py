@@ -1,6 +1,8 @@
 """Retrieval metrics of embeddings: Recall@K, P@1, R-Precision, MAP@R and NMI, over the kNN search of memvir/knn.py.
 Definitions as docs/method.md, "Evaluation"; similarity is cosine (every vector is L2-normalised here)."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -46,6 +48,46 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), nmi=False, *, backend
     Returns {"recall@K" for each K, "precision@1", "r_precision", "map@r"[, "nmi"]}: plain floats in [0, 1].
     Raises ValueError for bad shapes, NaN/inf rows, K outside 1..N-1, or no class with two members.
     """
+    found = _search(embeddings, labels, ks, backend, chunk_size)
+    per_query = _neighbour_metrics(found)
+    metrics = {f"recall@{k}": float(per_query[f"recall@{k}"].mean()) for k in found.ks}
+    metrics["precision@1"] = float(per_query["precision@1"].mean())
+    metrics["r_precision"] = float(per_query["r_precision"].mean())
+    metrics["map@r"] = float(per_query["map@r"].mean())
+    if nmi:
+        clusters = _kmeans(found.queries, len(np.unique(found.query_codes)), seed)
+        metrics["nmi"] = normalized_mutual_info(found.query_codes, clusters)
+    return metrics
+
+
+def per_query_metrics(embeddings, labels, ks=(1,), *, backend="auto", chunk_size=None) -> dict[str, np.ndarray]:
+    """Each query's own Recall@K, P@1, R-Precision and AP@R: what `retrieval_metrics` averages, query by query (for
+    per-class tables, the hardest queries, and bootstrap intervals over classes).
+
+    Same arguments, queries and definitions as `retrieval_metrics`. Returns {"query": the query items' indices [Q]
+    (items whose class has another member, ascending), "label": their labels as given, "recall@K" (bool) for each K,
+    "precision@1" (bool), "r_precision", "map@r" (float64: the query's AP@R)}, numpy arrays of length Q; the mean of
+    each is `retrieval_metrics`' value.
+    """
+    found = _search(embeddings, labels, ks, backend, chunk_size)
+    array = labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else np.asarray(labels)
+    return {"query": found.query_indices, "label": array[found.query_indices], **_neighbour_metrics(found)}
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The kNN search of every query: what the metrics are computed from."""
+
+    queries: torch.Tensor  # [Q, D] normalised query vectors
+    query_indices: np.ndarray  # [Q] item index of each query
+    query_codes: np.ndarray  # [Q] label code of each query
+    others: np.ndarray  # [Q] R, the other items of the query's class
+    codes: np.ndarray  # [N] label code of every item
+    neighbours: np.ndarray  # [Q, max(K, R)] item indices, nearest first, the query itself excluded
+    ks: tuple[int, ...]
+
+
+def _search(embeddings, labels, ks, backend, chunk_size) -> _Found:
     vectors = l2_normalized(embeddings, "embeddings")
     codes = _label_codes(labels, vectors.shape[0])
     same_class_others = np.bincount(codes)[codes] - 1
@@ -63,38 +105,31 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), nmi=False, *, backend
     else:
         queries = vectors[torch.as_tensor(query_indices, device=vectors.device)]
     _, neighbours = search_normalized(queries, vectors, num_neighbours, query_indices, backend, chunk_size)
-    query_codes = codes[query_indices]
-    metrics = _neighbour_metrics(query_codes, others, codes, neighbours, ks)
-    if nmi:
-        clusters = _kmeans(queries, len(np.unique(query_codes)), seed)
-        metrics["nmi"] = normalized_mutual_info(query_codes, clusters)
-    return metrics
+    return _Found(queries, query_indices, codes[query_indices], others, codes, neighbours, ks)
 
 
-def _neighbour_metrics(query_codes, others, codes, neighbours, ks):
-    """Average the per-query metrics; rows are processed in blocks so temporaries stay small."""
-    num_queries, num_neighbours = neighbours.shape
+def _neighbour_metrics(found: _Found) -> dict[str, np.ndarray]:
+    """Each query's metrics; rows are processed in blocks so temporaries stay small."""
+    num_queries, num_neighbours = found.neighbours.shape
     ranks = np.arange(1, num_neighbours + 1)
-    recall_hits = dict.fromkeys(ks, 0)
-    top1_hits = 0
-    r_precision_sum = map_at_r_sum = 0.0
+    recall = {k: np.empty(num_queries, dtype=bool) for k in found.ks}
+    top1 = np.empty(num_queries, dtype=bool)
+    r_precision = np.empty(num_queries)
+    map_at_r = np.empty(num_queries)
     block = max(1, _METRIC_BLOCK_ELEMENTS // num_neighbours)
     for start in range(0, num_queries, block):
-        stop = start + block
-        correct = codes[neighbours[start:stop]] == query_codes[start:stop, None]
-        r = others[start:stop]
-        top1_hits += int(correct[:, 0].sum())
-        for k in ks:
-            recall_hits[k] += int(correct[:, :k].any(axis=1).sum())
+        rows = slice(start, start + block)
+        correct = found.codes[found.neighbours[rows]] == found.query_codes[rows, None]
+        r = found.others[rows]
+        top1[rows] = correct[:, 0]
+        for k in found.ks:
+            recall[k][rows] = correct[:, :k].any(axis=1)
         correct_within_r = correct & (ranks <= r[:, None])
         precision_at_rank = np.cumsum(correct, axis=1) / ranks
-        r_precision_sum += float((correct_within_r.sum(axis=1) / r).sum())
-        map_at_r_sum += float(((precision_at_rank * correct_within_r).sum(axis=1) / r).sum())
-    metrics = {f"recall@{k}": recall_hits[k] / num_queries for k in ks}
-    metrics["precision@1"] = top1_hits / num_queries
-    metrics["r_precision"] = r_precision_sum / num_queries
-    metrics["map@r"] = map_at_r_sum / num_queries
-    return metrics
+        r_precision[rows] = correct_within_r.sum(axis=1) / r
+        map_at_r[rows] = (precision_at_rank * correct_within_r).sum(axis=1) / r
+    return {**{f"recall@{k}": recall[k] for k in found.ks}, "precision@1": top1, "r_precision": r_precision,
+            "map@r": map_at_r}
 
 
 def _import_sklearn(module, what):

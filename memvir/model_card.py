@@ -79,5 +79,6 @@ def memvir_summary(config, warmup_steps: int) -> str:
     if config.memvir_n == 0:
         return "off (baseline: N=0)" + scaled
     schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
+    labels = "" if config.memvir_labels == "virtual" else ", stored embeddings keep their seen labels (control)"
     return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
-            f"({warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{scaled}")
+            f"({warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{labels}{scaled}")

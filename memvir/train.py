@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memvir import checkpoint, serving
+from memvir.adam_regime import eps_dominated_shares
 from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
 from memvir.data.batches import TrainingBatches
 from memvir.devices import pick_device, place_model, training_network
@@ -87,7 +88,7 @@ class Trainer:
             self.data = without_augmentation(self.data)
         self.validation = None
         if config.val_classes:
-            self.data, self.validation = hold_out_validation(self.data, config.val_classes)
+            self.data, self.validation = hold_out_validation(self.data, config.val_classes, config.val_fold)
         info = self.data.info
         self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
                                        sampler=config.sampler, samples_per_class=config.samples_per_class,
@@ -303,10 +304,14 @@ class Trainer:
             all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
         except NonFiniteError:  # refused, so the memory stays clean
             self._diverge(f"the embeddings or class weights became NaN or infinite at step {self.step + 1}")
+        num_classes = self.class_weights.shape[0]
+        loss_labels, loss_weights = all_labels, all_weights
+        if self.config.memvir_labels == "seen":  # the control: more instances of the seen classes, no new class
+            loss_labels, loss_weights = all_labels % num_classes, self.class_weights
         if self.config.memvir_reduction == "balanced":
-            loss = self.loss_fn(all_embeddings, all_labels, all_weights, classes_per_set=self.class_weights.shape[0])
+            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights, classes_per_set=num_classes)
         else:  # the plain three-argument call of the loss contract
-            loss = self.loss_fn(all_embeddings, all_labels, all_weights)
+            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights)
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
             self._unchecked.add(self.step + 1, loss, target_cosine.mean())
@@ -332,16 +337,16 @@ class Trainer:
         spread_every = self.config.snapshot_every or self.config.log_every
         spread = {}
         if self.step % spread_every == 0:
-            num_classes = self.class_weights.shape[0]
             spread = class_weight_spread(all_weights[:num_classes]) | virtual_spread(
                 all_embeddings, all_labels, all_weights, num_classes)
         # the first and last steps too, so that every curve spans the whole run, however short
         logged = self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or bool(spread)
         event = StepEvent(
-            step=self.step, epoch=epoch, loss=loss_value, num_classes=all_weights.shape[0],
+            step=self.step, epoch=epoch, loss=loss_value, num_classes=loss_weights.shape[0],
             num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
             warmup=self.step <= self.memvir.warmup_steps, spread=spread, logged=logged,
+            adam=eps_dominated_shares(self.optimizer) if logged else {},
         )
         if logged:
             self._log(event.record())

@@ -704,3 +704,29 @@ def test_without_value_checks_labels_are_not_range_checked_but_shapes_are():
     assert torch.equal(loss(embeddings, labels, class_weights), checked)
     with pytest.raises(ValueError, match="labels must be 1-D"):
         loss(embeddings, labels[:2], class_weights)
+
+
+@pytest.mark.parametrize("virtual_sets", [0, 1, 3])
+@pytest.mark.parametrize("name", ["softmax", "norm-softmax", "cosface", "arcface", "curricularface", "proxy-nca"])
+def test_balanced_is_k_plus_one_times_official_on_sets_of_equal_size(name, virtual_sets):
+    """With k virtual sets of B rows each (MemVir's batches all of one size), the sum of the k+1 set means of a
+    row-averaged loss is (k+1) times the mean over all (k+1)B rows: balanced is official with a larger step, in
+    value and gradient (docs/method.md, "Reduction")."""
+    embeddings, labels, class_weights = uneven_inputs(seed=5, set_sizes=[BATCH] * (virtual_sets + 1))
+    official = build_loss(name)(embeddings, labels, class_weights)
+    balanced = build_loss(name)(embeddings, labels, class_weights, classes_per_set=NUM_CLASSES)
+    torch.testing.assert_close(balanced, (virtual_sets + 1) * official, rtol=1e-12, atol=1e-12)
+    official_grads = torch.autograd.grad(official, (embeddings, class_weights))
+    balanced_grads = torch.autograd.grad(balanced, (embeddings, class_weights))
+    for balanced_grad, official_grad in zip(balanced_grads, official_grads, strict=True):
+        torch.testing.assert_close(balanced_grad, (virtual_sets + 1) * official_grad, rtol=1e-10, atol=1e-12)
+
+
+def test_proxy_anchor_balanced_is_not_a_multiple_of_official():
+    """Proxy-Anchor averages over proxies (with positives, and all), not rows: where the sets' batches hold different
+    classes (as MemVir's stored batches do) its balanced reduction re-weighs the sets' terms, no plain rescaling."""
+    embeddings, labels, class_weights = uneven_inputs(seed=5, set_sizes=[BATCH] * 3)
+    assert len({frozenset((labels[i * BATCH:(i + 1) * BATCH] % NUM_CLASSES).tolist()) for i in range(3)}) > 1
+    official = build_loss("proxy-anchor")(embeddings, labels, class_weights)
+    balanced = build_loss("proxy-anchor")(embeddings, labels, class_weights, classes_per_set=NUM_CLASSES)
+    assert not torch.isclose(balanced, 3 * official, rtol=1e-3)

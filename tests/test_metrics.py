@@ -16,7 +16,7 @@ import torch
 import memvir.knn
 import memvir.metrics
 from memvir.knn import flat_inner_product_index, knn_search, l2_normalized, search_backend, search_unit_gallery
-from memvir.metrics import normalized_mutual_info, retrieval_metrics
+from memvir.metrics import normalized_mutual_info, per_query_metrics, retrieval_metrics
 
 FAISS_INSTALLED = importlib.util.find_spec("faiss") is not None
 needs_faiss = pytest.mark.skipif(not FAISS_INSTALLED, reason="faiss is not installed")
@@ -715,3 +715,34 @@ def test_knn_search_errors():
         knn_search(np.zeros((0, 4)), gallery, 1)
     with pytest.raises(ValueError, match="NaN or inf in 1 of 5 rows of gallery"):
         knn_search(gallery, np.where(np.arange(5)[:, None] == 2, np.inf, gallery), 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# per_query_metrics
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_query_metrics_of_five_points_on_an_arc_hand_computed(backend):
+    # The arc of test_five_points_on_an_arc_hand_computed, query by query (its table's rows).
+    embeddings = unit_vectors_at_degrees(0, 10, 30, 65, 110)
+    per_query = per_query_metrics(embeddings, ["a", "b", "a", "a", "b"], ks=(1, 2), backend=backend)
+    assert per_query["query"].tolist() == [0, 1, 2, 3, 4]
+    assert per_query["label"].tolist() == ["a", "b", "a", "a", "b"]
+    assert per_query["recall@1"].tolist() == [False, False, False, True, False]
+    assert per_query["recall@2"].tolist() == [True, False, True, True, False]
+    assert per_query["precision@1"].tolist() == per_query["recall@1"].tolist()
+    assert per_query["r_precision"] == pytest.approx([1 / 2, 0, 1 / 2, 1 / 2, 0], abs=1e-12)
+    assert per_query["map@r"] == pytest.approx([1 / 4, 0, 1 / 4, 1 / 2, 0], abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_per_query_metrics_average_to_the_brute_force_metrics_and_leave_out_singletons(seed):
+    embeddings, labels = clustered_data(seed)
+    per_query = per_query_metrics(embeddings, labels, ks=(1, 4))
+    counts = np.bincount(labels)
+    assert per_query["query"].tolist() == np.flatnonzero(counts[labels] > 1).tolist()
+    assert np.array_equal(per_query["label"], labels[per_query["query"]])
+    expected = reference_metrics(embeddings, labels, (1, 4))
+    for name in ("recall@1", "recall@4", "precision@1", "r_precision", "map@r"):
+        assert float(per_query[name].mean()) == pytest.approx(expected[name], abs=1e-12), name

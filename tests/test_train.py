@@ -456,3 +456,38 @@ def test_on_a_gpu_the_losses_are_checked_where_the_trainer_reports():
     assert [e.step for e in steps] == [1, 2, 3, 4] and trainer.step == 4
     assert steps[0].loss is not None and [e.loss for e in steps[1:]] == [None, None, None]
     assert trainer.state == "failed"
+
+
+def test_seen_labels_put_the_stored_embeddings_in_their_own_classes_against_the_live_weights():
+    """The control of memvir_labels="seen": the same memory's rows join the loss under their seen labels y (not
+    y + jC), against the C live class weights only; "virtual" (MemVir) gives (k+1)C classes. N=1, M=0, no warm-up:
+    step 2 has one stored batch."""
+    def recording(loss_fn, calls):
+        def call(x, y, w, *rest, **options):
+            calls.append((x, y, w))
+            return loss_fn(x, y, w, *rest, **options)
+        return call
+
+    seen_inputs = []
+    for labels_mode in ("virtual", "seen"):
+        trainer = Trainer(small_config(memvir_n=1, memvir_m=0, warmup_epochs=0, max_steps=2, memvir_labels=labels_mode))
+        calls = []
+        trainer.loss_fn = recording(trainer.loss_fn, calls)
+        events = collect(trainer)
+        trainer.run()
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        x, y, w = calls[1]
+        assert x.shape[0] == 64 and [e.num_virtual_sets for e in steps] == [0, 1]
+        if labels_mode == "virtual":
+            assert w.shape[0] == 48 and int(y[32:].min()) >= 24 and steps[1].num_classes == 48
+            virtual_labels = y
+        else:
+            assert w is trainer.class_weights and steps[1].num_classes == 24
+            seen_inputs = (y, virtual_labels)
+    seen, virtual = seen_inputs
+    assert torch.equal(seen, virtual % 24)  # the same rows, each stored row back in its own class
+
+
+def test_seen_labels_refuse_the_balanced_reduction():
+    with pytest.raises(ValueError, match="memvir_labels 'seen' .* use the official reduction"):
+        small_config(memvir_labels="seen", memvir_reduction="balanced")

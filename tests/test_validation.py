@@ -114,3 +114,22 @@ def test_training_without_augmentation_reads_clean_renders():
     images, _ = next(augmented.batches.epoch(0, 0))
     label, face = first_batch_items(0)[0]
     assert not torch.allclose(images[0], clean_pixels(renders[kept[label], face]))
+
+
+def test_validation_folds_are_class_disjoint_blocks_of_one_fixed_permutation():
+    full = load_dataset("glyphs-mini")
+    folds = [validation_classes(24, 6, fold) for fold in range(4)]
+    assert sorted(np.concatenate(folds).tolist()) == list(range(24))  # four folds of six cover the 24 classes once
+    order = np.random.default_rng(2022).permutation(24)  # the project's validation seed, written out
+    for fold, held in enumerate(folds):
+        assert held.tolist() == sorted(order[6 * fold:6 * (fold + 1)].tolist())
+        _, validation = hold_out_validation(full, 6, fold)
+        assert validation.class_names == [full.train.class_names[c] for c in held]
+    assert np.array_equal(folds[0], validation_classes(24, 6))  # fold 0 is the classes a plain --val-classes holds
+
+
+def test_a_fold_past_the_last_says_how_many_there_are():
+    with pytest.raises(DatasetError, match=r"make 3 class-disjoint folds of that size \(--val-fold 0 to 2\)"):
+        hold_out_validation(load_dataset("glyphs-mini"), 7, 3)
+    with pytest.raises(ValueError, match="val_fold 1 needs val_classes"):
+        TrainConfig(dataset="glyphs-mini", val_fold=1)

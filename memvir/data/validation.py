@@ -1,9 +1,11 @@
 """Validation classes held out from the training half, so that choices (N, M, a schedule...) are never made on the
 test classes (the reference code picks its best epoch on the test set; docs/method.md, "Validation").
 
-`hold_out_validation(splits, count)` moves `count` training classes, picked by a fixed project seed (the same
+`hold_out_validation(splits, count, fold)` moves `count` training classes, picked by a fixed project seed (the same
 classes in every run, whatever its seed), into a validation split that is scored like the test split: the clean,
-deterministic test-time transform, labels from 0. The remaining training classes are relabelled from 0.
+deterministic test-time transform, labels from 0. The remaining training classes are relabelled from 0. Fold f is
+the f-th block of `count` classes of that permutation, so folds 0, 1, ... are class-disjoint: the cross-validation
+folds of a fair comparison (docs/reproduction.md, "A fair comparison").
 """
 
 import copy
@@ -51,25 +53,33 @@ class ClassSubset(SplitDataset):
         return pixels, int(self.labels[index])
 
 
-def validation_classes(num_train_classes: int, count: int) -> np.ndarray:
-    """The training-class indices (ascending) held out as validation: a fixed permutation's first `count`."""
+def validation_classes(num_train_classes: int, count: int, fold: int = 0) -> np.ndarray:
+    """The training-class indices (ascending) held out as validation: block `fold` of `count` classes of a fixed
+    permutation (fold 0: its first `count`)."""
     order = np.random.default_rng(VALIDATION_SPLIT_SEED).permutation(num_train_classes)
-    return np.sort(order[:count])
+    return np.sort(order[fold * count:(fold + 1) * count])
 
 
-def hold_out_validation(splits: DatasetSplits, count: int) -> tuple[DatasetSplits, SplitDataset]:
+def hold_out_validation(splits: DatasetSplits, count: int, fold: int = 0) -> tuple[DatasetSplits, SplitDataset]:
     """(splits with `count` fewer training classes, the validation split of those classes, clean and labelled 0..).
 
-    The validation split reads the training images through the test split's deterministic transform.
+    The validation split reads the training images through the test split's deterministic transform. `fold` picks
+    which class-disjoint block of `count` classes is held out.
     """
     num_train = splits.info.num_train_classes
+    folds = num_train // count if count else 0
+    if count and not 0 <= fold < folds:
+        raise DatasetError(
+            f"fold {fold} of {count} validation classes does not exist: the {num_train} training classes of "
+            f"{splits.info.name} make {folds} class-disjoint folds of that size (--val-fold 0 to {folds - 1})"
+        )
     if not MIN_CLASSES_PER_SPLIT <= count <= num_train - MIN_CLASSES_PER_SPLIT:
         raise DatasetError(
             f"cannot hold out {count} validation classes from the {num_train} training classes of {splits.info.name}: "
             f"both parts need at least {MIN_CLASSES_PER_SPLIT}; hold out between {MIN_CLASSES_PER_SPLIT} and "
             f"{num_train - MIN_CLASSES_PER_SPLIT} (--val-classes), or 0 for none"
         )
-    held = validation_classes(num_train, count)
+    held = validation_classes(num_train, count, fold)
     kept = np.setdiff1d(np.arange(num_train), held)
     validation = ClassSubset(without_augmentation(splits).train, held)
     train = ClassSubset(splits.train, kept)

@@ -1,0 +1,469 @@
+"""The fair comparison: MemVir against a baseline tuned with the same search budget, chosen on validation folds.
+
+    .venv/bin/python bench/fair_study.py plan                 # the protocol and every trial's settings, runs nothing
+    .venv/bin/python bench/fair_study.py run --jobs 2         # search, then the chosen settings at 5 seeds, controls
+    .venv/bin/python bench/fair_study.py run --profile gpu --device cuda
+    .venv/bin/python bench/fair_study.py report               # the tables of docs/reproduction.md, from results.json
+
+The protocol (docs/reproduction.md, "A fair comparison", states it before any result) follows "A Metric Learning
+Reality Check" (Musgrave, Belongie, Lim, ECCV 2020), whose protocol the paper reports in its Table 2:
+- Every arm (the baseline, MemVir with the paper's reduction, MemVir balanced) gets the same number of trials. Trial
+  0 is the page's current setting; trials 1.. are the points of a seeded Latin hypercube over the optimiser settings
+  (learning rate, class-weight learning rate, Adam eps, the loss's scale), the same points for every arm, and of a
+  second one over MemVir's N and M shared by the two MemVir arms: N and M are searched within the same trials.
+- A trial trains at seed 0 on each of the profile's class-disjoint validation folds of the training classes
+  (`--val-classes 255 --val-fold f`) and scores validation MAP@R only; its test metrics are never stored.
+- The choice: the trial with the highest validation MAP@R averaged over the folds (ties: the lower trial).
+- Each arm's choice is then trained on all training classes at 5 seeds, and scored on the test classes. Seed s gives
+  every arm the same initialisation and batches, so arms are compared with paired tests (memvir's bench/fair_stats).
+- Controls, at the chosen settings, separate the step size from the virtual classes (CONTROLS).
+
+Every run is `python -m memvir train ...`, recorded with its command; finished runs are skipped when the study is run
+again and a run stopped half-way resumes from its checkpoint, so the study can be stopped and restarted at any time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, run from a checkout
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
+import fair_stats  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTPUT = ROOT / "docs" / "reproduction" / "fair"
+METRICS = ("recall@1", "r_precision", "map@r")
+CHOICE_METRIC = "val_map@r"
+SEARCH_SEED = 2025  # a project constant: the trials' settings are fixed before any run
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How large the study is: the CPU profile fits a 2-core machine, the GPU one is MLRC's four folds."""
+
+    name: str
+    folds: int
+    fold_size: int
+    trials: int
+    seeds: tuple[int, ...]
+    epochs: int = 12
+    warmup: float = 2.0
+    dataset: str = "glyphs"
+
+
+PROFILES = {
+    "cpu": Profile("cpu", folds=2, fold_size=255, trials=6, seeds=(0, 1, 2, 3, 4)),
+    "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=(0, 1, 2, 3, 4)),
+    # the whole pipeline in a couple of minutes, to try the runner (write it elsewhere: --output)
+    "smoke": Profile("smoke", folds=2, fold_size=6, trials=2, seeds=(0, 1), epochs=2, warmup=1, dataset="glyphs-mini"),
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training configuration with Norm-softmax; n = 0 is the baseline."""
+
+    lr: float = 1e-3
+    class_lr: float = 1e-2
+    adam_eps: float = 1e-2
+    scale: float = 23.0
+    n: int = 0
+    m: int = 50
+    reduction: str = "official"
+    labels: str = "virtual"
+    loss_scale_after_warmup: float = 1.0
+
+    def args(self, profile: Profile) -> list[str]:
+        args = ["-m", "memvir", "train", "--dataset", profile.dataset, "--loss", "norm-softmax",
+                "--scale", f"{self.scale:g}", "--memvir-n", str(self.n), "--memvir-m", str(self.m),
+                "--warmup-epochs", f"{profile.warmup:g}", "--epochs", str(profile.epochs), "--batch-size", "128",
+                "--lr", f"{self.lr:.3g}", "--class-lr", f"{self.class_lr:.3g}", "--adam-eps", f"{self.adam_eps:g}"]
+        if self.reduction != "official":
+            args += ["--memvir-reduction", self.reduction]
+        if self.labels != "virtual":
+            args += ["--memvir-labels", self.labels]
+        if self.loss_scale_after_warmup != 1.0:
+            args += ["--loss-scale-after-warmup", f"{self.loss_scale_after_warmup:g}"]
+        return args
+
+    def describe(self) -> str:
+        optimiser = f"lr {self.lr:.2g}, class lr {self.class_lr:.2g}, eps {self.adam_eps:g}, scale {self.scale:g}"
+        if self.n == 0:
+            memvir = "baseline"
+        else:
+            memvir = f"MemVir({self.n}, {self.m}), {self.reduction}"
+            if self.labels != "virtual":
+                memvir += f", {self.labels} labels"
+        scaled = f", loss x{self.loss_scale_after_warmup:g} after warm-up" if self.loss_scale_after_warmup != 1 else ""
+        return f"{memvir}; {optimiser}{scaled}"
+
+
+# The search space. Adam eps is searched over four decades because it decides whether a scaled loss acts as a
+# learning-rate change (memvir.adam_regime); 1e-2 is the reference code's.
+LR_RANGE, CLASS_LR_RANGE, SCALE_RANGE = (3e-4, 3e-3), (3e-3, 3e-2), (12.0, 40.0)
+ADAM_EPS = (1e-8, 1e-6, 1e-4, 1e-2)
+MEMVIR_N, MEMVIR_M = (1, 2, 4), (10, 25, 50, 100)
+ARMS = {"baseline": Setting(), "memvir-official": Setting(n=2, m=50),
+        "memvir-balanced": Setting(n=2, m=50, reduction="balanced")}  # trial 0 of each: the page's current settings
+ARM_NAMES = {"baseline": "baseline", "memvir-official": "MemVir, paper's reduction",
+             "memvir-balanced": "MemVir, balanced reduction"}
+
+
+def _strata(rng: np.random.Generator, count: int) -> np.ndarray:
+    """A Latin-hypercube column: `count` points in [0, 1), one in each of `count` equal strata, in random order."""
+    return (rng.permutation(count) + rng.uniform(size=count)) / count
+
+
+def _spread_choice(rng: np.random.Generator, values: tuple, count: int) -> list:
+    """`count` picks that use every value about equally often, in random order: with a handful of trials a plain
+    random draw may leave out a value (in one draw of five, four of the five Adam eps were 1e-2)."""
+    repeated = [values[i % len(values)] for i in range(count)]
+    return [repeated[i] for i in rng.permutation(count)]
+
+
+def _log_scale(unit: float, low: float, high: float) -> float:
+    return float(np.exp(np.log(low) + unit * (np.log(high) - np.log(low))))
+
+
+def trial_setting(arm: str, trial: int, trials: int) -> Setting:
+    """Trial `trial` of `arm` in a search of `trials`: the arm's start for trial 0, else point `trial` of a Latin
+    hypercube over the optimiser settings shared by all arms, and of one over N and M shared by the MemVir arms."""
+    if trial == 0:
+        return ARMS[arm]
+    count, row = trials - 1, trial - 1
+    optimiser = np.random.default_rng([SEARCH_SEED, trials])
+    lr, class_lr, scale = (_strata(optimiser, count) for _ in range(3))
+    eps = _spread_choice(optimiser, ADAM_EPS, count)
+    drawn = replace(ARMS[arm], lr=_log_scale(lr[row], *LR_RANGE), class_lr=_log_scale(class_lr[row], *CLASS_LR_RANGE),
+                    adam_eps=float(eps[row]), scale=round(SCALE_RANGE[0] + scale[row] * np.ptp(SCALE_RANGE), 1))
+    if drawn.n == 0:
+        return drawn
+    memvir = np.random.default_rng([SEARCH_SEED, trials, 1])
+    n, m = _spread_choice(memvir, MEMVIR_N, count), _spread_choice(memvir, MEMVIR_M, count)
+    return replace(drawn, n=int(n[row]), m=int(m[row]))
+
+
+# Controls at the chosen settings: (name, label, the arm they start from, the change, what they isolate).
+CONTROLS = (
+    ("baseline-loss-x2", "baseline, loss x2 after warm-up", "baseline", {"loss_scale_after_warmup": 2.0},
+     "balanced MemVir(1, M)'s step size without a virtual class"),
+    ("baseline-class-lr-x2", "baseline, class-weight lr x2", "baseline", {"class_lr": "x2"},
+     "a larger step for the class weights alone"),
+    ("balanced-eps-1e-8", "MemVir balanced, Adam eps 1e-8", "memvir-balanced", {"adam_eps": 1e-8},
+     "balanced MemVir where Adam's step hardly depends on the loss's scale"),
+    ("seen-labels", "the same memory with seen labels", "memvir-official", {"labels": "seen"},
+     "the memory's embeddings as more instances of the seen classes, no stored weight (as XBM, BroadFace)"),
+)
+# (reference, other): each row of the comparisons table is other - reference, paired over seeds.
+COMPARISONS = (
+    ("baseline", "memvir-official"), ("baseline", "memvir-balanced"), ("memvir-official", "memvir-balanced"),
+    ("baseline", "baseline-loss-x2"), ("baseline", "baseline-class-lr-x2"), ("baseline-loss-x2", "memvir-balanced"),
+    ("memvir-balanced", "balanced-eps-1e-8"), ("seen-labels", "memvir-official"),
+)
+
+
+def control_setting(control: str, chosen: dict[str, Setting]) -> Setting:
+    _, _, arm, change, _ = next(c for c in CONTROLS if c[0] == control)
+    values = {k: getattr(chosen[arm], k) * 2 if v == "x2" else v for k, v in change.items()}
+    return replace(chosen[arm], **values)
+
+
+# ------------------------------------------------------------------------------------------------------- results
+class Results:
+    """OUTPUT/results.json: one record per finished run, written whole after each (a stop loses no finished run)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.records: list[dict] = json.loads(path.read_text()) if path.is_file() else []
+        self._lock = threading.Lock()
+
+    def find(self, **keys) -> dict | None:
+        return next((r for r in self.records if all(r.get(k) == v for k, v in keys.items())), None)
+
+    def add(self, record: dict) -> None:
+        with self._lock:
+            self.records.append(record)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(self.records, indent=1))
+            temporary.replace(self.path)
+
+
+def search_score(results: Results, profile: Profile, arm: str, trial: int) -> float | None:
+    """The trial's validation MAP@R averaged over the profile's folds, once all are in."""
+    scores = [r["metrics"][CHOICE_METRIC] for fold in range(profile.folds)
+              if (r := results.find(profile=profile.name, phase="search", arm=arm, trial=trial, fold=fold))]
+    return statistics.mean(scores) if len(scores) == profile.folds else None
+
+
+def chosen_settings(results: Results, profile: Profile) -> dict[str, Setting]:
+    """Each arm whose trials are all in: the setting of its best trial (the choice rule)."""
+    chosen = {}
+    for arm in ARMS:
+        scores = [search_score(results, profile, arm, t) for t in range(profile.trials)]
+        if None not in scores:
+            # argmax: the first of equal scores
+            chosen[arm] = trial_setting(arm, int(np.argmax(scores)), profile.trials)
+    return chosen
+
+
+# ------------------------------------------------------------------------------------------------------- runs
+@dataclass(frozen=True)
+class Job:
+    phase: str  # "search", "final" or "control"
+    arm: str  # an arm of ARMS or a control of CONTROLS
+    setting: Setting
+    seed: int = 0
+    trial: int | None = None
+    fold: int | None = None
+
+    @property
+    def name(self) -> str:
+        if self.phase == "search":
+            return f"search-{self.arm}-t{self.trial}-f{self.fold}"
+        return f"{self.phase}-{self.arm}-s{self.seed}"
+
+    def args(self, profile: Profile) -> list[str]:
+        args = self.setting.args(profile) + ["--seed", str(self.seed)]
+        if self.phase == "search":
+            return args + ["--val-classes", str(profile.fold_size), "--val-fold", str(self.fold), "--eval-every", "0"]
+        return args + ["--eval-every", "3"]
+
+    def keys(self, profile: Profile) -> dict:
+        return {"profile": profile.name, "phase": self.phase, "arm": self.arm, "seed": self.seed,
+                "trial": self.trial, "fold": self.fold}
+
+
+def pending_jobs(results: Results, profile: Profile) -> list[Job]:
+    """What can run now and has no result: the search; the finals of arms whose search is done; the controls once
+    the arms they start from are chosen."""
+    jobs = [Job("search", arm, trial_setting(arm, t, profile.trials), trial=t, fold=f)
+            for t in range(profile.trials) for arm in ARMS for f in range(profile.folds)]
+    chosen = chosen_settings(results, profile)
+    jobs += [Job("final", arm, setting, seed=s) for arm, setting in chosen.items() for s in profile.seeds]
+    jobs += [Job("control", name, control_setting(name, chosen), seed=s)
+             for name, _, arm, _, _ in CONTROLS if arm in chosen for s in profile.seeds]
+    return [job for job in jobs if results.find(**job.keys(profile)) is None]
+
+
+def read_run(run: Path, test: bool) -> dict:
+    """The final evaluation's metrics (validation only where `test` is False), the evaluation curve, and the mean
+    share of Adam's parameters whose step grows with the gradient after the warm-up (memvir.adam_regime)."""
+    from memvir.run_folder import RunFolder
+
+    records = RunFolder(run).records()
+    evals = [r for r in records if r["type"] == "eval"]
+    keep = [*METRICS, *(f"val_{m}" for m in METRICS)] if test else [f"val_{m}" for m in METRICS]
+    metrics = {k: evals[-1][k] for k in keep if k in evals[-1]}
+    curve = [[r["step"]] + [r.get(k) for k in keep] for r in evals] if test else []
+    after = [r for r in records if r["type"] == "step" and not r["warmup"] and "adam_eps_share" in r]
+    shares = {name: statistics.mean(r[name] for r in after) if after else None
+              for name in ("adam_eps_share", "adam_eps_share_class")}
+    return {"metrics": metrics, "curve_columns": ["step", *keep] if test else [], "curve": curve, **shares}
+
+
+def per_query(run: Path, profile: Profile, job: Job, env: dict, output: Path) -> str:
+    """Each test query's Recall@1 and AP@R, saved compactly beside results.json (for the class bootstrap)."""
+    raw = run / "test_per_query.npz"
+    subprocess.run([sys.executable, "-m", "memvir", "eval", str(run), "--per-query", str(raw)], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    values = np.load(raw)
+    target = output / "per_query" / f"{profile.name}-{job.name}.npz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(target, label=values["label"].astype(np.int16), recall_at_1=values["recall@1"],
+                        map_at_r=values["map@r"].astype(np.float32))
+    return str(target.relative_to(output))
+
+
+def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: int, device: str) -> None:
+    output = results.path.parent
+    from memvir.run_folder import RunFolder
+
+    out = runs / profile.name / job.name
+    args = job.args(profile) + ["--out", str(out)]
+    if device != "cpu":
+        args += ["--device", device, "--num-workers", str(max(1, threads - 1))]
+    resume = ["--resume"] if RunFolder(out).state_file.exists() else []
+    print(f"[{job.phase}] {job.name}: {job.setting.describe()}", flush=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TQDM_DISABLE": "1"}
+    log = runs / profile.name / "logs" / f"{job.name}.log"  # beside the run: a new run's folder must be empty
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as stderr:
+        finished = subprocess.run([sys.executable, *args, *resume], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=stderr, env=env)
+    if finished.returncode:
+        raise RuntimeError(f"{job.name} failed (exit {finished.returncode}); its output is in {log}")
+    record = {**job.keys(profile), "setting": asdict(job.setting), "device": device,
+              "command": "python " + " ".join(args).replace(str(ROOT) + "/", ""),
+              **read_run(out, test=job.phase != "search")}
+    if job.phase != "search":
+        record["per_query"] = per_query(out, profile, job, env, output)
+    results.add(record)
+
+
+def run_study(profile: Profile, jobs: int, device: str, runs: Path, output: Path) -> None:
+    results = Results(output / "results.json")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    while todo := pending_jobs(results, profile):
+        # stopped runs first, so that a restarted study finishes what it had started
+        todo.sort(key=lambda job: not (runs / profile.name / job.name / "trainer_state.pt").exists())
+        phase = todo[0].phase
+        batch = [job for job in todo if job.phase == phase]
+        with ThreadPoolExecutor(jobs) as pool:
+            for future in [pool.submit(run_job, job, profile, results, runs, threads, device) for job in batch]:
+                future.result()
+
+
+# ------------------------------------------------------------------------------------------------------- report
+def plan(profile: Profile) -> str:
+    lines = [f"profile {profile.name}: {profile.trials} trials per arm x {profile.folds} folds of "
+             f"{profile.fold_size} validation classes, then {len(profile.seeds)} seeds; {profile.epochs} epochs, "
+             f"warm-up {profile.warmup:g}", "", "| trial | " + " | ".join(ARM_NAMES[a] for a in ARMS) + " |",
+             "|---:|" + "---|" * len(ARMS)]
+    for t in range(profile.trials):
+        lines.append(f"| {t} | " + " | ".join(trial_setting(a, t, profile.trials).describe() for a in ARMS) + " |")
+    return "\n".join(lines)
+
+
+def search_table(results: Results, profile: Profile) -> str:
+    chosen = chosen_settings(results, profile)
+    lines = ["| arm | trial | setting | " + " | ".join(f"fold {f}" for f in range(profile.folds))
+             + " | mean validation MAP@R |", "|---|---:|---|" + "---:|" * (profile.folds + 1)]
+    for arm in ARMS:
+        for t in range(profile.trials):
+            setting = trial_setting(arm, t, profile.trials)
+            folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=t, fold=f)
+                     for f in range(profile.folds)]
+            cells = [f"{100 * r['metrics'][CHOICE_METRIC]:.2f}" if r else "" for r in folds]
+            score = search_score(results, profile, arm, t)
+            mark = " (chosen)" if chosen.get(arm) == setting and score is not None else ""
+            mean = f"{100 * score:.2f}{mark}" if score is not None else ""
+            lines.append(f"| {ARM_NAMES[arm]} | {t} | {setting.describe()} | " + " | ".join(cells) + f" | {mean} |")
+    return "\n".join(lines)
+
+
+def _group(results: Results, profile: Profile, name: str) -> list[dict]:
+    phase = "final" if name in ARMS else "control"
+    return sorted((r for r in results.records if (r["profile"], r["phase"], r["arm"]) == (profile.name, phase, name)),
+                  key=lambda r: r["seed"])
+
+
+def _label(name: str) -> str:
+    return ARM_NAMES.get(name) or next(c[1] for c in CONTROLS if c[0] == name)
+
+
+def _seed_mean_per_query(group: list[dict], output: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(query labels, {metric: per-query value averaged over the group's seeds}) from the saved per-query files."""
+    files = [np.load(output / r["per_query"]) for r in group]
+    labels = files[0]["label"]
+    if any(not np.array_equal(f["label"], labels) for f in files):
+        raise ValueError("the runs' per-query files do not list the same test queries")
+    return labels, {"recall@1": np.mean([f["recall_at_1"] for f in files], axis=0),
+                    "map@r": np.mean([f["map_at_r"].astype(np.float64) for f in files], axis=0)}
+
+
+def final_table(results: Results, profile: Profile) -> str:
+    names = [*ARMS, *(c[0] for c in CONTROLS)]
+    lines = ["| run | setting | seeds | Recall@1 | R-Precision | MAP@R | MAP@R 95% CI over classes | Adam eps share "
+             "(network / class weights) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        group = _group(results, profile, name)
+        if not group:
+            continue
+        cells = []
+        for metric in METRICS:
+            values = [100 * r["metrics"][metric] for r in group]
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{statistics.mean(values):.2f} ± {spread:.2f}")
+        labels, per_query = _seed_mean_per_query(group, results.path.parent)
+        low, high = fair_stats.class_bootstrap_ci(per_query["map@r"], labels)
+        shares = [r["adam_eps_share"] for r in group if r["adam_eps_share"] is not None]
+        shares_class = [r["adam_eps_share_class"] for r in group if r["adam_eps_share_class"] is not None]
+        share = (f"{100 * statistics.mean(shares):.0f} % / {100 * statistics.mean(shares_class):.0f} %"
+                 if shares else "")
+        setting = Setting(**group[0]["setting"]).describe()
+        lines.append(f"| {_label(name)} | {setting} | {len(group)} | " + " | ".join(cells)
+                     + f" | {100 * low:.2f} to {100 * high:.2f} | {share} |")
+    return "\n".join(lines)
+
+
+def comparisons(results: Results, profile: Profile) -> list[dict]:
+    """Every comparison x metric with both groups complete at the same seeds: the paired tests and intervals, and
+    Holm's adjusted p over the whole table."""
+    rows = []
+    for reference, other in COMPARISONS:
+        first, second = _group(results, profile, reference), _group(results, profile, other)
+        seeds = sorted({r["seed"] for r in first} & {r["seed"] for r in second})
+        if len(seeds) < 2:
+            continue
+        first = [r for r in first if r["seed"] in seeds]
+        second = [r for r in second if r["seed"] in seeds]
+        labels, first_query = _seed_mean_per_query(first, results.path.parent)
+        _, second_query = _seed_mean_per_query(second, results.path.parent)
+        for metric in METRICS:
+            a = [100 * r["metrics"][metric] for r in second]
+            b = [100 * r["metrics"][metric] for r in first]
+            row = {"reference": reference, "other": other, "metric": metric, "seeds": len(seeds),
+                   "t": fair_stats.paired_t(a, b), "wilcoxon": fair_stats.wilcoxon_signed_rank(a, b),
+                   "seed_ci": fair_stats.paired_bootstrap_ci(a, b)}
+            if metric in first_query:
+                low, high = fair_stats.paired_class_bootstrap_ci(second_query[metric], first_query[metric], labels)
+                row["class_ci"] = (100 * low, 100 * high)
+            rows.append(row)
+    for row, adjusted in zip(rows, fair_stats.holm([row["t"].p for row in rows]), strict=True):
+        row["holm"] = adjusted
+    return rows
+
+
+def comparison_table(rows: list[dict]) -> str:
+    lines = ["| comparison | metric | seeds | difference | 95% CI (seeds) | 95% CI (classes) | paired t | Wilcoxon "
+             "| Holm | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in rows:
+        class_ci = "{:+.2f} to {:+.2f}".format(*row["class_ci"]) if "class_ci" in row else ""
+        lines.append(
+            f"| {_label(row['other'])} − {_label(row['reference'])} | {row['metric']} | {row['seeds']} | "
+            f"{row['t'].mean_diff:+.2f} | {row['seed_ci'][0]:+.2f} to {row['seed_ci'][1]:+.2f} | {class_ci} | "
+            f"t {row['t'].t:.1f}, {fair_stats.format_p(row['t'].p)} | {fair_stats.format_p(row['wilcoxon'].p)} | "
+            f"{fair_stats.format_p(row['holm'])} | {fair_stats.verdict(row['t'].mean_diff, row['holm'])} |")
+    return "\n".join(lines)
+
+
+def report(profile: Profile, output: Path) -> str:
+    results = Results(output / "results.json")
+    parts = [plan(profile), "## Search (validation MAP@R, seed 0)", search_table(results, profile)]
+    if any(r["phase"] != "search" for r in results.records):
+        parts += ["## Chosen settings at every seed (test classes)", final_table(results, profile),
+                  "## Paired comparisons (points; Holm over the table's rows)",
+                  comparison_table(comparisons(results, profile))]
+    return "\n\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("plan", "run", "report"))
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cpu_count / jobs threads)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (every run of the study on that device)")
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "fair", help="where the run folders go")
+    parser.add_argument("--output", type=Path, default=OUTPUT, help="where results.json and per_query/ go")
+    args = parser.parse_args(argv)
+    profile = PROFILES[args.profile]
+    if args.command == "run":
+        run_study(profile, args.jobs, args.device, args.runs, args.output)
+    print(plan(profile) if args.command == "plan" else report(profile, args.output))
+
+
+if __name__ == "__main__":
+    main()
