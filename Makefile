@@ -33,13 +33,13 @@ bench: venv
 
 # Each bundled checkpoint ships its test split's gallery index (checkpoints/NAME/gallery/), so the app's first search
 # needs no embedding. Rebuilt only where missing or stale: its stamp records the sha256 of the weights it was built
-# from (memvir/checkpoint_gallery.py).
+# from (memvir/retrieval/shipped_gallery.py).
 gallery-index: venv
-	$(PY) -m memvir.checkpoint_gallery checkpoints/*/
+	$(PY) -m memvir.retrieval.shipped_gallery checkpoints/*/
 
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
 # files in, then index their galleries. The settings are the app's glyphs preset, chosen on validation classes
-# (docs/reproduction.md, section 9; demo/presets.py), and its baseline at the same seed and budget.
+# (docs/reproduction.md, section 9; demo/train/presets.py), and its baseline at the same seed and budget.
 BUNDLED := glyphs-norm-softmax-baseline glyphs-norm-softmax-memvir
 checkpoints: venv
 	rm -rf $(addprefix runs/,$(BUNDLED))

@@ -2,7 +2,7 @@
 
 GRADIO_SERVER_NAME and GRADIO_SERVER_PORT move it (Hugging Face Spaces sets them); MEMVIR_APP_DATA,
 MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET, MEMVIR_ALLOWED_FOLDERS and
-MEMVIR_SERVER_PRIORITY are described in demo/settings.py. The port opens only once torch and the trainer are
+MEMVIR_SERVER_PRIORITY are described in demo.common.settings. The port opens only once torch and the trainer are
 imported (a few seconds).
 """
 
@@ -15,9 +15,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: t
 # What request handlers (and the retrieval warm-up thread) import on first use. Imported here, before the port opens:
 # two threads importing torchvision at once (a first request and a warm-up thread, or two first requests) can each
 # see the other's partially initialised module and fail with ImportError.
-HANDLER_MODULES = ("memvir.train", "memvir.models", "memvir.hub", "memvir.data", "memvir.index", "memvir.metrics",
-                   "memvir.projection", "memvir.checkpoint", "memvir.serving", "memvir.checkpoint_gallery",
-                   "demo.figures")
+HANDLER_MODULES = ("memvir.train.trainer", "memvir.models.embedding_model", "memvir.hub", "memvir.data",
+                   "memvir.retrieval.index", "memvir.retrieval.metrics", "memvir.analysis.projection",
+                   "memvir.checkpoint", "memvir.retrieval.evaluation", "memvir.retrieval.shipped_gallery",
+                   "demo.train.figures")
 
 
 def import_handler_modules() -> None:
@@ -27,14 +28,14 @@ def import_handler_modules() -> None:
     # where matplotlib is installed (requirements-dev.txt has it): 1-2 s of a first request on 2 busy cores.
     if importlib.util.find_spec("matplotlib") is not None:
         importlib.import_module("matplotlib.pyplot")
-    from memvir.knn import search_backend
+    from memvir.retrieval.knn import search_backend
 
     search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
 
 
 def main() -> None:
-    from demo.cores import yield_to_training
-    from demo.settings import AppSettings
+    from demo.common.cores import yield_to_training
+    from demo.common.settings import AppSettings
 
     settings = AppSettings.from_env()
     # first, before any thread starts: on small machines the runs' processes go first
@@ -43,11 +44,11 @@ def main() -> None:
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))
 
-    from demo.cores import limit_server_threads
-    from demo.ui import build_app
+    from demo.common.cores import limit_server_threads
+    from demo.page import build_app
 
     import_handler_modules()
-    limit_server_threads()  # training has processes of its own (demo/run_process.py)
+    limit_server_threads()  # training has processes of its own (demo.runs.process)
     app = build_app(settings)
     app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads
     try:

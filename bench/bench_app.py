@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 
-from demo.cores import SERVER_PRIORITIES  # noqa: E402 - after the repository is on the path
+from demo.common.cores import SERVER_PRIORITIES  # noqa: E402 - after the repository is on the path
 
 # The training compared, in the app and on the command line: the app's defaults for glyphs where not named here, and
 # no warm-up, so that the memory is full (N(M+1) = 55 steps) well before the timed second half of a run.
@@ -146,7 +146,7 @@ def first_searches(tmp: Path, starts: int) -> dict:
 
 class PagePolls:
     """The polls of an open page, as its script sends them: each event a single POST to /gradio_api/run/NAME (the
-    poll events are not queued, demo/train_views.py), in the session that started the run."""
+    poll events are not queued, demo.train.views), in the session that started the run."""
 
     def __init__(self, url: str, session_hash: str):
         import httpx
@@ -420,10 +420,10 @@ def poll_handler_while_training(data_dir: Path) -> dict:
     """The poll handler called in-process, as pages call it, while a run trains in its own process: milliseconds per
     call, of the wall clock and of the calling thread's own CPU time (their gap is time spent waiting for a core or
     for the interpreter lock). This process keeps torch and faiss to one thread, as the server does."""
-    from demo.cores import limit_server_threads
-    from demo.settings import AppSettings
-    from demo.train_poll import PollState
-    from demo.ui import build_app
+    from demo.common.cores import limit_server_threads
+    from demo.common.settings import AppSettings
+    from demo.page import build_app
+    from demo.train.poll import PollState
 
     limit_server_threads()
     app = build_app(AppSettings(data_dir=data_dir, checkpoints_dir=data_dir / "none", umap=False))
@@ -492,8 +492,8 @@ def handler(app, api_name: str):
 
 def in_process(data_dir: Path, checkpoint: Path) -> dict:
     """A query on the glyphs test split (12,252 images)."""
-    from demo.settings import AppSettings
-    from demo.ui import build_app
+    from demo.common.settings import AppSettings
+    from demo.page import build_app
 
     settings = AppSettings(data_dir=data_dir, checkpoints_dir=checkpoint.parent, umap=False)
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from demo import figures, spread_figures  # noqa: E402 - after the repository is on the path
-from demo.few_class_figure import few_class_figure  # noqa: E402
-from demo.few_class_view import FocusView  # noqa: E402
-from memvir.projection import FocusProjection, ProjectedSnapshot  # noqa: E402
+from demo.train import (
+    figures,
+    spread_figures,  # noqa: E402 - after the repository is on the path
+)
+from demo.train.focus_figure import few_class_figure  # noqa: E402
+from demo.train.focus_view import FocusView  # noqa: E402
+from memvir.analysis.projection import FocusProjection, ProjectedSnapshot  # noqa: E402
 
 SNAPSHOT_EVERY, EVAL_EVERY, MARGIN, SETS = 25, 70, 10, 5
 

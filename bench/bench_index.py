@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install
 
-from memvir.index import GalleryIndex  # noqa: E402
-from memvir.knn import search_backend  # noqa: E402
+from memvir.retrieval.index import GalleryIndex  # noqa: E402
+from memvir.retrieval.knn import search_backend  # noqa: E402
 
 K = 10
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install
 
-from memvir.knn import (  # noqa: E402
+from memvir.retrieval.knn import (  # noqa: E402
     _PROBE_DIM,
     _PROBE_GALLERY,
     _PROBE_K,
@@ -40,7 +40,7 @@ from memvir.knn import (  # noqa: E402
     search_backend,
     search_unit_gallery,
 )
-from memvir.metrics import _kmeans, normalized_mutual_info, retrieval_metrics  # noqa: E402
+from memvir.retrieval.metrics import _kmeans, normalized_mutual_info, retrieval_metrics  # noqa: E402
 
 KS = (1, 2, 4, 8)
 BASELINE = "bare torch: normalize -> N x N matmul -> topk (search only)"

@@ -44,11 +44,11 @@ def app_arm(out: Path, epochs: int, umap: bool) -> dict:
     """The run manager and a page's poll, in this process, as app.py serves them (no HTTP: bench_app.py has it)."""
     import numpy as np
 
-    from demo.live_view import FigureBuilder
-    from demo.runs import RunManager
-    from demo.settings import AppSettings
-    from demo.train_poll import PollState, poll
-    from memvir.train import TrainConfig
+    from demo.common.settings import AppSettings
+    from demo.runs.manager import RunManager
+    from demo.train.live_view import FigureBuilder
+    from demo.train.poll import PollState, poll
+    from memvir.train.trainer import TrainConfig
 
     runs = RunManager(AppSettings(data_dir=out, checkpoints_dir=out / "none", umap=umap))
     figures = FigureBuilder()

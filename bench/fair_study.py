@@ -111,7 +111,7 @@ class Setting:
 
 
 # The search space. Adam eps is searched over four decades because it decides whether a scaled loss acts as a
-# learning-rate change (memvir.adam_regime); 1e-2 is the reference code's.
+# learning-rate change (memvir.train.adam_regime); 1e-2 is the reference code's.
 LR_RANGE, CLASS_LR_RANGE, SCALE_RANGE = (3e-4, 3e-3), (3e-3, 3e-2), (12.0, 40.0)
 ADAM_EPS = (1e-8, 1e-6, 1e-4, 1e-2)
 MEMVIR_N, MEMVIR_M = (1, 2, 4), (10, 25, 50, 100)
@@ -260,7 +260,7 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
 
 def read_run(run: Path, test: bool) -> dict:
     """The final evaluation's metrics (validation only where `test` is False), the evaluation curve, and the mean
-    share of Adam's parameters whose step grows with the gradient after the warm-up (memvir.adam_regime)."""
+    share of Adam's parameters whose step grows with the gradient after the warm-up (memvir.train.adam_regime)."""
     from memvir.run_folder import RunFolder
 
     records = RunFolder(run).records()

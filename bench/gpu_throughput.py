@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memvir import MemVir, build_loss  # noqa: E402
 from memvir.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
-from memvir.models import EmbeddingModel  # noqa: E402
+from memvir.models.embedding_model import EmbeddingModel  # noqa: E402
 
 
 def build_step(args, device: torch.device, memvir: MemVir, compile_network: bool):

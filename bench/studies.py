@@ -217,7 +217,7 @@ def study_rows(study: str, results: list[dict]) -> list[Row]:
 STUDIES = ("losses", "grid", "schedule", "batch", "budget", "long", "few-classes", "dilution", "overfit-probe",
            "overfit", "preset")
 # A study whose runs extend another's: each starts from the other's checkpoint with --resume, which continues a run
-# exactly as if it had never stopped (tests/test_train.py), so the result is that of the stored plain command.
+# exactly as if it had never stopped (tests/train/test_trainer.py), so the result is that of the stored plain command.
 CONTINUES = {"long": "budget"}
 # Rows another study already ran with the same command: the grid's baseline and MemVir(2, 50) at batch 128 are the
 # schedule study's step pacing and the batch study's batch 128. (The dilution study trains its own baseline and

@@ -2,6 +2,10 @@
 
 Importing the package costs torch and numpy only: the public names below are resolved on first use, so the
 training path never pulls faiss, umap or huggingface_hub unless it needs them.
+
+The library, by concept: `memory/` (the paper's algorithm), `train/` (the loop), `models/`, `retrieval/` (search,
+metrics, the evaluation path), `analysis/` (what the paper's figures measure), `data/`; at the top `config`
+(TrainConfig), `events`, `losses`, `checkpoint` and `run_folder` (the run folder on disk), `hub`, `cli`.
 """
 
 from importlib import import_module
@@ -9,14 +13,14 @@ from importlib import import_module
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "MemVir": "memvir.memory",
+    "MemVir": "memvir.memory.virtual_classes",
     "build_loss": "memvir.losses",
     "LOSSES": "memvir.losses",
-    "retrieval_metrics": "memvir.metrics",
-    "per_query_metrics": "memvir.metrics",
-    "EmbeddingModel": "memvir.models",
+    "retrieval_metrics": "memvir.retrieval.metrics",
+    "per_query_metrics": "memvir.retrieval.metrics",
+    "EmbeddingModel": "memvir.models.embedding_model",
     "TrainConfig": "memvir.config",
-    "Trainer": "memvir.train",
+    "Trainer": "memvir.train.trainer",
 }
 
 __all__ = sorted(_EXPORTS)

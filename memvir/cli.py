@@ -105,7 +105,7 @@ def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    from memvir import distributed
+    from memvir.train import distributed
 
     try:
         return _train_run(args)
@@ -117,8 +117,8 @@ def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
     from memvir.events import EvalEvent, StatusEvent, StepEvent
-    from memvir.step_checks import TrainingDiverged
-    from memvir.train import TrainConfig, Trainer
+    from memvir.train.checks import TrainingDiverged
+    from memvir.train.trainer import TrainConfig, Trainer
 
     if args.resume:
         trainer = _resume(args)
@@ -175,7 +175,7 @@ def _train_run(args) -> int:
 def _resume(args):
     """Trainer.from_run_folder with the settings typed on the command line; says which changed, or which may not."""
     from memvir.config import RESUMABLE, ResumeConflict
-    from memvir.train import Trainer
+    from memvir.train.trainer import Trainer
 
     typed = _typed_options(args.argv) - _NOT_SETTINGS
     settings = {dest: getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
@@ -236,15 +236,15 @@ def _check_new_run_folder(out: Path, overwrite: bool) -> None:
 
 
 def _eval(args) -> int:
-    from memvir import serving
+    from memvir.retrieval import evaluation
 
-    model, dataset, split = serving.load_model_and_split(args.model, args.dataset, args.data_root, "test")
-    embeddings, labels = serving.embed(model, split, batch_size=args.batch_size, progress=True)
-    metrics = serving.score(embeddings, labels, dataset)
+    model, dataset, split = evaluation.load_model_and_split(args.model, args.dataset, args.data_root, "test")
+    embeddings, labels = evaluation.embed(model, split, batch_size=args.batch_size, progress=True)
+    metrics = evaluation.score(embeddings, labels, dataset)
     if args.per_query:
         import numpy as np
 
-        from memvir.metrics import per_query_metrics
+        from memvir.retrieval.metrics import per_query_metrics
 
         np.savez(args.per_query, **per_query_metrics(embeddings, labels))
     print(json.dumps({"dataset": dataset, "items": len(split), **metrics}))
@@ -252,11 +252,11 @@ def _eval(args) -> int:
 
 
 def _index(args) -> int:
-    from memvir import serving
+    from memvir.retrieval import evaluation
 
-    model, dataset, split = serving.load_model_and_split(args.model, args.dataset, args.data_root, args.split)
+    model, dataset, split = evaluation.load_model_and_split(args.model, args.dataset, args.data_root, args.split)
     items = [f"{dataset}/{args.split}/{i}" for i in range(len(split))]
-    index = serving.build_index(model, split, items=items, batch_size=args.batch_size, progress=True)
+    index = evaluation.build_index(model, split, items=items, batch_size=args.batch_size, progress=True)
     index.save(args.out)
     print(json.dumps({"index": str(args.out), "items": len(index), "dataset": dataset, "split": args.split}))
     return 0

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 from memvir.losses import LOSSES, build_loss
-from memvir.memory import SCHEDULES
+from memvir.memory.virtual_classes import SCHEDULES
 
 STORE_DTYPES = ("float32", "float16", "bfloat16")
 SAMPLERS = ("random", "balanced")
@@ -147,7 +147,7 @@ class TrainConfig:
                  f"{name} must be > 0 and finite, got {value!r}")
         need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
              f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
-        from memvir.models import MAX_EMBEDDING_DIM
+        from memvir.models.embedding_model import MAX_EMBEDDING_DIM
 
         need(self.embedding_dim <= MAX_EMBEDDING_DIM,
              f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")

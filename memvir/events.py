@@ -14,17 +14,18 @@ class StepEvent:
 
     step: int  # steps done, this one included
     epoch: int  # 0-based epoch this step belongs to
-    loss: float | None  # None on a GPU between the steps the Trainer checks (memvir/train.py, `_checked`)
+    loss: float | None  # None on a GPU between the steps the Trainer checks (memvir.train.trainer, `_checked`)
     num_classes: int  # s(i): real plus virtual classes the loss saw (paper Fig. 3)
     num_virtual_sets: int  # k, the past steps used as virtual classes
     mean_target_cosine: float | None  # mean cos(x, W_y) of the live rows (paper Fig. 5a); None as loss
     images_per_s: float  # moving average
     lr: float
     warmup: bool  # True while MemVir is still in its warm-up
-    # at the spread cadence: memvir.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j in
+    # at the spread cadence: memvir.analysis.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j
+    # in
     # use, weight_mean_cos, weight_uniformity); empty on other steps
     spread: dict = field(default_factory=dict)
-    # on logged steps: memvir.adam_regime's shares of parameters whose Adam step grows with the gradient
+    # on logged steps: memvir.train.adam_regime's shares of parameters whose Adam step grows with the gradient
     adam: dict = field(default_factory=dict)
     logged: bool = False  # whether the Trainer wrote this step's record to metrics.jsonl (not every step's)
 

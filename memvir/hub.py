@@ -21,7 +21,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import validate_repo_id
 
 from memvir.checkpoint import HUB_FILES, METRICS_LOG, MODEL_FILES
-from memvir.models import EmbeddingModel
+from memvir.models.embedding_model import EmbeddingModel
 
 try:  # the HTTP client huggingface_hub raises from: httpx2 since its 2.0, httpx in 1.x (the lent GPU image's 1.33)
     import httpx2 as _http

@@ -1,5 +1,5 @@
 """Talking to an app a test serves: a free port to serve it on, and the page's status line, polled until it shows
-what the test waits for (shared by the test_app_* files that start a server)."""
+what the test waits for (shared by the app tests that start a server)."""
 
 import re
 import socket

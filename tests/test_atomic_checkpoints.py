@@ -15,8 +15,8 @@ import torch
 
 from memvir import checkpoint
 from memvir.hub import load_model
-from memvir.models import EmbeddingModel
-from memvir.train import TrainConfig, Trainer
+from memvir.models.embedding_model import EmbeddingModel
+from memvir.train.trainer import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("config.json", "model.safetensors", "README.md", "trainer_state.pt")
@@ -86,7 +86,7 @@ def test_saving_a_model_over_a_folder_never_leaves_it_without_its_files(tmp_path
 TRAINERS = textwrap.dedent("""
     import os, sys
     from memvir.events import StepEvent
-    from memvir.train import Trainer
+    from memvir.train.trainer import Trainer
 
     for _ in sys.stdin:  # one training process per line, forked from this one so that none pays for the imports
         pid = os.fork()

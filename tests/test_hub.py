@@ -21,7 +21,7 @@ from huggingface_hub.utils import filter_repo_objects
 
 from memvir import hub
 from memvir.hub import HubError, load_model, pull, push
-from memvir.models import EmbeddingModel
+from memvir.models.embedding_model import EmbeddingModel
 
 REPO = "someone/glyph-model"
 

@@ -2,6 +2,12 @@
 
 `load_dataset(name, ...)` returns the train and test splits (disjoint classes) and a `DatasetInfo`;
 `ClassBalancedSampler` draws P classes x K images per batch. All bad input raises `DatasetError` (a ValueError).
+
+- `registry`: `load_dataset`, a name to its splits. `splits`: the splits' interface and facts.
+- `glyphs/`: the embedded dataset. `benchmarks`: CUB-200-2011, CARS196, SOP in their published layouts.
+- `image_files`: photo datasets as image files, and the class-wise split. `folder`: `folder:PATH`. `zips`: uploads.
+- `transforms`: glyph augmentation and the photo recipes. `batches`, `samplers`: seeded training batches.
+- `validation`: validation classes (and class-disjoint folds) held out of training. `errors`: `DatasetError`.
 """
 
 from memvir.data.errors import DatasetError

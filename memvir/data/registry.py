@@ -5,7 +5,7 @@ from pathlib import Path
 from memvir.data.benchmarks import load_cars196, load_cub200, load_sop
 from memvir.data.errors import DatasetError
 from memvir.data.folder import load_folder
-from memvir.data.glyphs import GLYPH_IMAGE_SIZE, GLYPH_VARIANTS, load_glyphs
+from memvir.data.glyphs.dataset import GLYPH_IMAGE_SIZE, GLYPH_VARIANTS, load_glyphs
 from memvir.data.image_files import PHOTO_IMAGE_SIZE
 from memvir.data.splits import DatasetSplits
 from memvir.data.transforms import PHOTO_NORMALIZATIONS

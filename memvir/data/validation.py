@@ -67,17 +67,17 @@ def hold_out_validation(splits: DatasetSplits, count: int, fold: int = 0) -> tup
     which class-disjoint block of `count` classes is held out.
     """
     num_train = splits.info.num_train_classes
-    folds = num_train // count if count else 0
-    if count and not 0 <= fold < folds:
-        raise DatasetError(
-            f"fold {fold} of {count} validation classes does not exist: the {num_train} training classes of "
-            f"{splits.info.name} make {folds} class-disjoint folds of that size (--val-fold 0 to {folds - 1})"
-        )
     if not MIN_CLASSES_PER_SPLIT <= count <= num_train - MIN_CLASSES_PER_SPLIT:
         raise DatasetError(
             f"cannot hold out {count} validation classes from the {num_train} training classes of {splits.info.name}: "
             f"both parts need at least {MIN_CLASSES_PER_SPLIT}; hold out between {MIN_CLASSES_PER_SPLIT} and "
             f"{num_train - MIN_CLASSES_PER_SPLIT} (--val-classes), or 0 for none"
+        )
+    folds = num_train // count
+    if not 0 <= fold < folds:
+        raise DatasetError(
+            f"fold {fold} of {count} validation classes does not exist: the {num_train} training classes of "
+            f"{splits.info.name} make {folds} class-disjoint folds of that size (--val-fold 0 to {folds - 1})"
         )
     held = validation_classes(num_train, count, fold)
     kept = np.setdiff1d(np.arange(num_train), held)

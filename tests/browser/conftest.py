@@ -50,9 +50,9 @@ def app_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def app_url(app_root):
-    from demo.settings import AppSettings
-    from demo.ui import build_app
-    from memvir.train import TrainConfig, Trainer
+    from demo.common.settings import AppSettings
+    from demo.page import build_app
+    from memvir.train.trainer import TrainConfig, Trainer
 
     root = app_root
     Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,
@@ -70,8 +70,8 @@ def bundled_app_url(tmp_path_factory):
     """The app as app.py starts it: the repository's bundled checkpoints, the retrieval warm-up begun as it
     launches."""
     from app import import_handler_modules
-    from demo.settings import REPO_ROOT, AppSettings
-    from demo.ui import build_app
+    from demo.common.settings import REPO_ROOT, AppSettings
+    from demo.page import build_app
 
     import_handler_modules()
     settings = AppSettings(data_dir=tmp_path_factory.mktemp("bundled-app") / "data",

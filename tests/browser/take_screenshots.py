@@ -4,7 +4,7 @@ hand when the picture changes).
     .venv/bin/python tests/browser/take_screenshots.py [--out docs/screenshots]
 
 Serves the app on a free port (its own data folder, UMAP off: the default picture is PCA), starts the page's default
-run (glyphs' preset, demo/presets.py: 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction; 95 steps an
+run (glyphs' preset, demo.train.presets: 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction; 95 steps an
 epoch, so the warm-up ends at step 190, the first virtual set arrives at step 241 and the run ends at step 1,140), and
 shoots the picture live at three moments: a snapshot before the warm-up ends, the first snapshot after the first
 virtual set arrives, and the last one. Each PNG is quantised to a palette so it stays small.
@@ -47,8 +47,8 @@ def main() -> None:
     from conftest import CHROMIUM, CHROMIUM_ARGS
     from playwright.sync_api import sync_playwright
 
-    from demo.settings import AppSettings
-    from demo.ui import build_app
+    from demo.common.settings import AppSettings
+    from demo.page import build_app
 
     with tempfile.TemporaryDirectory(prefix="screenshots-") as tmp:
         app = build_app(AppSettings(data_dir=Path(tmp) / "data", checkpoints_dir=Path(tmp) / "none", umap=False))

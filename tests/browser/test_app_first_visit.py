@@ -83,7 +83,7 @@ def test_the_phone_layout(open_page, app_url, screenshot):
     start.wait_for()
     assert abs(status.bounding_box()["y"] - start.bounding_box()["y"]) < PHONE[1]  # status in view after Start
     assert page.locator("#curves-plot").bounding_box()["y"] < page.locator("#stop").bounding_box()["y"]
-    # The empty snapshot's message is broken into lines that fit its chart (demo/page.js).
+    # The empty snapshot's message is broken into lines that fit its chart (demo/static/page.js).
     page.wait_for_function("""() => { const t = document.querySelector('#embedding-plot .annotation-text');
                                       return t && t.querySelectorAll('tspan.line').length > 1; }""", timeout=WAIT_MS)
     chart = page.locator("#embedding-plot .js-plotly-plot").bounding_box()

@@ -1,0 +1,91 @@
+"""The page: a header and two tabs (demo.train.tab, demo.retrieve.tab), the visitor's key, the poll timer and
+the load event, assembled into an `App` with what serves it; its styles (demo/static/page.css) and script
+(demo/static/page.js).
+
+Every event has an explicit api_name, so the page is also a public API (gradio_client).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from demo.common.handlers import bind
+from demo.common.settings import AppSettings
+from demo.retrieve import tab as retrieve_tab
+from demo.retrieve.service import RetrievalService
+from demo.runs.manager import RunManager
+from demo.train import tab as train_tab
+from demo.train.live_view import FigureBuilder
+from demo.train.poll import POLL_SECONDS
+
+CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
+JS = (Path(__file__).parent / "static" / "page.js").read_text(encoding="utf-8")
+THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
+# Gradio's queue looks for new events every millisecond while it has none (on Linux; 50 ms on Windows): a thousand
+# wake-ups a second of the server, idle or not, and on a machine whose every core trains a run each one takes a core
+# from a training thread (demo.common.cores). The polls do not go through the queue (demo.train.views), only clicks,
+# uploads and searches: every 100 ms starts one about 50 ms later on average, which nobody sees; progress messages,
+# every 10 ms, go every 100 ms, gradio's own Windows pace.
+QUEUE_IDLE_CHECK_S = 0.1
+PROGRESS_CHECK_S = 0.1
+HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
+          "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "
+          "interval. Train here and watch it happen, then search with the model.")
+
+
+@dataclass(frozen=True)
+class App:
+    """The page and what serves it: the runs, the retrieval service, the settings, and the figures' drawing thread.
+    Gradio 6 takes the theme, the CSS and the script at launch, so `launch` passes them."""
+
+    blocks: gr.Blocks
+    run_manager: RunManager
+    retrieval_service: RetrievalService
+    settings: AppSettings
+    figure_builder: FigureBuilder
+
+    def launch(self, **options) -> None:
+        """Serve the page (gr.Blocks.launch's options). The checkpoint zips offered for download lie in the app's
+        downloads folder, and Gradio serves no file outside the working and temporary folders unless allowed: a
+        Space keeps the app's data folder in its persistent storage, /data, outside both."""
+        allowed = [*(options.pop("allowed_paths", None) or []), str(self.settings.downloads_dir)]
+        queue = self.blocks._queue  # gradio 6 has no public setting for these (tests/app/runs/test_run_process.py checks them)
+        queue.sleep_when_free, queue.progress_update_sleep_when_free = QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S
+        self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, **options)
+
+    def close(self) -> None:
+        """Close the server if it runs, then stop the figures' thread and every run (which saves a checkpoint)."""
+        self.blocks.close(verbose=False)
+        self.figure_builder.close()
+        self.run_manager.close()
+
+
+def on_load(runs: RunManager, retrieval: RetrievalService, visitor=None, request: gr.Request = None):
+    """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint choices."""
+    # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
+    # (demo/handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
+    visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
+    return visitor, *train_tab.opened(runs, visitor), retrieve_tab.checkpoint_list(retrieval)
+
+
+def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,
+              retrieval: RetrievalService | None = None) -> App:
+    """The whole page. `runs` and `retrieval` default to fresh ones for `settings` (from the environment)."""
+    settings = settings or AppSettings.from_env()
+    runs = runs or RunManager(settings)
+    retrieval = retrieval or RetrievalService(settings, uploads_in_use=runs.dataset_folders_in_use)
+    figures = FigureBuilder()
+    with gr.Blocks(title="MemVir Studio") as blocks:
+        visitor = gr.BrowserState("", storage_key="memvir-studio-visitor")
+        timer = gr.Timer(POLL_SECONDS)  # outside the tabs: it polls whichever tab is open
+        gr.Markdown(HEADER)
+        with gr.Tabs():
+            train = train_tab.build(runs, figures, visitor, timer)
+            checkpoint = retrieve_tab.build(retrieval)
+        blocks.load(bind(on_load, runs, retrieval), [visitor],
+                    [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load")
+    return App(blocks, runs, retrieval, settings, figures)

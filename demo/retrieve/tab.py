@@ -1,0 +1,250 @@
+"""The Retrieve tab: choose a checkpoint and a gallery, then search with an uploaded, drawn or clicked query; download
+a checkpoint as a zip.
+
+Handlers are module-level functions of the `RetrievalService` (bound in by `build`), so tests call them directly.
+They read the widgets, ask the service (demo.retrieve.service) and turn its results into tiles (demo.retrieve.tiles)
+and a summary; the models, galleries and indexes are the service's. The tab starts on the service's default
+checkpoint, and its "Query's class" example is a class of the gallery chosen, so following it works.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import gradio as gr
+from PIL import Image
+
+from demo.common.handlers import bind, reporting
+from demo.common.inputs import whole_number
+from demo.common.uploads import load_image, load_sketch
+from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
+from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalService
+from demo.retrieve.sketchpad import pass_undecoded
+from demo.retrieve.tiles import Tile, tiles_html
+
+TEST_SPLIT, UPLOADED = "test split", "uploaded"
+GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
+SKETCH_SIZE = 320
+# A blank sheet as the sketchpad's starting value: Gradio's editor chooses the brush when it starts with a
+# background image, but its "select the draw tool" prompt, on which strokes do nothing, when it starts empty.
+PAPER = {"background": Image.new("RGBA", (SKETCH_SIZE, SKETCH_SIZE), (255, 255, 255, 255)), "layers": [],
+         "composite": None}
+INDEX_POLL_S = 0.25
+# Gradio finds a handler's progress bar by this default and gives each call a tracker of its own.
+PROGRESS = gr.Progress()
+# A refused search or Load clears what the last one showed: old tiles beside a refusal would read as its answer.
+NO_RESULTS = {1: "", 2: None}
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+def gallery_for(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, source, files) -> Gallery:
+    if source == UPLOADED:
+        return retrieval.uploaded_gallery(files or [])
+    return retrieval.test_split_gallery(checkpoint)
+
+
+def describe(checkpoint: LoadedCheckpoint, gallery: Gallery, indexed: IndexedGallery) -> str:
+    """The summary: the checkpoint, the gallery, and the checkpoint's Recall@1 and MAP@R on it when labelled."""
+    config = checkpoint.config
+    parts = [f"**Checkpoint** `{checkpoint.name}`: {config['backbone']}, {config['embedding_dim']}-d, trained on "
+             f"`{config['dataset']}`.",
+             f"**Gallery**: {gallery.description}, {gallery.size:,} images."]
+    if indexed.metrics:
+        parts.append(f"On this gallery the checkpoint reaches **Recall@1 {indexed.metrics['recall@1']:.3f}** "
+                     f"and **MAP@R {indexed.metrics['map@r']:.3f}** (each item querying all others).")
+    return "  \n".join(parts)
+
+
+def follow_indexing(retrieval: RetrievalService, checkpoint_choice, progress) -> None:
+    """Until the checkpoint's test-split index is ready, show how far it has got on the page's progress bar.
+
+    A run's gallery is indexed in the background once the run finishes; a search before then waits for that build,
+    and one that no build has started starts it the same way, so that its progress shows too. A build that failed
+    is left to the search, which builds again and says why it fails.
+    """
+    try:
+        fraction = retrieval.indexing_progress(checkpoint_choice)
+        builder = retrieval.index_in_background(checkpoint_choice) if fraction is None else None
+        while fraction is None or fraction < 1.0:
+            if fraction is None and not (builder and builder.is_alive()):
+                return  # the build stopped before it began; the search's own build reports why
+            progress(fraction or 0.0, desc="Indexing the gallery (once per checkpoint)")
+            time.sleep(INDEX_POLL_S)
+            fraction = retrieval.indexing_progress(checkpoint_choice)
+    except RetrievalError:
+        return
+
+
+def searchable(retrieval: RetrievalService, checkpoint_choice, source, files, progress) -> tuple[LoadedCheckpoint,
+                                                                                                 Gallery]:
+    """The checkpoint and the gallery to search, once the gallery's index is ready."""
+    checkpoint = retrieval.load_checkpoint(checkpoint_choice)
+    gallery = gallery_for(retrieval, checkpoint, source, files)
+    # A checkpoint folder's (bundled, a run): following a Hub checkpoint's would ask the Hub about it at every look.
+    if source != UPLOADED and Path(checkpoint_choice.strip()).is_dir():
+        follow_indexing(retrieval, checkpoint_choice, progress)
+    return checkpoint, gallery
+
+
+@reporting(message_slot=0, outputs=3, cleared={1: [], 2: None})
+def prepare(retrieval: RetrievalService, checkpoint_choice, source, files=None, progress=PROGRESS):
+    """Load the checkpoint and index the gallery; show a sample of it to click."""
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    indexed = retrieval.index(checkpoint, gallery)
+    sample = retrieval.sample(gallery)
+    tiles = [(thumbnail(gallery.image(i), gallery.glyphs), gallery.class_of(i) or f"item {i}") for i in sample]
+    return describe(checkpoint, gallery, indexed), tiles, {"sample": sample, "gallery": gallery.key}
+
+
+def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query, k, drawn=False,
+            exclude=None, query_class=None):
+    """(summary, result tiles, the query as the model sees it) for one search."""
+    indexed = retrieval.index(checkpoint, gallery)
+    hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
+                            exclude=exclude, query_class=query_class)
+    tiles = [Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name,
+                  hit.same_class) for rank, hit in enumerate(hits, 1)]
+    summary = f"{len(hits)} nearest of {gallery.size:,} images in {gallery.description}, with their cosine similarity"
+    if query_class is not None:
+        same = sum(hit.same_class is True for hit in hits)
+        summary += f" · {same} of {len(hits)} share the query's class ({query_class})"
+    summary = describe(checkpoint, gallery, indexed) + "  \n" + summary + "."
+    shown = thumbnail(retrieval.model_input(checkpoint, query, fit_ink=drawn), checkpoint.is_glyph_model, 128)
+    return summary, tiles_html(tiles), shown
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def search_upload(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, query_file=None,
+                  files=None, progress=PROGRESS):
+    if not query_file:
+        raise ValueError("upload a query image first")
+    settings = retrieval.settings
+    image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    return results(retrieval, checkpoint, gallery, image, k, query_class=retrieval.match_class(gallery, query_class))
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def search_drawing(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, sketch=None, files=None,
+                   progress=PROGRESS):
+    settings = retrieval.settings
+    composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
+    if composite is None:
+        raise ValueError("draw a character on the sketchpad first")
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    return results(retrieval, checkpoint, gallery, composite, k, drawn=True,
+                   query_class=retrieval.match_class(gallery, query_class))
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None,
+                        evt: gr.SelectData = None, progress=PROGRESS):
+    """Search with the sample image clicked (in the gallery that Load sampled)."""
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    if not picked or picked.get("gallery") != gallery.key:
+        raise ValueError("the gallery changed: press Load again, then pick an image")
+    index = picked["sample"][evt.index]
+    return results(retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
+                   query_class=gallery.class_of(index))
+
+
+def checkpoint_list(retrieval: RetrievalService):
+    """The checkpoint choices as they are now (a run may have saved one since the page was built)."""
+    return gr.update(choices=retrieval.checkpoint_choices())
+
+
+def query_class_example(retrieval: RetrievalService, checkpoint_choice, source, files=None) -> str:
+    """The "Query's class" box's placeholder: a class of the gallery chosen (RetrievalService.example_query_class),
+    or, while that gallery cannot be had, what to type (Load or a search then says what is missing)."""
+    try:
+        checkpoint = retrieval.load_checkpoint(checkpoint_choice)
+        example = retrieval.example_query_class(gallery_for(retrieval, checkpoint, source, files))
+    except ValueError:  # RetrievalError and UploadError included
+        example = None
+    return f"e.g. {example}" if example else "a class of the gallery, e.g. a folder name of your zip"
+
+
+def query_class_hint(retrieval: RetrievalService, checkpoint_choice, source, files=None):
+    return gr.update(placeholder=query_class_example(retrieval, checkpoint_choice, source, files))
+
+
+@reporting(message_slot=0, outputs=2, cleared={1: None})
+def download_checkpoint(retrieval: RetrievalService, checkpoint_choice):
+    """The checkpoint's config.json, model.safetensors and model card in one zip, offered to save (the page hides
+    the file box while it is empty)."""
+    path = retrieval.download_zip(checkpoint_choice)
+    note = f"`{path.name}`: unzip it, then load the folder with `memvir.EmbeddingModel.from_pretrained`."
+    return note, str(path)
+
+
+# ---------------------------------------------------------------------------------------------- layout and wiring
+def build(retrieval: RetrievalService) -> gr.Dropdown:
+    """The Retrieve tab, inside the page's gr.Tabs, with its events; returns the checkpoint choice, which the page's
+    load event refreshes."""
+    choices = retrieval.checkpoint_choices()
+    default = retrieval.default_checkpoint()
+    with gr.Tab("Retrieve", id="retrieve") as retrieve_tab:
+        picked = gr.State(None)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1, min_width=320):
+                checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
+                                         info="Bundled, a run of this app, or type a Hub repo id (owner/name).",
+                                         elem_id="checkpoint")
+                source = gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search")
+                gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
+                                        file_count="multiple", elem_id="gallery-files")
+                load_button = gr.Button("Load checkpoint and gallery", variant="secondary", elem_id="load")
+                k = gr.Slider(1, 30, value=8, step=1, label="Results (k)")
+                query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
+                                         "other class.", elem_id="query-class",
+                                         placeholder=query_class_example(retrieval, default, TEST_SPLIT))
+                download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
+                download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
+                checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
+            with gr.Column(scale=2):
+                about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
+                                    elem_id="retrieval-summary")
+                # Short tab names: longer ones fold into a "..." menu on a phone.
+                with gr.Tabs(elem_id="query-tabs"):
+                    with gr.Tab("Upload", elem_id="query-upload"):
+                        query_file = gr.File(label="Query image (PNG, JPEG, BMP, WebP or GIF)", file_count="single",
+                                             elem_id="query-file")
+                        search_upload_button = gr.Button("Search with this image", variant="primary",
+                                                         elem_id="search-upload")
+                    with gr.Tab("Draw", elem_id="query-draw"):
+                        sketch = pass_undecoded(gr.Sketchpad(
+                            PAPER, image_mode="RGBA", canvas_size=(SKETCH_SIZE, SKETCH_SIZE),
+                            label="Draw one character", elem_id="sketch",
+                            brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
+                        search_drawing_button = gr.Button("Search with this drawing", variant="primary",
+                                                          elem_id="search-drawing")
+                    with gr.Tab("Pick", elem_id="query-pick"):
+                        sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
+                                                    allow_preview=False, elem_id="sample")
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=0, min_width=176):
+                        seen_query = gr.Image(label="Model input", height=160, width=160, interactive=False, buttons=[])
+                    with gr.Column(scale=1, min_width=240):
+                        result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
+
+    retrieve_tab.select(bind(checkpoint_list, retrieval), None, [checkpoint], api_name="list_checkpoints",
+                        show_progress="hidden")
+    load_button.click(bind(prepare, retrieval), [checkpoint, source, gallery_files], [about, sample_gallery, picked],
+                      api_name="prepare_retrieval")
+    gr.on([checkpoint.change, source.change, load_button.click], bind(query_class_hint, retrieval),
+          [checkpoint, source, gallery_files], [query_class], api_name="query_class_hint", show_progress="hidden")
+    download_button.click(bind(download_checkpoint, retrieval), [checkpoint], [download_note, checkpoint_zip],
+                          api_name="download_checkpoint")
+    # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
+    sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", show_progress="hidden")
+    search_outputs = [about, result_tiles, seen_query]
+    search_upload_button.click(bind(search_upload, retrieval),
+                               [checkpoint, source, k, query_class, query_file, gallery_files], search_outputs,
+                               api_name="search_upload")
+    search_drawing_button.click(bind(search_drawing, retrieval),
+                                [checkpoint, source, k, query_class, sketch, gallery_files], search_outputs,
+                                api_name="search_drawing")
+    sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files],
+                          search_outputs, api_name="search_gallery_item")
+    return checkpoint

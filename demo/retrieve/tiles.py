@@ -1,0 +1,72 @@
+"""The Retrieve tab's results as HTML: one tile per hit, its image over a caption that gives, in full, the rank, the
+class, the cosine similarity and whether the class is the query's.
+
+A gr.Gallery writes its caption over the bottom of each square thumbnail on one line cut to the tile's width, which
+hid the class and the mark; here the caption sits under the image and wraps. The images travel inside the HTML as
+data URIs (a thumbnail is a few kB), so a search leaves no files behind. The mark is a word in a coloured badge whose
+tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. Class names can come
+from a
+visitor's zip, so every text is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+
+from PIL import Image
+
+# Hit.same_class -> (CSS class, the words shown); None (no class to compare) shows no mark.
+MARKS = {True: ("same", "same class"), False: ("other", "other class")}
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One hit as shown: its display image (demo.retrieve.galleries.thumbnail), rank from 1, similarity, class, mark."""
+
+    image: Image.Image
+    rank: int
+    score: float
+    class_name: str | None
+    same_class: bool | None
+
+
+def data_uri(image: Image.Image) -> str:
+    """The image inline: PNG for grayscale renders (crisp strokes), JPEG for photos (a fraction of PNG's bytes)."""
+    buffer = io.BytesIO()
+    if image.mode == "L":
+        image.save(buffer, format="PNG", optimize=True)
+        kind = "png"
+    else:
+        image.convert("RGB").save(buffer, format="JPEG", quality=85)
+        kind = "jpeg"
+    return f"data:image/{kind};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
+
+
+def caption(tile: Tile) -> str:
+    """The caption as plain text, '#1 0.979 A U+0041 same class': the image's alternative text."""
+    parts = [f"#{tile.rank}", f"{tile.score:.3f}", tile.class_name, MARKS.get(tile.same_class, (None, None))[1]]
+    return " ".join(part for part in parts if part)
+
+
+def tile_html(tile: Tile) -> str:
+    kind, words = MARKS.get(tile.same_class, ("", None))
+    name = html.escape(tile.class_name) if tile.class_name else None
+    lines = [f'<span class="hit-rank">#{tile.rank}</span> '
+             f'<span class="hit-score" title="cosine similarity to the query">{tile.score:.3f}</span>']
+    if name:
+        lines.append(f'<span class="hit-class">{name}</span>')
+    if words:
+        lines.append(f'<span class="hit-mark {kind}">{words}</span>')
+    classes = f"result-tile {kind}" if kind else "result-tile"
+    return (f'<figure class="{classes}"><img src="{data_uri(tile.image)}" alt="{html.escape(caption(tile))}">'
+            f'<figcaption>{"".join(lines)}</figcaption></figure>')
+
+
+def tiles_html(tiles: list[Tile]) -> str:
+    """The tiles in a grid that wraps to the page's width (demo/static/page.css); '' without any."""
+    if not tiles:
+        return ""
+    return f'<div class="result-tiles">{"".join(tile_html(tile) for tile in tiles)}</div>'

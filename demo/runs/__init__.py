@@ -1,0 +1,8 @@
+"""Training runs as processes of their own, as the server sees them.
+
+- `manager`: `RunManager`, the app's runs, shared by every visitor.
+- `live_run`: `LiveRun`, one run as the page sees it, built from the Trainer's events.
+- `process`: `RunProcess`, a run's Trainer in its own process. `child`: inside that process.
+- `messages`: what the server and a run's process say to each other. `snapshot_transport`: snapshots as small files.
+- `memory_budget`: MemVir's memory against the app's budget.
+"""

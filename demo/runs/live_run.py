@@ -1,0 +1,219 @@
+"""LiveRun: one training run as the page sees it, kept from the Trainer's events, and thread-safe to read.
+
+The run trains in a process of its own (demo.runs.process), whose reader thread hands the Trainer's events to
+`LiveRun._on_event`, which keeps what the page shows, built from the events alone: the records of metrics.jsonl (each
+event's `record()`), the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot
+embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
+of CPU that training would otherwise get). Each snapshot's few-class view goes to `focus` (demo.train.focus_view). A
+finished run is read back from its folder alike (`from_folder`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo.runs.messages import Ready
+from demo.train.focus_view import FocusTrack
+
+log = logging.getLogger(__name__)
+
+LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
+                       "class_lr": "class lr"}
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    """One snapshot as the page keeps it: its 2-D projection only (PCA, or UMAP once the worker has it)."""
+
+    step: int
+    projected: object  # memvir.analysis.projection.ProjectedSnapshot
+
+
+class LiveRun:
+    """One training run as the page sees it. The reader thread of its process writes through `_on_event`; page
+    handlers read under `lock`. `snapshot_version` grows with every change to the snapshots (the page redraws the
+    picture)."""
+
+    def __init__(self, run_id: str, owner: str, folder: Path, config, kind: str = "main"):
+        self.id = run_id
+        self.owner = owner
+        self.folder = folder
+        self.config = config  # the configuration it started with (live changes are in `live_values`)
+        self.kind = kind  # "main" or "baseline"
+        self.lock = threading.Lock()
+        self.state = "starting"
+        self.message = "starting"
+        self.records: list[dict] = []
+        self.last_step = None  # the latest StepEvent
+        self.control_message: str | None = None
+        self.live_values = {name: getattr(config, name) for name in LIVE_CONTROL_LABELS}
+        self.snapshots: list[SnapshotView] = []
+        self.latest_raw_snapshot = None
+        self.snapshot_version = 0
+        self.focus = FocusTrack(resting=lambda: self.resting)
+        self.total_steps = 0
+        self.baseline: LiveRun | None = None
+        self.started_at = time.time()
+        self.process = None  # the RunProcess training it (demo.runs.process), the latest one when resumed
+        self.ready: Ready | None = None  # what its process said of its Trainer once built
+        self.reserved = False  # holds a training slot while its process is being started
+        self.resumable_failure = False  # it failed by losing its process, and its last checkpoint is kept
+        self._project = None
+        self._snapshot_history = 60
+
+    # ---------------------------------------------------------------------------------------------- state
+    @property
+    def training(self) -> bool:
+        """True from Start until its Trainer's last word (running, paused, or about to start)."""
+        return self.reserved or (self.process is not None and self.process.alive)
+
+    @property
+    def resting(self) -> bool:
+        """True while the run does not train: paused, or its trainer done. UMAP may take the CPU then."""
+        return not self.training or self.state == "paused"
+
+    @property
+    def busy(self) -> bool:
+        """True while this run or its baseline trains: it holds a training slot."""
+        return self.training or (self.baseline is not None and self.baseline.training)
+
+    @property
+    def can_resume(self) -> bool:
+        from memvir.checkpoint import TRAINER_STATE
+
+        resting = self.state == "stopped" or (self.state == "failed" and self.resumable_failure)
+        return not self.training and resting and (self.folder / TRAINER_STATE).is_file()
+
+    def snapshot_at(self, step: int | None) -> SnapshotView | None:
+        """The last snapshot taken at or before `step` (the latest when None; the first when all are later)."""
+        with self.lock:
+            if not self.snapshots:
+                return None
+            if step is None:
+                return self.snapshots[-1]
+            earlier = [view for view in self.snapshots if view.step <= step]
+            return earlier[-1] if earlier else self.snapshots[0]
+
+    # ---------------------------------------------------------------------------------------------- its process
+    def starting(self) -> tuple[str, str]:
+        """Show the run as starting while its process loads (a few seconds); the (state, message) it had."""
+        with self.lock:
+            previous = self.state, self.message
+            self.state, self.message = "starting", "starting"
+        return previous
+
+    def launch(self, process, ready: Ready, project, snapshot_history: int) -> None:
+        """Follow `process` (a RunProcess whose listener is `self._on_event`), whose Trainer is `ready`: a resumed
+        run continues the records its checkpoint holds, and the listener adds the rest."""
+        self.process = process
+        self.ready = ready
+        self._project = project
+        self._snapshot_history = snapshot_history
+        with self.lock:
+            self.records = list(ready.history)
+            self.total_steps = ready.total_steps
+            self.resumable_failure = False
+        self.reserved = False
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until its process has ended and its last event is kept."""
+        if self.process is not None:
+            self.process.join(timeout)
+
+    def _on_event(self, event) -> None:
+        """The Trainer's listener (its process's reader thread): copy what the page shows, quickly."""
+        from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
+
+        if isinstance(event, SnapshotEvent):
+            self._add_snapshot(event)
+            return
+        with self.lock:
+            if self._logged(event):
+                self.records.append(event.record())
+            if isinstance(event, StepEvent):
+                self.last_step = event
+            elif isinstance(event, StatusEvent):
+                self.state, self.message = event.state, event.message
+                # only a lost process's failure names a checkpoint (a diverged Trainer's does not): Resume continues it
+                self.resumable_failure = event.state == "failed" and event.checkpoint is not None
+            elif isinstance(event, ControlEvent):
+                self.control_message = self._describe_control(event)
+                self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
+
+    @staticmethod
+    def _logged(event) -> bool:
+        """Whether the trainer wrote this event's record to metrics.jsonl, so that the page draws what the file holds
+        (and a run loaded from its folder draws alike): every event but steps, and the steps that say so."""
+        from memvir.events import StepEvent
+
+        return not isinstance(event, StepEvent) or event.logged
+
+    def _describe_control(self, event) -> str:
+        """'N 5 -> 10: applied at step 124' in the page's names for the controls."""
+        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
+                 for name, value in event.changes.items()]
+        return f"{', '.join(parts)}: applied at step {event.step + 1}"
+
+    def _add_snapshot(self, event) -> None:
+        self.focus.add(event, self._snapshot_history)
+        previous = self.snapshots[-1].projected if self.snapshots else None
+        try:
+            projected = self._project(event, "pca", reference=previous)
+        except ValueError as error:  # an unprojectable snapshot is skipped; the run goes on
+            log.warning("run %s: snapshot at step %s not projected: %s", self.id, event.step, error)
+            return
+        with self.lock:
+            self.snapshots.append(SnapshotView(event.step, projected))
+            if len(self.snapshots) > self._snapshot_history:
+                # Thin out rather than forget the start: the early picture (virtual classes sitting on the real
+                # ones) is what scrubbing back is for.
+                self.snapshots = self.snapshots[:-1][::2] + [self.snapshots[-1]]
+            self.latest_raw_snapshot = event
+            self.snapshot_version += 1
+
+    def use_umap(self, worker) -> None:
+        """Ask `worker` for a UMAP of the latest snapshot while the run rests (paused or ended), and swap in finished
+        ones."""
+        with self.lock:
+            raw = self.latest_raw_snapshot
+            if raw is None:
+                return
+            key = (self.id, raw.step)
+            done = worker.result(key)
+            if done is not None:
+                self.snapshots = [SnapshotView(view.step, done) if view.step == raw.step else view
+                                  for view in self.snapshots]
+                self.latest_raw_snapshot = None  # projected for good: the raw embeddings can go
+                self.snapshot_version += 1
+                return
+        if self.resting and worker.error(key) is None:
+            worker.submit(key, raw)
+
+    # ---------------------------------------------------------------------------------------------- loaded runs
+    @classmethod
+    def from_folder(cls, folder: Path, owner: str, config, kind: str) -> LiveRun:
+        """A finished run read back from its folder (records only), e.g. a baseline trained earlier."""
+        from memvir.checkpoint import METRICS_LOG
+
+        run = cls(folder.name, owner, folder, config, kind)
+        run.records = read_records(folder / METRICS_LOG)
+        run.state, run.message = "finished", f"loaded from {folder.name}"
+        return run
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl; none when it is missing."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut off by a crash: the rest still draws
+    return records

@@ -1,0 +1,341 @@
+"""RunManager: the app's training runs, each a memvir Trainer in a process of its own, shared by every visitor.
+
+Gradio's per-tab state is deep-copied and dies with the tab, so runs live here, at module level in the app: a closed
+tab neither stops nor orphans a run, a reloaded page finds it again, and every visitor watches the same runs. A run
+belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
+`max_active_runs` train at once (one by default: runs on one device only slow each other down). What the page knows
+of each run is a `LiveRun` (demo.runs.live_run); the process it trains in is a `RunProcess` (demo.runs.process), so
+that training neither slows the server nor, when it dies, takes the server with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from demo.common.cores import training_threads
+from demo.common.settings import AppSettings
+from demo.runs.live_run import LiveRun, read_records
+from demo.runs.memory_budget import RingShape, check_memory, memory_budget
+from demo.runs.messages import LaunchSpec, Ready
+from demo.runs.process import RunProcess
+
+FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
+# Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
+_NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every")
+
+
+class RunError(ValueError):
+    """A run cannot be started or steered as asked; the message says why and what to do."""
+
+
+class RunLimitReached(RunError):
+    """Every training slot of this machine is taken."""
+
+
+class NotRunOwner(RunError):
+    """The run belongs to another visitor, who alone may steer it."""
+
+
+def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
+    """A run folder whose configuration equals `config_dict` (up to settings that change nothing) and that
+    finished, newest first."""
+    from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG
+
+    wanted = {k: v for k, v in config_dict.items() if k not in _NEUTRAL_SETTINGS}
+    if not runs_dir.is_dir():
+        return None
+    for folder in sorted(runs_dir.iterdir(), reverse=True):
+        try:
+            saved = json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        if {k: v for k, v in saved.items() if k not in _NEUTRAL_SETTINGS} != wanted:
+            continue
+        statuses = [r for r in read_records(folder / METRICS_LOG) if r.get("type") == "status"]
+        if statuses and statuses[-1].get("state") == "finished":
+            return folder
+    return None
+
+
+def _run_name(config) -> str:
+    dataset = re.sub(r"[^A-Za-z0-9-]+", "-", config.dataset.split(":")[0])
+    memvir = "baseline" if config.memvir_n == 0 else f"memvir-n{config.memvir_n}-m{config.memvir_m}"
+    if config.memvir_n and config.memvir_schedule != "curriculum":
+        memvir += f"-{config.memvir_schedule}"
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}-{config.loss}-{memvir}-{uuid.uuid4().hex[:4]}"
+
+
+class RunManager:
+    """Starts, steers and finds runs; thread-safe. `project(snapshot, method, reference=)` makes the 2-D picture
+    (memvir.analysis.projection.project_snapshot by default); `umap_worker` (a demo.umap.service.UmapService) computes
+    UMAP in
+    another process, one made on first use when settings.umap is on."""
+
+    def __init__(self, settings: AppSettings, project=None, umap_worker=None):
+        self.settings = settings
+        self.threads = training_threads(settings.train_threads)  # torch's threads in each run's process
+        self._project = project
+        self._umap_worker = umap_worker
+        self._lock = threading.RLock()
+        self._runs: dict[str, LiveRun] = {}
+
+    @property
+    def umap_worker(self):
+        """The UMAP service, or None when UMAP is off (created lazily: it starts a process that loads umap)."""
+        if self._umap_worker is None and self.settings.umap:
+            from demo.umap.service import UmapService
+
+            with self._lock:
+                if self._umap_worker is None:
+                    self._umap_worker = UmapService(training=self.training)
+        return self._umap_worker
+
+    def training(self) -> bool:
+        """Whether some run trains now (not paused, not done): the UMAP process holds still meanwhile."""
+        with self._lock:
+            return any(not run.resting for run in self._runs.values())
+
+    def _projector(self):
+        if self._project is None:
+            from memvir.analysis.projection import project_snapshot
+
+            self._project = project_snapshot
+        return self._project
+
+    # ---------------------------------------------------------------------------------------------- finding runs
+    def get(self, run_id: str | None) -> LiveRun | None:
+        with self._lock:
+            return self._runs.get(run_id) if run_id else None
+
+    def runs(self) -> list[LiveRun]:
+        """Main runs, oldest first."""
+        with self._lock:
+            return [run for run in self._runs.values() if run.kind == "main"]
+
+    def busy_runs(self) -> list[LiveRun]:
+        return [run for run in self.runs() if run.busy]
+
+    def dataset_folders_in_use(self) -> list[Path]:
+        """The `folder:` datasets of runs that train (baselines too): unpacked uploads that must stay on disk."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return [Path(run.config.dataset.removeprefix(FOLDER_DATASET)) for run in runs
+                if run.training and run.config.dataset.startswith(FOLDER_DATASET)]
+
+    def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
+        """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the
+        visitor's own latest run (a reloaded page finds it again); else the latest run that trains. A page reset at
+        time `after` shows only runs started since."""
+        viewed = self.get(viewed_id)
+        busy = [run for run in self.busy_runs() if after is None or run.started_at > after]
+        newest_busy = busy[-1] if busy else None
+        if viewed is not None:
+            if not viewed.busy and newest_busy is not None and newest_busy.started_at > viewed.started_at:
+                return newest_busy
+            return viewed
+        if after is not None:
+            return newest_busy
+        own = [run for run in self.runs() if run.owner == visitor]
+        if own and (own[-1].busy or newest_busy is None):
+            return own[-1]
+        return newest_busy
+
+    # ---------------------------------------------------------------------------------------------- control
+    def start(self, config, visitor: str) -> LiveRun:
+        """Validate `config`, start its Trainer in a process of its own and wait until it is built (its dataset and
+        model loaded: the page shows the run as starting meanwhile); RunError, or the Trainer's own ValueError, if
+        it cannot train."""
+        config.validate()
+        with self._lock:
+            self._claim_slot(visitor)
+            run_id = _run_name(config)
+            run = LiveRun(run_id, visitor, self.settings.runs_dir / run_id, config)
+            run.reserved = True
+            self._runs[run_id] = run
+            self._forget_old_runs()
+        self._launch(run, self._spec(run, config.to_dict()), forget_on_failure=True,
+                     within_budget=lambda ready: self._check_memory(ready, config.memvir_n, config.memvir_m))
+        return run
+
+    def _spec(self, run: LiveRun, config: dict | None, threads: int | None = None) -> LaunchSpec:
+        """How to start `run`'s process: a new run of `config`, or with None, a resume of its folder."""
+        return LaunchSpec(str(run.folder), config, threads or self.threads, self.settings.run_memory_limit)
+
+    def _check_memory(self, ready: Ready, num_steps: int, margin: int, running: tuple[int, int] | None = None) -> None:
+        """Refuse N, M whose MemVir memory would exceed the budget on the run's device (MemoryBudgetExceeded);
+        checked before its process trains, or, `running` (N, M), before a live change reaches it."""
+        import torch
+
+        batch_size, store_dtype, dataset = (ready.config[name] for name in ("batch_size", "memvir_store_dtype",
+                                                                            "dataset"))
+        shape = RingShape(ready.num_classes, ready.dim, batch_size, store_dtype)
+        dataset = "the folder's classes" if dataset.startswith(FOLDER_DATASET) else dataset
+        check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, torch.device(ready.device)),
+                     dataset, running=running)
+
+    def _launch(self, run: LiveRun, spec: LaunchSpec, forget_on_failure: bool, within_budget=None) -> None:
+        """Start `run`'s process and wait until its Trainer is built, outside the manager's lock (pages keep
+        polling); then check it `within_budget` (a callable of the Ready) and let it train. A failure ends the
+        process and gives the slot back."""
+        previous = run.starting(), run.process
+        process = run.process = RunProcess(spec, run._on_event, name=f"memvir-run-{run.id}")
+        try:
+            ready = process.wait_ready()
+            if within_budget is not None:
+                within_budget(ready)
+            run.launch(process, ready, self._projector(), self.settings.snapshot_history)
+            process.go()
+        except BaseException:
+            process.stop()  # not started: the process ends without training
+            (run.state, run.message), run.process = previous
+            run.reserved = False
+            if forget_on_failure:
+                with self._lock:
+                    self._runs.pop(run.id, None)
+            raise
+
+    def _claim_slot(self, visitor: str) -> None:
+        busy = self.busy_runs()
+        if len(busy) < self.settings.max_active_runs:
+            return
+        if any(run.owner == visitor for run in busy):
+            raise RunLimitReached("your run is still training: stop it before starting another")
+        raise RunLimitReached(
+            f"another visitor's run is training, and this machine trains {self.settings.max_active_runs} run(s) at "
+            "a time (MEMVIR_MAX_RUNS raises it). You can watch it here; start yours when it ends."
+        )
+
+    def _forget_old_runs(self) -> None:
+        resting = [run for run in self._runs.values() if run.kind == "main" and not run.busy]
+        for run in resting[: max(0, len(resting) - self.settings.finished_runs_kept)]:
+            self._runs.pop(run.id, None)
+            if run.baseline is not None:
+                self._runs.pop(run.baseline.id, None)
+
+    def _owned(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self.get(run_id)
+        if run is None:
+            raise RunError("there is no run to control: press Start first")
+        if run.owner != visitor:
+            raise NotRunOwner("this run was started by another visitor: you can watch it, but only they can "
+                              "stop, pause or change it")
+        return run
+
+    def stop(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self._owned(run_id, visitor)
+        if not run.busy:
+            raise RunError(f"the run is not training (it is {run.state})")
+        for part in (run, run.baseline):
+            if part is not None and part.process is not None:
+                part.process.stop()
+        return run
+
+    def pause(self, run_id: str | None, visitor: str) -> LiveRun:
+        run = self._owned(run_id, visitor)
+        if not run.training:
+            raise RunError(f"the run is not training (it is {run.state}), so it cannot pause")
+        for part in (run, run.baseline):
+            if part is not None and part.process is not None:
+                part.process.pause()
+        return run
+
+    def resume(self, run_id: str | None, visitor: str) -> LiveRun:
+        """Continue a paused run, or a stopped one (or one whose process died) from its checkpoint in a new process:
+        same config, model, memory and step."""
+        run = self._owned(run_id, visitor)
+        if run.training:
+            for part in (run, run.baseline):
+                if part is not None and part.process is not None:
+                    part.process.resume()
+            return run
+        if not run.can_resume:
+            raise RunError(f"the run {run.state} and has nothing to resume: press Start for a new run")
+        with self._lock:
+            self._claim_slot(visitor)
+            run.reserved = True
+        self._launch(run, self._spec(run, None), forget_on_failure=False)
+        baseline = run.baseline
+        if baseline is not None and baseline.can_resume:
+            baseline.reserved = True
+            self._launch(baseline, self._spec(baseline, None, self._baseline_threads()), forget_on_failure=False)
+        return run
+
+    def update(self, run_id: str | None, visitor: str, memvir_n=None, memvir_m=None, warmup_epochs=None) -> LiveRun:
+        """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when).
+        A change whose memory would exceed the budget is refused, and the run trains on as it was."""
+        run = self._owned(run_id, visitor)
+        if run.ready is None or not run.training:
+            raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
+        running = run.live_values["memvir_n"], run.live_values["memvir_m"]
+        self._check_memory(run.ready, running[0] if memvir_n is None else memvir_n,
+                           running[1] if memvir_m is None else memvir_m, running=running)
+        changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
+        run.process.update({name: value for name, value in changes.items() if value is not None})
+        return run
+
+    def show_classes(self, run_id: str | None, visitor: str, classes: list[int]) -> LiveRun:
+        """Ask the running trainer for another few-class view (its snapshots' focus classes; [] = its own pick),
+        from its next snapshot on."""
+        run = self._owned(run_id, visitor)
+        if run.ready is None or not run.training:
+            raise RunError(f"the run is not training (it is {run.state}); the classes apply to the next Start")
+        run.process.update({"focus_classes": list(classes)})
+        return run
+
+    def compare_with_baseline(self, run_id: str | None, visitor: str) -> LiveRun:
+        """Overlay the same configuration without MemVir (N = 0): loaded when such a run finished before, else
+        trained beside the run (it shares the run's training slot)."""
+        from memvir.train.trainer import TrainConfig
+
+        run = self._owned(run_id, visitor)
+        if run.baseline is not None:
+            return run.baseline
+        if run.config.memvir_n == 0:
+            raise RunError("this run is a baseline already (N = 0): start one with N > 0 to compare")
+        # Its snapshots are not drawn: no probe embedding or projection work for them.
+        config = TrainConfig.from_dict({**run.config.to_dict(), "memvir_n": 0, "snapshot_every": 0})
+        finished = _finished_run_with(self.settings.runs_dir, config.to_dict())
+        with self._lock:
+            if finished is not None:
+                run.baseline = LiveRun.from_folder(finished, visitor, config, "baseline")
+                return run.baseline
+            if not run.busy:
+                self._claim_slot(visitor)
+            baseline_id = _run_name(config)
+            baseline = LiveRun(baseline_id, visitor, self.settings.runs_dir / baseline_id, config, "baseline")
+            baseline.reserved = True
+            self._runs[baseline_id] = baseline
+            run.baseline = baseline
+        try:
+            self._launch(baseline, self._spec(baseline, config.to_dict(), self._baseline_threads()),
+                         forget_on_failure=True)
+        except BaseException:
+            run.baseline = None
+            raise
+        return baseline
+
+    def _baseline_threads(self) -> int:
+        """A baseline trains beside its run, on the cores the run already uses: half as many threads."""
+        return max(1, self.threads // 2)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every run and wait for their processes, which save a checkpoint (app shutdown, tests); a process
+        still running after `timeout` seconds is killed."""
+        with self._lock:
+            runs = [run for run in self._runs.values() if run.process is not None]
+        for run in runs:
+            run.process.stop()
+        deadline = time.monotonic() + timeout
+        for run in runs:
+            run.join(max(0.0, deadline - time.monotonic()))
+        for run in runs:
+            if not run.process.exited:
+                run.process.kill()
+                run.join(5.0)
+        if self._umap_worker is not None:
+            self._umap_worker.close()

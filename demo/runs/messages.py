@@ -1,0 +1,65 @@
+"""What the server and a run's training process (demo.runs.child) say to each other over their pipe.
+
+Down, from the server: the `LaunchSpec` the process starts with, then commands as tuples: ("go",) once the server
+accepts the run, ("stop",), ("pause",), ("resume",), and ("update", request, changes) for a live change, which the
+process answers with a `Reply`. Up, from the process: `Ready` once its Trainer is built, then the Trainer's events
+(memvir/events.py) in the order it emits them (those holding tensors as files, demo.runs.snapshot_transport), replies,
+and a `Crash` when the Trainer raises.
+
+Plain dataclasses of plain values only: the process imports this module before torch, so that it can set its thread
+count first (demo.common.cores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GO, STOP, PAUSE, RESUME, UPDATE = "go", "stop", "pause", "resume", "update"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start a run's process: a new run of `config` (a TrainConfig as a dict) in `folder`, or, with no
+    config, a resume of the run in `folder` from its checkpoint."""
+
+    folder: str
+    config: dict | None
+    threads: int  # torch's (and faiss's) threads in the process
+    memory_limit: int | None = None  # bytes of address space the process may take (RLIMIT_AS); None: no limit
+
+    @property
+    def resume(self) -> bool:
+        return self.config is None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The Trainer is built: what the server needs of it, since it never holds the Trainer itself."""
+
+    step: int  # where it starts (a resumed run: its checkpoint's step)
+    total_steps: int
+    history: list  # the records it starts from: its checkpoint's, for a resumed run
+    config: dict  # the Trainer's TrainConfig as a dict (a resumed run's own settings)
+    num_classes: int  # real classes C, the rows of its class weights
+    dim: int  # embedding dimension D
+    device: str  # where it trains, as torch.device names it ("cpu", "cuda:0")
+    threads: int  # torch's threads in the process
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to ("update", request, changes): `error` is the Trainer's refusal, None when it took the change."""
+
+    request: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Crash:
+    """The Trainer raised: while it was built (`step` None), or during the run."""
+
+    step: int | None
+    error: str  # "TypeName: message"
+    refused: bool  # a ValueError: the settings, the dataset or the checkpoint are at fault, not the machine
+    out_of_memory: bool
+    trace: str  # the traceback, for the server's log

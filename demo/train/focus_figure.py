@@ -1,0 +1,112 @@
+"""The few-class picture (the paper's Fig. 7, for a few classes): a plotly figure of a `FocusView`
+(demo.train.focus_view).
+
+Each class has one colour, the same in every snapshot (its place among the focus classes, sorted); age shades it
+towards white, so a virtual set of j(M+1) steps ago is the paler the older it is. Symbols say what a point is: a dot
+is an image embedded by the network now, a diamond a class weight (outlined: the live one), a ring an embedding stored
+in a virtual set; a faint line joins each stored class weight to its class's live weight, so the distance a virtual
+class has drifted is a length on screen. Pure: no gradio, no run.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.colors import hex_to_rgb, qualitative
+
+from demo.train.figures import age_label, built, empty_figure, house_layout, scatter
+from demo.train.focus_view import FocusView
+
+FEW_PALETTE = qualitative.T10  # ten clearly different colours: the default view shows 8 classes
+MANY_PALETTE = qualitative.Alphabet  # up to 26, for a visitor who asks for more
+_OLDEST_WHITE = 0.7  # the oldest virtual set is its class colour mixed this far towards white
+LINE_COLOR = "rgba(90, 90, 90, 0.35)"
+LEGEND_GREY = "#5f6b7a"
+FEW_CLASS_HEIGHT = 560
+
+
+def class_colors(classes) -> dict[int, str]:
+    """Each focus class's colour, from its place among the classes sorted: the same classes keep their colours."""
+    ordered = sorted(int(c) for c in classes)
+    palette = FEW_PALETTE if len(ordered) <= len(FEW_PALETTE) else MANY_PALETTE
+    return {label: palette[index % len(palette)] for index, label in enumerate(ordered)}
+
+
+def shade(color: str, age: int, oldest: int) -> str:
+    """`color` (hex) for age `age`: itself now, paler with every older virtual set, never white."""
+    if age == 0:
+        return color
+    whiteness = _OLDEST_WHITE * (0.35 + 0.65 * (age - 1) / max(oldest - 1, 1)) if oldest > 1 else _OLDEST_WHITE * 0.35
+    red, green, blue = (round(part + (255 - part) * whiteness) for part in hex_to_rgb(color))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def _drift_lines(view: FocusView) -> dict | None:
+    """One faint segment from each stored class weight to its class's live weight (None-separated)."""
+    projection = view.projection
+    live = {int(label): xy for label, age, xy in
+            zip(projection.weight_labels, projection.weight_ages, projection.weight_xy, strict=True) if age == 0}
+    xs, ys = [], []
+    for label, age, xy in zip(projection.weight_labels, projection.weight_ages, projection.weight_xy, strict=True):
+        if age > 0 and int(label) in live:
+            target = live[int(label)]
+            xs += [xy[0], target[0], None]
+            ys += [xy[1], target[1], None]
+    if not xs:
+        return None
+    return scatter(x=xs, y=ys, mode="lines", name="stored weight → live weight", hoverinfo="skip",
+                   line=dict(color=LINE_COLOR, width=1))
+
+
+def few_class_figure(view: FocusView | None) -> go.Figure:
+    """The few-class picture of `view`: embeddings now (dots), class weights now (outlined diamonds), and for each
+    virtual set its stored class weights (diamonds) and stored embeddings (rings), paler with age. Each kind and age
+    is one legend entry, drawn in grey (the points themselves wear their class's colour), above one trace of points
+    whose `meta` names it: {"kind": "embeddings" | "weights", "age": j}."""
+    if view is None:
+        return empty_figure("No few-class snapshot yet — press Start; it appears at the first snapshot.")
+    projection = view.projection
+    colors = class_colors(projection.classes)
+    oldest = int(max(projection.weight_ages.max(initial=0), projection.memory_ages.max(initial=0)))
+    margin = projection.margin
+    traces = []
+    lines = _drift_lines(view)
+    if lines is not None:
+        traces.append(lines)
+
+    def add(xy, labels, age, kind, symbol, size, outline=None):
+        name = age_label(age, margin, "class weights" if kind == "weights" else "embeddings")
+        if kind == "embeddings" and age == 0:
+            name = "embeddings now (the classes' training images)"
+        marker = dict(symbol=symbol, size=size, line=outline or dict(width=0))
+        traces.append(scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
+                              marker=dict(marker, color=shade(LEGEND_GREY, age, oldest))))
+        traces.append(scatter(
+            x=xy[:, 0], y=xy[:, 1], name=name, mode="markers", customdata=labels, legendgroup=name, showlegend=False,
+            meta={"kind": kind, "age": age},
+            marker=dict(marker, color=[shade(colors[int(label)], age, oldest) for label in labels]),
+            hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
+
+    add(projection.embedding_xy, projection.embedding_labels, 0, "embeddings", "circle", 6)
+    for age in range(1, oldest + 1):
+        rows = projection.memory_ages == age
+        if rows.any():
+            add(projection.memory_xy[rows], projection.memory_labels[rows], age, "embeddings", "circle-open", 7,
+                dict(width=1.5))
+    live = projection.weight_ages == 0
+    add(projection.weight_xy[live], projection.weight_labels[live], 0, "weights", "diamond", 14,
+        dict(color="#222222", width=1.5))
+    # the stored weights on top of the live ones, which they nearly cover, older first so that the newer lie on top
+    for age in range(oldest, 0, -1):
+        rows = projection.weight_ages == age
+        if rows.any():
+            add(projection.weight_xy[rows], projection.weight_labels[rows], age, "weights", "diamond", 8)
+
+    method = projection.method.upper()
+    axis = "PC" if projection.method == "pca" else method
+    # the legend under the plot: its entries are long words, and a picture with equal units wants the width
+    return built(traces, house_layout(
+        f"{len(projection.classes)} classes at step {projection.step:,}, {method}", f"{axis} 1", f"{axis} 2",
+        f"few-classes-{projection.method}", height=FEW_CLASS_HEIGHT, margin=dict(l=50, r=20, t=40, b=40),
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=11)),
+        xaxis=dict(range=list(view.x_range), zeroline=False),
+        yaxis=dict(range=list(view.y_range), zeroline=False, scaleanchor="x", scaleratio=1)))

@@ -1,0 +1,336 @@
+"""What the Train tab shows of a run: the status line, the curve figures (loss, class count, target cosine, and the
+spread curves) and the embedding picture: the few-class view (`PICTURES` "few") or all classes coloured by age or
+class.
+
+Pure functions of a `LiveRun` (plus the viewer), so the poll handler stays a few milliseconds: the curve figures are
+built once per new record and shared by every page watching the run, and nothing here trains or projects.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+from demo.common.cores import run_in_background
+from demo.runs.live_run import LiveRun
+
+
+def _figures():
+    """demo.train.figures, imported on first use: it loads plotly and torch, which the page need not wait for."""
+    from demo.train import figures
+
+    return figures
+
+
+# A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
+STARTING_NOTE = "its training process is loading the dataset and the model"
+# What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo.train.focus_figure); "age"
+# and "class" show all classes, coloured by age or by class (demo/figures.embedding_figure).
+FEW_CLASSES, FEW_CLASSES_UMAP = "few", "few-umap"
+PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, "age", "class")
+
+STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
+                "finished": "Finished", "failed": "Failed"}
+
+
+def format_duration(seconds: float) -> str:
+    """'45 s', '3 min 20 s', '2 h 05 min'."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def progress_line(run: LiveRun) -> str:
+    """'epoch 2 of 5 · step 123 of 475 · classes in use s(i) 2,042 · virtual sets 1 of 5 · 1,630 images/s ·
+    about 40 s left' (the parts known so far)."""
+    step = run.last_step
+    epochs = run.config.epochs
+    if step is None:
+        done = [r for r in run.records if r.get("type") == "step"]
+        last = done[-1]["step"] if done else 0
+        return f"step {last:,} of {run.total_steps:,}"
+    parts = [f"epoch {step.epoch + 1} of {epochs}", f"step {step.step:,} of {run.total_steps:,}",
+             f"classes in use s(i) {step.num_classes:,}",
+             f"virtual sets {step.num_virtual_sets} of {run.live_values['memvir_n']}"
+             + (" (warm-up)" if step.warmup else ""),
+             f"{step.images_per_s:,.0f} images/s"]
+    if run.state == "running" and step.images_per_s > 0:
+        left = (run.total_steps - step.step) * run.config.batch_size / step.images_per_s
+        parts.append(f"about {format_duration(left)} left")
+    return " · ".join(parts)
+
+
+def status_markdown(run: LiveRun | None, visitor: str) -> str:
+    """The status line: state and progress, the latest live change, whose run it is."""
+    if run is None:
+        return "**Ready.** Choose the settings and press **Start**; the curves and embeddings appear as it trains."
+    with run.lock:
+        progress = STARTING_NOTE if run.state == "starting" else progress_line(run)
+        lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress}"]
+        if run.state in ("stopped", "failed", "finished") and run.message:
+            lines.append(run.message + (" · press **Resume** to continue" if run.can_resume else ""))
+        if run.control_message:
+            lines.append(f"Live change: {run.control_message}")
+        baseline = run.baseline
+    if baseline is not None:
+        with baseline.lock:
+            lines.append(f"Baseline (N = 0): {STATE_LABELS.get(baseline.state, baseline.state).lower()} · "
+                         f"{progress_line(baseline)}")
+    if run.owner != visitor:
+        lines.append("You are watching a run started by another visitor (read-only).")
+    return "  \n".join(lines)
+
+
+def curve_key(run: LiveRun | None) -> tuple | None:
+    """Changes exactly when the curve figures would: new records in the run or its baseline."""
+    if run is None:
+        return None
+    baseline = run.baseline
+    return (run.id, id(run.records), len(run.records),
+            None if baseline is None else (baseline.id, id(baseline.records), len(baseline.records)))
+
+
+def _last_spread_step(run: LiveRun) -> int | None:
+    """The step of the run's latest record with the spread measures (taken at the snapshot cadence); None before one.
+    Looked for from the end: records only grow, and one comes every few steps."""
+    with run.lock:
+        return next((record["step"] for record in reversed(run.records) if "weight_mean_cos" in record), None)
+
+
+def spread_key(run: LiveRun | None) -> tuple | None:
+    """Changes when the spread figures would: a new spread measure in the run or its baseline (at each snapshot step,
+    every few seconds, so that they are not drawn and sent to every page anew with each record), or a live change of
+    M (which names the virtual sets' ages). The warm-up's end mark joins them with the next measure."""
+    if run is None:
+        return None
+    baseline = run.baseline
+    return (run.id, id(run.records), _last_spread_step(run), run.live_values.get("memvir_m"),
+            None if baseline is None else (baseline.id, id(baseline.records), _last_spread_step(baseline)))
+
+
+def build_curves(run: LiveRun):
+    """(curves, class count, target cosine) figures of the run, with its baseline overlaid."""
+    with run.lock:
+        records = list(run.records)
+    baseline_records = None
+    if run.baseline is not None:
+        with run.baseline.lock:
+            baseline_records = list(run.baseline.records)
+    figures = _figures()
+    return (figures.curves_figure(records, baseline=baseline_records),
+            figures.class_count_figure(records, baseline=baseline_records),
+            figures.target_cosine_figure(records, baseline=baseline_records))
+
+
+def build_spread(run: LiveRun):
+    """(drift, class spread) figures of the run, with its baseline's class spread overlaid."""
+    from demo.train import spread_figures
+
+    with run.lock:
+        records = list(run.records)
+        margin = run.live_values.get("memvir_m", run.config.memvir_m)
+    baseline_records = None
+    if run.baseline is not None:
+        with run.baseline.lock:
+            baseline_records = list(run.baseline.records)
+    if run.config.memvir_n == 0:
+        drift = _figures().empty_figure("This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
+    else:
+        drift = spread_figures.drift_figure(records, margin)
+    return drift, spread_figures.class_spread_figure(records, baseline=baseline_records)
+
+
+@functools.cache
+def empty_curves():
+    """Built once and shared, as the runs' figures are: building a figure takes milliseconds, which a fresh page's
+    poll would otherwise spend."""
+    empty = _figures().empty_figure("Press Start to train; the curves fill in as it trains.")
+    return empty, empty, empty
+
+
+@functools.cache
+def _no_snapshot_figure(color_by: str):
+    """The picture saying no snapshot is there yet, built once per colouring (see empty_curves)."""
+    return _figures().embedding_figure(None, color_by)
+
+
+@functools.cache
+def empty_spread():
+    # half-width charts: the message in two lines
+    empty = _figures().empty_figure("Press Start to train; the spread of<br>the classes appears at the first snapshot.")
+    return empty, empty
+
+
+def picture_key(run: LiveRun) -> tuple:
+    """Changes exactly when the latest picture may: a new snapshot, a UMAP layout arriving, or the run coming to rest
+    or training again (the caption says whether UMAP waits for the CPU)."""
+    return run.id, run.snapshot_version, run.focus.version, run.resting
+
+
+class FigureBuilder:
+    """Draws the figures of the runs pages are watching on one background thread, at most once per `interval`.
+
+    Building a plotly figure costs 0.5-3 ms of Python (bench/bench_figures.py), several a second while a run trains.
+    Done in the poll handler, that would be the handler's whole cost and would hold the interpreter lock at the moment
+    pages ask; here the poll only picks up the finished figures, and all pages watching a run share them. Only what some
+    page asked for lately is kept drawn (the curves, the spread figures, each picture): on a machine whose cores a
+    run trains on, every figure drawn for nobody is time taken from the run.
+    """
+
+    def __init__(self, interval: float = 1.0, forget_after: float = 10.0):
+        self.interval = interval
+        self.forget_after = forget_after
+        self._lock = threading.Lock()
+        # run id -> (run, {what a page asked for: CURVES, SPREAD or a picture (PICTURES): when it last asked})
+        self._watched: dict[str, tuple[LiveRun, dict[str, float]]] = {}
+        # (run id, CURVES or SPREAD) -> (curve key, figures); (run id, picture) -> (snapshot key, step, figure, caption)
+        self._drawn: dict[tuple[str, str], tuple] = {}
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name="memvir-figures", daemon=True)
+        self._thread.start()
+
+    def _watch(self, run: LiveRun, wanted: str) -> None:
+        with self._lock:
+            _, asked = self._watched.get(run.id, (run, {}))
+            asked[wanted] = time.monotonic()
+            self._watched[run.id] = (run, asked)
+
+    def curves(self, run: LiveRun) -> tuple[tuple, tuple]:
+        """(curve key, the three curve figures) of the run as last drawn; drawn now if never yet (a page just
+        opened)."""
+        return self._curve_figures(run, _CURVES)
+
+    def spread(self, run: LiveRun) -> tuple[tuple, tuple]:
+        """(spread key, the two spread figures) of the run as last drawn; drawn now if never yet."""
+        return self._curve_figures(run, _SPREAD)
+
+    def _curve_figures(self, run: LiveRun, kind: str) -> tuple:
+        self._watch(run, kind)
+        with self._lock:
+            drawn = self._drawn.get((run.id, kind))
+        if drawn is None:
+            drawn = self._draw_curves(run, kind)
+        return drawn
+
+    def _draw_curves(self, run: LiveRun, kind: str) -> tuple:
+        drawn = (_curves_key(run, kind), build_curves(run) if kind == _CURVES else build_spread(run))
+        with self._lock:
+            self._drawn[(run.id, kind)] = drawn
+        return drawn
+
+    def latest_embedding(self, run: LiveRun, color_by: str) -> tuple | None:
+        """(snapshot key, step, figure, caption) of the latest snapshot as last drawn in `color_by`; None until
+        drawn."""
+        self._watch(run, color_by)
+        with self._lock:
+            return self._drawn.get((run.id, color_by))
+
+    def _work(self) -> None:
+        run_in_background()
+        while not self._closed:
+            started = time.monotonic()
+            with self._lock:
+                watched = [(run, [wanted for wanted, seen in asked.items() if started - seen <= self.forget_after])
+                           for run, asked in self._watched.values()]
+            for run, wanted in watched:
+                if not wanted:  # no page asked lately
+                    self._forget(run.id)
+                    continue
+                self._refresh(run, wanted)
+            time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def _forget(self, run_id: str) -> None:
+        with self._lock:
+            self._watched.pop(run_id, None)
+            for key in [key for key in self._drawn if key[0] == run_id]:
+                del self._drawn[key]
+
+    def _refresh(self, run: LiveRun, wanted: list[str]) -> None:
+        """Redraw what pages asked for lately where the run has changed; forget what none asked for."""
+        snapshot_key = picture_key(run)
+        with self._lock:
+            for stale in [drawn for drawn in self._drawn if drawn[0] == run.id and drawn[1] not in wanted]:
+                del self._drawn[stale]
+            drawn = {what: self._drawn.get((run.id, what)) for what in wanted}
+        for what, current in drawn.items():
+            if what in (_CURVES, _SPREAD):
+                if current is None or current[0] != _curves_key(run, what):
+                    self._draw_curves(run, what)
+                continue
+            latest = run.snapshot_at(None)
+            if latest is not None and (current is None or current[0] != snapshot_key):
+                figure, caption = embedding_view(run, None, what)
+                with self._lock:
+                    self._drawn[(run.id, what)] = (snapshot_key, latest.step, figure, caption)
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join(5)
+
+
+# What FigureBuilder draws besides the pictures (PICTURES): the three curve figures, and the two spread figures.
+_CURVES, _SPREAD = "curves", "spread"
+
+
+def _curves_key(run: LiveRun, kind: str) -> tuple | None:
+    """The key that changes when the figures of `kind` (_CURVES or _SPREAD) would."""
+    return curve_key(run) if kind == _CURVES else spread_key(run)
+
+
+def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
+    """(figure, caption) of the snapshot at `step` (the latest when None), as `color_by` (one of PICTURES) shows it."""
+    if color_by in (FEW_CLASSES, FEW_CLASSES_UMAP):
+        return few_class_view(run, step, umap=color_by == FEW_CLASSES_UMAP)
+    view = None if run is None else run.snapshot_at(step)
+    if view is None:
+        return _no_snapshot_figure(color_by), "No snapshot yet."
+    with run.lock:
+        count = len(run.snapshots)
+        position = next((i for i, kept in enumerate(run.snapshots) if kept.step == view.step), count - 1) + 1
+        umap_pending = run.latest_raw_snapshot is not None and run.latest_raw_snapshot.step == view.step
+    method = view.projected.method.upper()
+    note = ""
+    if method == "PCA" and umap_pending and run.resting:
+        note = " · UMAP on its way"
+    elif method == "PCA" and not run.resting:
+        note = " · UMAP follows when the run pauses or ends"
+    caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
+    return _figures().embedding_figure(view.projected, color_by), caption
+
+
+def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
+    """(first, last) step with a kept snapshot, for the scrub slider; (0, 1) when there is none."""
+    if run is None:
+        return 0, 1
+    with run.lock:
+        if not run.snapshots:
+            return 0, 1
+        first, last = run.snapshots[0].step, run.snapshots[-1].step
+    return first, max(last, first + 1)
+
+
+def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False):
+    """(figure, caption) of the few-class view at `step` (the newest when None), in PCA or, `umap`, in UMAP."""
+    from demo.train.focus_figure import few_class_figure
+
+    view = None if run is None else run.focus.view(step, umap)
+    if view is None:
+        return few_class_figure(None), "No few-class snapshot yet."
+    projection = view.projection
+    method = projection.method.upper()
+    note = ""
+    if umap and projection.step < view.newest_step and step is None:
+        note = f" · the newest UMAP (the newest snapshot, step {view.newest_step:,}, is being laid out)"
+    elif umap and method == "PCA":
+        if not run.focus.umap_expected:
+            note = " · UMAP is off on this server"
+        else:
+            note = " · UMAP on its way" if run.resting else " · UMAP not laid out for it: training comes first"
+    classes = ", ".join(str(int(label)) for label in projection.classes)
+    caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {method}{note} · "
+               f"training classes {classes}")
+    return few_class_figure(view), caption

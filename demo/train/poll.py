@@ -1,0 +1,150 @@
+"""The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current:
+the poll (every second), scrubbing the snapshots, and recolouring them (or switching between the few-class view and
+all classes: `color_by` is one of live_view.PICTURES). The spread curves and the results table have a poll of their
+own (demo.train.views), which the page sends only when the poll's views key says they changed.
+
+A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
+are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
+(demo.train.live_view), shared by every page watching a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import gradio as gr
+
+from demo.common.handlers import visitor_key
+from demo.runs.manager import RunManager
+from demo.train import live_view
+from demo.train.live_view import FigureBuilder
+from demo.train.results_table import results_key
+
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class CurvesSent:
+    """The curve figures a page was sent: a run's at its curve key (live_view.curve_key), or the empty ones."""
+
+    key: tuple | None  # None: no run, the empty figures
+
+
+@dataclass(frozen=True)
+class EmbeddingSent:
+    """What a page's embedding view was sent."""
+
+    run_id: str | None  # None: no run, the empty picture and the slider back at its start
+    snapshot: tuple | None = None  # the snapshot key drawn (the run's id and snapshot version); None: none yet
+    color_by: str | None = None
+    following: bool = True  # False: only the scrub slider's new range; the picture stays the one scrubbed to
+
+
+@dataclass(frozen=True)
+class PollState:
+    """One page's Train tab (a gr.State, per browser tab): the run it shows, and what its views were last sent."""
+
+    run_id: str | None = None  # the run shown; the buttons act on it
+    after: float | None = None  # set by Reset: only runs started since are shown
+    curves: CurvesSent | None = None  # None: nothing sent yet
+    embedding: EmbeddingSent | None = None  # None: nothing sent yet
+    scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
+    views: str | None = None  # the views key last sent (views_key); None: nothing sent yet
+
+
+def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, follow, visitor=None,
+         request: gr.Request = None):
+    """Every second: status line always; figures only when what they show changed (gr.skip otherwise); the views
+    key only when it changed, which is what sends the page's second poll (demo.train.views)."""
+    visitor = visitor_key(visitor, request)
+    run = runs.attach(visitor, state.run_id, after=state.after)
+    _use_umap(runs, run, color_by)
+    status = live_view.status_markdown(run, visitor)
+    curves, sent_curves = _curves(figures, run, state.curves)
+    (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
+    views = views_key(figures, run)
+    new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
+                                    embedding=sent_embedding, views=views)
+    return new_state, status, *curves, embedding, caption, slider, views if views != state.views else gr.skip()
+
+
+def views_key(figures: FigureBuilder, run) -> str:
+    """Changes when what the second poll sends would (the spread figures as drawn, the results table), so that a page
+    asks for them then and not every second: the spread figures change at the snapshot cadence, the results once.
+    A string: it is the value of a hidden textbox whose change sends the second poll."""
+    if run is None:
+        return "no run"
+    spread, _ = figures.spread(run)
+    return repr((spread, results_key(run)))
+
+
+def _use_umap(runs: RunManager, run, color_by) -> None:
+    """UMAP for the run where the server has it: all classes once it rests, and its few-class views laid out while it
+    trains from the moment a page shows them in UMAP. Not before: the UMAP process takes time on the cores the run
+    trains on (docs/benchmarks.md), which a page showing PCA would pay for nothing."""
+    if run is None or runs.umap_worker is None:
+        return
+    run.use_umap(runs.umap_worker)
+    if color_by == live_view.FEW_CLASSES_UMAP:
+        runs.umap_worker.watch(run.focus)
+
+
+def _curves(figures: FigureBuilder, run, sent: CurvesSent | None):
+    """(the three curve figures or skips, what the page has then)."""
+    if run is None:
+        wanted, built = CurvesSent(None), None
+    else:
+        key, built = figures.curves(run)
+        wanted = CurvesSent(key)
+    if wanted == sent:
+        return [gr.skip()] * 3, sent
+    return list(built if built is not None else live_view.empty_curves()), wanted
+
+
+def _embedding(figures: FigureBuilder, run, sent: EmbeddingSent | None, color_by, follow):
+    """((picture, caption, slider), each a skip when unchanged; what the page has then)."""
+    unchanged = (gr.skip(), gr.skip(), gr.skip())
+    if run is None:
+        wanted = EmbeddingSent(None)
+        if wanted == sent:
+            return unchanged, sent
+        figure, caption = live_view.embedding_view(None, None, color_by)
+        return (figure, caption, gr.update(maximum=1, value=1)), wanted
+    if not follow:
+        wanted = EmbeddingSent(run.id, (run.id, run.snapshot_version), following=False)
+        if wanted == sent:
+            return unchanged, sent
+        # more to scrub to; the picture stays
+        return (gr.skip(), gr.skip(), gr.update(maximum=live_view.snapshot_range(run)[1])), wanted
+    latest = figures.latest_embedding(run, color_by)
+    if latest is None:
+        wanted = EmbeddingSent(run.id)
+        if wanted == sent:
+            return unchanged, sent
+        figure, caption = live_view.embedding_view(None, None, color_by)
+        return (figure, caption, gr.skip()), wanted
+    snapshot_key, step, figure, caption = latest
+    wanted = EmbeddingSent(run.id, snapshot_key, color_by)
+    if wanted == sent:
+        return unchanged, sent
+    # The slider's minimum stays 0: a bound moved per session would refuse values sent before it moved.
+    return (figure, caption, gr.update(maximum=max(step, 1), value=step)), wanted
+
+
+def show_snapshot(runs: RunManager, state: PollState, step, color_by):
+    """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
+    run = runs.get(state.run_id)
+    figure, caption = live_view.embedding_view(run, step, color_by)
+    _, last = live_view.snapshot_range(run)
+    return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
+
+
+def recolor(runs: RunManager, state: PollState, follow, color_by, step=None):
+    """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
+    picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it read,
+    without the scrubbed step."""
+    run = runs.get(state.run_id)
+    _use_umap(runs, run, color_by)
+    scrubbed = step if step is not None else state.scrubbed_step
+    return live_view.embedding_view(run, None if follow else scrubbed, color_by)

@@ -1,0 +1,305 @@
+"""The Train tab: its controls, their handlers and its wiring; the live views beside them are demo.train.views's
+(their poll, scrubbing and recolouring demo.train.poll's).
+
+Handlers are module-level functions of the `RunManager` (bound in by `build`), so tests call them directly. They
+turn widget values into a `TrainConfig` and calls on the manager, nothing more: the training is the library's, the
+runs' bookkeeping demo.runs.manager's. The page starts from the library's defaults (`TrainConfig()`) with glyphs' preset
+(demo.train.presets: 12 epochs and the balanced reduction, chosen on validation classes), except where it names a reason
+below.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import gradio as gr
+
+from demo.common.allowed_paths import dataset_folder
+from demo.common.handlers import bind, reporting, visitor_key
+from demo.common.inputs import positive_number, whole_number, whole_numbers
+from demo.common.uploads import unpack_upload
+from demo.runs.manager import RunManager
+from demo.train import views as train_views
+from demo.train import words
+from demo.train.live_view import FigureBuilder
+from demo.train.poll import PollState
+from demo.train.presets import PAGE_DEFAULTS, suggest_settings
+from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
+from memvir.losses import LOSSES
+from memvir.models.backbones import available_backbones
+
+FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"
+DATASET_CHOICES = [
+    ("glyphs: the embedded characters (~2,000 classes)", "glyphs"),
+    ("glyphs-mini: 48 characters, for a quick look", "glyphs-mini"),
+    ("a folder of class folders on this machine", FOLDER_CHOICE),
+    ("an uploaded zip of class folders", ZIP_CHOICE),
+]
+LOSS_CHOICES = LOSSES  # every loss and backbone of the library
+BACKBONE_CHOICES = available_backbones()
+# memvir.memory.virtual_classes.SCHEDULES, with what each means (tests/app/test_app_pieces.py checks that they agree)
+SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (the paper's)", "curriculum"),
+                    ("all N virtual sets at the warm-up's end (the paper's Fig. 3 ablation)", "all-at-once")]
+# memvir.train.trainer's memory dtypes offered here: float16 halves MemVir's memory (demo.runs.memory_budget offers it)
+STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
+REDUCTION_CHOICES = words.REDUCTION_CHOICES  # memvir.config.REDUCTIONS in words (a test checks they match)
+DEFAULTS = PAGE_DEFAULTS  # the library's settings with glyphs' preset (demo.train.presets)
+# Where the page departs from the library's defaults, and why. The embedding picture is watched as it moves: a
+# snapshot every 10 steps, more often than the library's default, which spares runs looked at afterwards the training
+# time a snapshot takes (the probe set embedded).
+LIVE_SNAPSHOT_EVERY = 10
+# The first loss point within seconds: Recall@1 comes at the first epoch's end, not before the first step.
+EVAL_AT_START = False
+# What Reset puts back (it leaves the dataset, the model and the snapshot and evaluation cadences as they are).
+RESET_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs", "lr", "seed", "memvir_schedule",
+                  "val_classes", "memvir_store_dtype")
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+def dataset_name(runs: RunManager, dataset, folder_path, zip_file) -> str:
+    """The library's dataset name for the page's choice: a folder under an allowed one, or an unpacked zip."""
+    settings = runs.settings
+    if dataset == FOLDER_CHOICE:
+        if not str(folder_path or "").strip():
+            raise ValueError("type the path of a folder holding one sub-folder of images per class")
+        return f"folder:{dataset_folder(folder_path.strip(), settings)}"
+    if dataset == ZIP_CHOICE:
+        if not zip_file:
+            raise ValueError("upload a zip of class folders first (one folder of images per class)")
+        root = unpack_upload(zip_file, settings, settings.max_training_images, runs.dataset_folders_in_use())
+        return f"folder:{root}"
+    return dataset
+
+
+@reporting(message_slot=1, outputs=2)
+def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
+          snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
+          memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, visitor=None,
+          request: gr.Request = None):
+    """Start a run with these settings, or say why not."""
+    visitor = visitor_key(visitor, request)
+    if memvir_reduction and memvir_reduction not in REDUCTIONS:
+        raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
+    # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
+    numbers = dict(
+        batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
+        lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
+        memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
+        warmup_epochs=float(warmup_epochs or 0),
+        val_classes=whole_number(val_classes or 0, "validation classes", 0),
+        snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
+        eval_every=whole_number(eval_every, "eval every", 0),
+        focus_classes=whole_numbers(focus_classes, "classes shown", MAX_FOCUS_CLASSES),
+    )
+    chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
+              "memvir_reduction": memvir_reduction}
+    config = TrainConfig(dataset=dataset_name(runs, dataset, folder_path, zip_file), backbone=backbone, loss=loss,
+                         **numbers, **{name: value for name, value in chosen.items() if value},
+                         eval_at_start=EVAL_AT_START)
+    run = runs.start(config, visitor)
+    return PollState(run_id=run.id), f"Started run `{run.id}`."
+
+
+def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
+    """The run this page shows (the buttons act on it), even before its first poll."""
+    run = runs.attach(visitor, state.run_id, after=state.after)
+    return run.id if run else None
+
+
+@reporting(message_slot=0, outputs=1)
+def stop(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
+    visitor = visitor_key(visitor, request)
+    runs.stop(_shown_run_id(runs, state, visitor), visitor)
+    return "Stopping: the run saves a checkpoint before its next step."
+
+
+@reporting(message_slot=0, outputs=1)
+def pause(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
+    visitor = visitor_key(visitor, request)
+    runs.pause(_shown_run_id(runs, state, visitor), visitor)
+    return "Pausing before the next step; Resume continues."
+
+
+@reporting(message_slot=0, outputs=1)
+def resume(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
+    visitor = visitor_key(visitor, request)
+    runs.resume(_shown_run_id(runs, state, visitor), visitor)
+    return "Resumed."
+
+
+@reporting(message_slot=0, outputs=1)
+def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
+    visitor = visitor_key(visitor, request)
+    run = runs.get(_shown_run_id(runs, state, visitor))
+    baseline = runs.compare_with_baseline(run.id if run else None, visitor)
+    if baseline.training:
+        return words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE
+    return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves."
+
+
+@reporting(message_slot=0, outputs=1)
+def update_memvir(runs: RunManager, state: PollState, memvir_n, memvir_m, warmup_epochs, visitor=None,
+                  request: gr.Request = None):
+    """A slider released: the running run takes the new N, M or warm-up before its next step."""
+    visitor = visitor_key(visitor, request)
+    run = runs.get(state.run_id)
+    if run is None or not run.training:
+        return "The new MemVir settings apply when you press Start."
+    wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
+              "warmup_epochs": float(warmup_epochs or 0)}
+    changes = {name: value for name, value in wanted.items() if run.live_values.get(name) != value}
+    if not changes:
+        return "The run already uses these MemVir settings."
+    runs.update(run.id, visitor, **changes)
+    return "Asked for the new MemVir settings; the status line says at which step they apply."
+
+
+@reporting(message_slot=1, outputs=12)
+def reset(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
+    """The default settings again, and only runs started from now on shown; stops the run shown if it is the
+    visitor's."""
+    visitor = visitor_key(visitor, request)
+    run = runs.get(state.run_id)
+    message = "Reset: choose the settings and press Start."
+    if run is not None and run.owner == visitor and run.busy:
+        runs.stop(run.id, visitor)
+        message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
+    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS))
+
+
+@reporting(message_slot=0, outputs=1)
+def push_to_hub(runs: RunManager, state: PollState, repo_id, visitor=None, request: gr.Request = None):
+    from memvir.hub import push
+
+    run = runs.get(state.run_id)
+    if run is None:
+        raise ValueError("there is no run to push: train one first")
+    if run.owner != visitor_key(visitor, request):
+        raise ValueError("only the visitor who started this run can push it")
+    if run.busy:
+        raise ValueError("the run is still training: stop it or let it finish, then push")
+    url = push(run.folder, (repo_id or "").strip())
+    return f"Pushed to {url}"
+
+
+def dataset_inputs(dataset):
+    """Show the folder box or the zip upload as the dataset choice needs."""
+    return gr.update(visible=dataset == FOLDER_CHOICE), gr.update(visible=dataset == ZIP_CHOICE)
+
+
+def opened(runs: RunManager, visitor: str):
+    """(state, Push button, its note) for a page just (re)opened by `visitor`: it shows their run again."""
+    from huggingface_hub import get_token
+
+    run = runs.attach(visitor, None)
+    runs.umap_worker  # noqa: B018 - starts the UMAP process: it compiles while the visitor reads the page
+    has_token = bool(get_token())
+    note = ("Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."
+            if has_token else
+            "Push to Hub is off: no Hugging Face token is configured. Set HF_TOKEN (or run `hf auth login`) "
+            "where the app runs, then reload.")
+    return PollState(run_id=run.id if run else None), gr.update(interactive=has_token), note
+
+
+# ---------------------------------------------------------------------------------------------- layout and wiring
+@dataclass(frozen=True)
+class TrainTab:
+    """What of the Train tab the page's load event fills in."""
+
+    state: gr.State
+    push_button: gr.Button
+    push_note: gr.Markdown
+
+
+def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, timer: gr.Timer) -> TrainTab:
+    """The Train tab, inside the page's gr.Tabs, with its events; `timer` drives its live view."""
+    with gr.Tab("Train", id="train"):
+        state = gr.State(PollState())
+        # The classes and #start-row place the status line and the loss chart under Start on a phone (page.css).
+        with gr.Row(equal_height=False, elem_classes="train-layout"):
+            with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
+                dataset = gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset")
+                folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
+                                         info="One sub-folder of images per class; the first half of the "
+                                              "classes (by name) trains, the rest tests.")
+                zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False,
+                                   file_types=[".zip"])
+                # one per row: side by side, the names sat under the dropdowns' arrows
+                backbone = gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"], label="Backbone")
+                loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
+                with gr.Row():
+                    # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
+                    batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
+                    epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
+                with gr.Row():
+                    lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
+                    seed = gr.Number(DEFAULTS["seed"], label="Seed")
+                with gr.Group(elem_id="memvir-controls"):
+                    gr.Markdown(words.MEMVIR_NOTE, elem_classes="small-note", padding=True)
+                    memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1, info=words.N_INFO,
+                                         label="N: past steps used as virtual classes (0 = baseline)")
+                    memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1, info=words.M_INFO,
+                                         label="M: steps between the past steps used")
+                    warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5, info=words.WARMUP_INFO,
+                                       label="Warm-up (epochs) before virtual classes")
+                with gr.Row(elem_id="start-row"):
+                    start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
+                    pause_button = gr.Button("Pause", min_width=80, elem_id="pause")
+                    resume_button = gr.Button("Resume", min_width=80, elem_id="resume")
+                with gr.Row():
+                    stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
+                    reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
+                baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
+                with gr.Accordion("Advanced", open=False):
+                    snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
+                    eval_every = gr.Number(DEFAULTS["eval_every"],
+                                           label="Recall@1 evaluation every (epochs; 0 = at the end)")
+                    schedule = gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
+                                        label="Virtual-class schedule (applies at Start)")
+                    val_classes = gr.Number(DEFAULTS["val_classes"],
+                                            label="Validation classes held out of training (0 = none)",
+                                            info="Scored as validation R@1 (dashed) beside the test "
+                                                 "classes: choose N and M on these, not on the test classes.")
+                    store_dtype = gr.Radio(STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
+                                           label="MemVir memory precision (applies at Start)")
+                    reduction = gr.Radio(REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
+                                         label="MemVir loss reduction (applies at Start)", info=words.REDUCTION_INFO,
+                                         elem_id="reduction")
+                with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
+                    repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
+                    push_button = gr.Button("Push to Hub", interactive=False, size="sm")
+                    push_note = gr.Markdown("", elem_classes="small-note")
+            with gr.Column(scale=3, elem_classes="train-view"):
+                views = train_views.build(runs, figures, state, visitor, timer)
+
+    notice = views.notice
+    settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
+                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
+    # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
+    # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
+    # demo/ui.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
+    dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
+                   show_progress="hidden", queue=False)
+    dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, notice],
+                  api_name="suggest_settings", show_progress="hidden", queue=False)
+    start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
+    stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
+    pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")
+    resume_button.click(bind(resume, runs), [state, visitor], [notice], api_name="resume")
+    # Resumed, the picture follows the run again (a scrub while paused had unticked it).
+    resume_button.click(None, None, [views.follow], js="() => true")
+    # The baseline's trainer takes seconds to build: say so at once, in the browser.
+    baseline_button.click(None, None, [notice], js=f"() => {json.dumps(words.BASELINE_STARTING)}")
+    baseline_button.click(bind(compare, runs), [state, visitor], [notice], api_name="compare_baseline")
+    reset_button.click(bind(reset, runs), [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
+                                                              epochs, lr, seed, schedule, val_classes, store_dtype],
+                       api_name="reset")
+    # The reduction, added after Reset's API answer was fixed (RESET_SETTINGS), is put back in the browser.
+    reset_button.click(None, None, [reduction], js=f"() => {json.dumps(DEFAULTS['memvir_reduction'])}")
+    for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
+        slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [notice],
+                       api_name=name, show_progress="hidden")
+    push_button.click(bind(push_to_hub, runs), [state, repo_id, visitor], [push_note], api_name="push_to_hub")
+    return TrainTab(state, push_button, push_note)

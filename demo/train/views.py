@@ -1,0 +1,137 @@
+"""The Train tab's right-hand side: the live views of the run shown (status, curves, the spread curves, the snapshot
+picture with its controls and the words beside it, the results table), their events, and the handlers that are
+theirs alone: the second poll (spread curves and results table, sent when the first poll's views key changes) and
+the choice of the few-class view's classes.
+
+The first poll, scrubbing and recolouring are demo.train.poll's; the controls on the left are demo.train.tab's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from demo.common.handlers import bind, reporting, visitor_key
+from demo.common.inputs import whole_numbers
+from demo.runs.manager import RunManager
+from demo.train import live_view, words
+from demo.train.live_view import FigureBuilder
+from demo.train.poll import PollState, poll, recolor, show_snapshot
+from demo.train.results_table import results_markdown
+from memvir.config import MAX_FOCUS_CLASSES
+
+# live_view.PICTURES, in words (tests/app/test_app_pieces.py checks that they agree)
+PICTURE_CHOICES = [("a few classes, PCA", "few"), ("a few classes, UMAP", "few-umap"),
+                   ("all classes by age", "age"), ("all classes by class", "class")]
+
+
+@dataclass(frozen=True)
+class ViewsSent:
+    """What a page's second poll sent: the spread figures at a spread key (live_view.spread_key; None: the empty ones)
+    and the results."""
+
+    key: tuple | None
+    results: str
+
+
+def poll_views(runs: RunManager, figures: FigureBuilder, state: PollState, sent: ViewsSent | None, visitor=None,
+               request: gr.Request = None):
+    """After each poll (which settles the run shown): the spread curves and the results table, when they changed."""
+    visitor = visitor_key(visitor, request)
+    run = runs.attach(visitor, state.run_id, after=state.after)
+    if run is None:
+        key, spread, results = None, live_view.empty_spread(), ""
+    else:
+        key, spread = figures.spread(run)
+        results = results_markdown(run, run.baseline)
+    wanted = ViewsSent(key, results)
+    if sent is not None and sent.key == key:
+        spread = (gr.skip(), gr.skip())
+    return wanted, *spread, results if sent is None or sent.results != results else gr.skip()
+
+
+@reporting(message_slot=0, outputs=1)
+def show_classes(runs: RunManager, state: PollState, focus_classes, visitor=None, request: gr.Request = None):
+    """Enter in the classes box: the running run draws these classes from its next snapshot on."""
+    visitor = visitor_key(visitor, request)
+    classes = whole_numbers(focus_classes, "classes", MAX_FOCUS_CLASSES)
+    run = runs.get(state.run_id)
+    if run is None or not run.training:
+        return "These classes are drawn from the first snapshot of the next run you start."
+    runs.show_classes(run.id, visitor, classes)
+    shown = ", ".join(map(str, classes)) if classes else "the run's own pick"
+    return f"Asked for classes {shown}: the next snapshot draws them."
+
+
+@dataclass(frozen=True)
+class Views:
+    """The components the left-hand side reads or writes."""
+
+    status: gr.Markdown
+    notice: gr.Markdown
+    follow: gr.Checkbox
+    focus_classes: gr.Textbox
+
+
+def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
+          timer: gr.Timer) -> Views:
+    """The views, inside the tab's right-hand column, with their events."""
+    status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
+    notice = gr.Markdown("", elem_id="notice")
+    results = gr.Markdown("", elem_id="results-table")
+    curves_plot = gr.Plot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
+    with gr.Row():
+        classes_plot = gr.Plot(label="Classes in use s(i)", show_label=False, elem_id="classes-plot")
+        cosine_plot = gr.Plot(label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
+    with gr.Row():
+        drift_plot = gr.Plot(label="Virtual classes against the live ones", show_label=False, elem_id="drift-plot")
+        spread_plot = gr.Plot(label="How the real classes spread", show_label=False, elem_id="spread-plot")
+    gr.Markdown(words.SPREAD_HELP, elem_classes="small-note", padding=True)
+    with gr.Group():
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                embedding_plot = gr.Plot(label="Embedding snapshot", show_label=False, elem_id="embedding-plot")
+            with gr.Column(scale=2, min_width=260):
+                gr.Markdown(words.SNAPSHOT_HELP, elem_classes="small-note", padding=True)
+        with gr.Row():
+            color_by = gr.Radio(PICTURE_CHOICES, value="few", label="Picture", scale=2, elem_id="picture")
+            follow = gr.Checkbox(True, label="Follow the latest snapshot", scale=1, elem_id="follow")
+            snapshot_step = gr.Slider(0, 1, value=1, step=1, label="Scrub snapshots (step)", scale=3,
+                                      elem_id="scrub")
+        with gr.Row():
+            focus_classes = gr.Textbox("", label="Classes shown (few-class picture)", info=words.FOCUS_INFO,
+                                       placeholder="e.g. 3, 17, 40, 112, 250, 301, 509, 777", scale=2,
+                                       elem_id="focus-classes")
+            snapshot_caption = gr.Markdown("No snapshot yet.", elem_id="snapshot-caption",
+                                           elem_classes="small-note", padding=True)
+    views_sent = gr.State(None)
+    # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
+    views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
+
+    # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/poll), not
+    # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
+    # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
+    # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
+    timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
+               [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step,
+                views_key], api_name="poll", show_progress="hidden", queue=False)
+    # The second poll only when the first says its views changed: every few seconds while a run trains (at its
+    # snapshots), never while a page rests, rather than after every poll.
+    views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],
+                     [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
+                     queue=False)
+    snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
+                          [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
+                          show_progress="hidden")
+    # A drag unticks "follow" at its first move, in the browser: otherwise a poll that brings a new snapshot moves the
+    # thumb back to the newest step under the visitor's pointer, and the release shows the newest again.
+    snapshot_step.input(None, None, [follow], js="() => false")
+    color_by.change(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
+                    api_name="color_snapshot", show_progress="hidden")
+    follow.input(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
+                 api_name="follow_snapshots", show_progress="hidden")
+    focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [notice], api_name="show_classes",
+                         show_progress="hidden")
+    return Views(status, notice, follow, focus_classes)
+

@@ -1,0 +1,7 @@
+"""The embedded dataset: Unicode characters rendered in twelve DejaVu faces, offline.
+
+- `dataset`: the `glyphs` and `glyphs-mini` splits.
+- `render`: which characters, which faces (`fonts/`), how each becomes an image.
+- `query`: a query image brought to the renders' terms.
+- `cache`: the on-disk cache of rendered classes.
+"""

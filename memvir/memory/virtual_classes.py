@@ -1,0 +1,346 @@
+"""MemVir: the memory of past steps whose embeddings and class weights become virtual classes.
+
+One call is one training step t. After the warm-up, the call looks up the steps t - j(M+1) for
+j = 1..k, k = min(N, floor(L / (M+1))) with L the number of steps stored so far, appends their detached
+embeddings (labels shifted by j*C) and class-weight matrices (as C new classes each) after the live ones, then
+stores detached copies of this call's inputs, as docs/method.md ("Algorithm") describes.
+
+The store is a ring buffer with room for N(M+1) steps, allocated once (grown once more only if a larger
+batch arrives), so a full memory costs no allocation per step: the reference code's Python lists re-allocate
+and can select the wrong steps. Its state travels in ``state_dict()`` so a resumed run continues the curriculum
+where it stopped (memvir.memory.state), unlike the reference, which forgets the memory on resume.
+
+Limits and failures: a ring larger than the memory limit (`max_memory_bytes`, else $MEMVIR_MAX_MEMORY_BYTES, else
+16 GiB) is refused with a `MemoryLimitError` (memvir.memory.size) before anything is allocated. A step whose
+embeddings or class weights hold NaN or inf is refused with a `NonFiniteError` (memvir.memory.checks, with the
+other input checks): stored, such a step would poison the N(M+1) steps that follow.
+A refused or failed call (a bad input, the allocator saying no) is not a step: the counter and the stored steps stay
+as they were.
+
+Two schedules: "curriculum" (the paper's) adds the virtual sets one by one after the warm-up, s(i) rising as a
+staircase; "all-at-once" (the paper's Fig. 3 ablation) starts storing N(M+1) steps before the warm-up ends, so all N
+sets are in use from the first step after it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from memvir.memory.checks import check_count, check_inputs, check_values
+from memvir.memory.size import check_ring, memory_limit
+from memvir.memory.state import SavedMemory
+
+SCHEDULES = ("curriculum", "all-at-once")
+
+
+class MemVir(nn.Module):
+    """Memory-based virtual classes around any softmax-style or proxy-based loss.
+
+    Args:
+        num_steps: N, how many past steps are used as virtual classes (0 = the plain baseline).
+        margin: M, the gap between used steps: steps t-(M+1), t-2(M+1), ... are used.
+        warmup_steps: U, calls before this return their inputs unchanged and store nothing.
+        store_dtype: dtype of the stored copies (torch.float16 or torch.bfloat16 halve the memory);
+            None keeps the dtype of the inputs.
+        schedule: "curriculum" (the paper's: one more virtual set every M+1 steps after the warm-up) or
+            "all-at-once" (the steps before the warm-up's end are stored, so all N sets arrive together).
+        max_memory_bytes: the largest ring allowed (see `memory_limit`): None reads MEMVIR_MAX_MEMORY_BYTES, else
+            16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams`, and at the first step,
+            once the batch, class count and dimension are known, always before anything is allocated.
+        check_values: check every call's labels against the class count and what it stores for NaN/inf. The check
+            costs a host sync per call (a GPU waits for it); a training loop that checks its labels on the CPU and its
+            loss at its own cadence may turn it off, and must then throw the memory away with a run that diverged
+            (the Trainer does so on a GPU: it stops the run and keeps its last good checkpoint).
+
+    Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
+    (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
+    """
+
+    def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
+                 schedule: str = "curriculum", max_memory_bytes: int | None = None, check_values: bool = True):
+        super().__init__()
+        if schedule not in SCHEDULES:
+            raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        self.schedule = schedule
+        if store_dtype is not None and not (isinstance(store_dtype, torch.dtype) and store_dtype.is_floating_point):
+            raise ValueError(f"MemVir: store_dtype must be a floating torch dtype or None, got {store_dtype!r}")
+        self.num_steps = check_count("num_steps (N)", num_steps)
+        self.margin = check_count("margin (M)", margin)
+        self.warmup_steps = check_count("warmup_steps (U)", warmup_steps)
+        self.store_dtype = store_dtype
+        self.max_memory_bytes = memory_limit(max_memory_bytes)
+        self.check_values = check_values
+        self.step = 0  # calls made so far; the next call is step `self.step`
+        self.num_virtual_sets = 0  # k used by the last call
+        self._reset_store()
+        self._check_fits(self.num_steps, self.margin)
+
+    # ----------------------------------------------------------------------------------------------- storage
+    @property
+    def capacity(self) -> int:
+        """Steps the memory holds when full: N(M+1)."""
+        return self.num_steps * (self.margin + 1)
+
+    @property
+    def num_stored(self) -> int:
+        """L, the number of past steps stored now."""
+        return self._count
+
+    def _reset_store(self) -> None:
+        self._embeddings: torch.Tensor | None = None  # [capacity, max_batch, D]
+        self._labels: torch.Tensor | None = None  # [capacity, max_batch]
+        self._weights: torch.Tensor | None = None  # [capacity, C, D]
+        self._batch_sizes: list[int] = []  # per slot, kept in Python so reading it never syncs a GPU
+        self._head = 0  # slot the next stored step goes to
+        self._count = 0
+
+    def _slot(self, age: int) -> int:
+        """Ring slot of the step stored `age` calls ago (age 1 = the previous step)."""
+        return (self._head - age) % len(self._batch_sizes)
+
+    def _ordered_slots(self) -> list[int]:
+        """Slots of the stored steps, oldest first."""
+        return [self._slot(age) for age in range(self._count, 0, -1)]
+
+    def _check_fits(self, num_steps: int, margin: int, max_batch: int | None = None) -> None:
+        """MemoryLimitError when N(M+1) steps would pass the limit: with the ring's batch, class count and dimension
+        once it exists (or `max_batch` rows for a batch about to arrive), else with lower bounds for them."""
+        if self._embeddings is None:  # the inputs' dtype is not known either: half precision is the least it takes
+            check_ring(num_steps, margin, 1, 1, 1, self.store_dtype or torch.float16, self.max_memory_bytes,
+                       at_least=True)
+            return
+        _, batch, dim = self._embeddings.shape
+        check_ring(num_steps, margin, max(batch, max_batch or 0), self._weights.shape[1], dim, self._weights.dtype,
+                   self.max_memory_bytes)
+
+    def _new_ring(self, capacity: int, max_batch: int, like_embeddings: torch.Tensor, like_weights: torch.Tensor):
+        """A zeroed ring (embeddings, labels, class weights) of `capacity` slots shaped like one step's inputs.
+
+        Nothing of the memory changes here, so an allocation that fails leaves it as it was."""
+        return (
+            like_embeddings.new_zeros(capacity, max_batch, like_embeddings.shape[-1]),
+            torch.zeros(capacity, max_batch, dtype=torch.long, device=like_embeddings.device),
+            like_weights.new_zeros(capacity, *like_weights.shape[-2:]),
+        )
+
+    def _checked_ring(self, num_steps: int, margin: int, max_batch: int, like_embeddings: torch.Tensor,
+                      like_weights: torch.Tensor):
+        """A new ring for N(M+1) steps in the store dtype, once `check_ring` finds it within the memory limit."""
+        if self.store_dtype is not None:
+            like_embeddings, like_weights = like_embeddings.to(self.store_dtype), like_weights.to(self.store_dtype)
+        check_ring(num_steps, margin, max_batch, *like_weights.shape, like_weights.dtype, self.max_memory_bytes)
+        return self._new_ring(num_steps * (margin + 1), max_batch, like_embeddings, like_weights)
+
+    def _install(self, ring: tuple, sizes: list[int]) -> None:
+        """Make `ring`, holding len(sizes) steps oldest first from slot 0, the memory."""
+        self._embeddings, self._labels, self._weights = ring
+        capacity = ring[0].shape[0]
+        self._batch_sizes = sizes + [0] * (capacity - len(sizes))
+        self._count = len(sizes)
+        self._head = self._count % capacity
+
+    def _rebuild(self, capacity: int, max_batch: int) -> None:
+        """Re-allocate the ring for a new capacity or batch size, keeping the newest steps that fit.
+
+        The kept steps are copied straight from the old ring into the new one, so a rebuild holds the two rings at
+        most, and the memory changes only once the new ring is complete."""
+        if self._embeddings is None or capacity == 0:
+            self._reset_store()
+            return
+        slots = self._ordered_slots()[-capacity:]
+        ring = self._new_ring(capacity, max_batch, self._embeddings[0, 0], self._weights[0])
+        _copy_steps(ring, (self._embeddings, self._labels, self._weights), slots)
+        self._install(ring, [self._batch_sizes[s] for s in slots])
+
+    def _store(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> None:
+        capacity = self.capacity
+        if capacity == 0:
+            return
+        batch = embeddings.shape[0]
+        if self._embeddings is None:
+            self._install(self._checked_ring(self.num_steps, self.margin, batch, embeddings[0], class_weights), [])
+        elif batch > self._embeddings.shape[1]:
+            self._check_fits(self.num_steps, self.margin, max_batch=batch)
+            self._rebuild(capacity, batch)
+        slot = self._head
+        with torch.no_grad():
+            self._embeddings[slot, :batch].copy_(embeddings.detach())
+            self._labels[slot, :batch].copy_(labels.detach())
+            self._weights[slot].copy_(class_weights.detach())
+        self._batch_sizes[slot] = batch
+        self._head = (slot + 1) % capacity
+        self._count = min(self._count + 1, capacity)
+
+    # ----------------------------------------------------------------------------------------------- the step
+    def _validate(self, embeddings, labels, class_weights, storing: bool) -> None:
+        """ValueError for wrong inputs; when the step is to be `storing`, NonFiniteError for NaN or inf in it."""
+        check_inputs(embeddings, labels, class_weights)
+        if self.check_values:
+            check_values(embeddings, labels, class_weights, storing)
+        if self._embeddings is not None:
+            dim, num_classes = embeddings.shape[1], class_weights.shape[0]
+            stored_dim, stored_classes = self._weights.shape[2], self._weights.shape[1]
+            if (dim, num_classes) != (stored_dim, stored_classes):
+                raise ValueError(
+                    f"MemVir: the memory holds {stored_classes} classes of dimension {stored_dim}, but this step has "
+                    f"{num_classes} classes of dimension {dim}; call reset() before changing either"
+                )
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
+        step = self.step
+        storing = step >= self._store_from() and self.num_steps > 0
+        self._validate(embeddings, labels, class_weights, storing)
+        labels = labels.long()
+        num_sets, out = 0, (embeddings, labels, class_weights)
+        if not storing:
+            # Warm-up (or a warm-up raised past the current step): the plain baseline, and an empty memory so the
+            # stored steps stay consecutive and the ages j(M+1) stay true.
+            if self._count:
+                self._reset_store()
+        else:
+            if self._embeddings is not None and self._embeddings.device != embeddings.device:
+                self.to(embeddings.device)  # e.g. a memory restored on the CPU, resumed on a GPU
+            if step >= self.warmup_steps:  # else all-at-once: the warm-up's last steps fill the memory, unused yet
+                num_sets = min(self.num_steps, self._count // (self.margin + 1))
+            if num_sets:
+                out = self._augment(embeddings, labels, class_weights, num_sets)
+            self._store(embeddings, labels, class_weights)
+        # counted only now: a call that failed on the way (the allocator refusing the ring, say) was not a step
+        self.step = step + 1
+        self.num_virtual_sets = num_sets
+        return out
+
+    def _augment(self, embeddings, labels, class_weights, num_sets: int):
+        num_classes = class_weights.shape[0]
+        slots = [self._slot(j * (self.margin + 1)) for j in range(1, num_sets + 1)]
+        sizes = [self._batch_sizes[s] for s in slots]
+        # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
+        embedding_views = [self._embeddings[s, :size] for s, size in zip(slots, sizes, strict=True)]
+        weight_views = [self._weights[s] for s in slots]
+        label_parts = [labels] + [
+            self._labels[s, :size] + j * num_classes for j, (s, size) in enumerate(zip(slots, sizes, strict=True), 1)
+        ]
+        return (
+            _concat(embeddings, embedding_views),
+            torch.cat(label_parts),
+            _concat(class_weights, weight_views),
+        )
+
+    # ----------------------------------------------------------------------------------------------- control
+    def set_hparams(self, num_steps: int | None = None, margin: int | None = None, warmup_steps: int | None = None):
+        """Change N, M or U between two steps (live control). Capacity follows N(M+1); the oldest steps go first."""
+        new_steps = self.num_steps if num_steps is None else check_count("num_steps (N)", num_steps)
+        new_margin = self.margin if margin is None else check_count("margin (M)", margin)
+        new_warmup = self.warmup_steps if warmup_steps is None else check_count("warmup_steps (U)", warmup_steps)
+        self._check_fits(new_steps, new_margin)
+        new_capacity = new_steps * (new_margin + 1)
+        if new_capacity != self.capacity and self._embeddings is not None:
+            self._rebuild(new_capacity, self._embeddings.shape[1])  # changes nothing if it fails
+        self.num_steps, self.margin, self.warmup_steps = new_steps, new_margin, new_warmup
+
+    def reset(self) -> None:
+        """Forget every stored step and restart the step counter."""
+        self._reset_store()
+        self.step = 0
+        self.num_virtual_sets = 0
+
+    def _store_from(self) -> int:
+        """The first step that is stored: the warm-up's end, or for "all-at-once" N(M+1) steps before it."""
+        if self.schedule == "all-at-once":
+            return max(0, self.warmup_steps - self.capacity)
+        return self.warmup_steps
+
+    def num_classes_at(self, step: int, num_classes: int) -> int:
+        """s(i), the class count at call `step` under the current N, M, U (for the curriculum: docs/method.md,
+        "Class count s(i)")."""
+        if step < self.warmup_steps or self.num_steps == 0:
+            return num_classes
+        stored = min(step - self._store_from(), self.capacity)
+        return num_classes * (min(stored // (self.margin + 1), self.num_steps) + 1)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the allocated ring (0 before the first stored step)."""
+        if self._embeddings is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in (self._embeddings, self._labels, self._weights))
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_steps={self.num_steps}, margin={self.margin}, warmup_steps={self.warmup_steps}, "
+            f"store_dtype={self.store_dtype}, schedule={self.schedule}, stored={self._count}/{self.capacity}, "
+            f"step={self.step}"
+        )
+
+    def _apply(self, fn, recurse=True):
+        # Module.to(device) / .double() etc. move the ring with the module; stored copies keep store_dtype when set.
+        super()._apply(fn, recurse)
+        if self._embeddings is not None:
+            stored = (self._embeddings, self._labels, self._weights)
+            self._embeddings, self._labels, self._weights = (fn(t) for t in stored)
+            if self.store_dtype is not None:
+                self._embeddings = self._embeddings.to(self.store_dtype)
+                self._weights = self._weights.to(self.store_dtype)
+        return self
+
+    def get_extra_state(self) -> dict:
+        """The stored steps oldest first, the call counter and N, M, U (memvir.memory.state)."""
+        slots = self._ordered_slots()
+        stored = None
+        if self._count:
+            stored = tuple(t[slots].cpu() for t in (self._embeddings, self._labels, self._weights))
+        return SavedMemory(self.num_steps, self.margin, self.warmup_steps, self.schedule, self.step,
+                           self.num_virtual_sets, [self._batch_sizes[slot] for slot in slots], stored).to_state()
+
+    def set_extra_state(self, state: dict) -> None:
+        # The state is checked and the ring rebuilt before any attribute changes: a bad state leaves the memory as
+        # it was.
+        saved = SavedMemory.from_state(state, SCHEDULES)
+        ring = None
+        if saved.stored is not None:
+            embeddings, _, weights = saved.stored
+            ring = self._checked_ring(saved.num_steps, saved.margin, embeddings.shape[1], embeddings[0, 0],
+                                      weights[0])
+            _copy_steps(ring, saved.stored, range(len(saved.batch_sizes)))
+        self.num_steps, self.margin, self.warmup_steps = saved.num_steps, saved.margin, saved.warmup_steps
+        self.schedule, self.step, self.num_virtual_sets = saved.schedule, saved.step, saved.num_virtual_sets
+        self._reset_store()
+        if ring is not None:
+            self._install(ring, saved.batch_sizes)
+
+
+def _copy_steps(ring: tuple, source: tuple, slots) -> None:
+    """Copy the steps at `slots` of `source` (embeddings, labels, class weights) into the slots 0, 1, ... of `ring`,
+    one slice copy per stretch of consecutive slots: a ring's steps in order are at most two stretches."""
+    width = min(ring[0].shape[1], source[0].shape[1])
+    position = 0
+    for first, length in _stretches(slots):
+        rows, taken = slice(position, position + length), slice(first, first + length)
+        ring[0][rows, :width].copy_(source[0][taken, :width])
+        ring[1][rows, :width].copy_(source[1][taken, :width])
+        ring[2][rows].copy_(source[2][taken])
+        position += length
+
+
+def _stretches(indices) -> list[list[int]]:
+    """[first, length] of each run of consecutive integers in `indices`, in order."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1][1] += 1
+        else:
+            runs.append([index, 1])
+    return runs
+
+
+def _concat(live: torch.Tensor, stored: list[torch.Tensor]) -> torch.Tensor:
+    """The live rows, then the stored ones, in the live dtype: every row is copied once, converting on the way."""
+    if stored[0].dtype == live.dtype:
+        return torch.cat([live, *stored])  # one parallel kernel over views of the ring
+    out = live.new_empty(live.shape[0] + sum(t.shape[0] for t in stored), live.shape[1])
+    row = live.shape[0]
+    for part in stored:
+        out[row : row + part.shape[0]].copy_(part)
+        row += part.shape[0]
+    out[: live.shape[0]] = live  # autograd records this copy: gradients reach the live rows, never the memory
+    return out

@@ -1,0 +1,6 @@
+"""The embedding model and its parts.
+
+- `embedding_model`: `EmbeddingModel`: image in, L2-normalised embedding out, saved and loaded in the Hub format.
+- `backbones`: the backbone registry (convnet, convnet-gn, resnet18/50, googlenet).
+- `card`: the model card an `EmbeddingModel` saves as README.md.
+"""

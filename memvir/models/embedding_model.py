@@ -1,0 +1,300 @@
+"""The embedding model: an image in, an L2-normalised embedding out, saved in the Hub format.
+
+The backbones (memvir.models.backbones) end in global pooling; `EmbeddingModel` puts a linear head on top (as the MemVir
+reference:
+BN-Inception, global average pooling, Linear 1024 -> 512, L2 norm) and saves itself as `config.json` +
+`model.safetensors` + `README.md` through huggingface_hub's `PyTorchModelHubMixin`. The config carries what retrieval
+needs to preprocess a query, so a checkpoint folder or Hub repo is all an app needs.
+"""
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from numbers import Integral
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub import ModelCard, PyTorchModelHubMixin, hf_hub_download
+from PIL import Image
+from safetensors import SafetensorError
+from torch import nn
+from torchvision.transforms import v2
+
+from memvir import checkpoint
+from memvir.checkpoint import CheckpointError
+from memvir.data.registry import MAX_IMAGE_SIZE
+from memvir.data.transforms import eval_transform
+from memvir.models.backbones import build_backbone
+from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, metric_rows
+
+MAX_IN_CHANNELS = 256
+"""Most input channels a model may take (1 grayscale, 3 RGB; multispectral images have tens)."""
+
+MAX_EMBEDDING_DIM = 65_536
+"""Widest embedding a model may have: far above any metric-learning use (64 to 2048), low enough that a wrong value
+(in a config.json, say) is refused instead of asking the allocator for terabytes."""
+
+IMAGE_KINDS = ("glyph", "photo")
+NORMALIZATIONS = (None, "caffe")
+
+class EmbeddingModel(
+    nn.Module,
+    PyTorchModelHubMixin,
+    library_name="memvir",
+    tags=["metric-learning", "image-retrieval", "memvir"],
+    pipeline_tag="image-feature-extraction",
+    model_card_template=MODEL_CARD_TEMPLATE,
+):
+    """Backbone -> global pooling -> Linear(feature_dim, embedding_dim) -> L2 normalisation.
+
+    Every constructor argument is plain JSON and lands in `config.json`, which is what retrieval needs to
+    preprocess a query: `in_channels` (1 grayscale, 3 RGB), `image_size`, per-channel `mean`/`std`, `image_kind`
+    ("glyph": plain resize; "photo": resize to image_size*256/224 and center crop), `normalization` (None: pixels
+    in [0, 1] before mean/std; "caffe": pixels in [0, 255], mean/std given on that scale) and the `dataset` name.
+    `pretrained` starts the backbone from ImageNet weights (training only: loading a checkpoint never downloads).
+    """
+
+    def __init__(
+        self,
+        backbone: str = "convnet",
+        embedding_dim: int = 128,
+        in_channels: int = 1,
+        image_size: int = 32,
+        mean: tuple[float, ...] = (0.5,),
+        std: tuple[float, ...] = (0.5,),
+        dataset: str = "glyphs",
+        image_kind: str = "glyph",
+        normalization: str | None = None,
+        pretrained: bool = False,
+    ):
+        super().__init__()
+        for name, value, maximum in (("embedding_dim", embedding_dim, MAX_EMBEDDING_DIM),
+                                     ("in_channels", in_channels, MAX_IN_CHANNELS),
+                                     ("image_size", image_size, MAX_IMAGE_SIZE)):
+            if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            if value > maximum:  # refused before the layers are built: a typo must not ask for terabytes
+                raise ValueError(f"{name} must be at most {maximum:,}, got {value:,}")
+        embedding_dim, in_channels, image_size = int(embedding_dim), int(in_channels), int(image_size)
+        mean, std = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+        if len(mean) != in_channels or len(std) != in_channels:
+            raise ValueError(
+                f"mean has {len(mean)} value(s) and std {len(std)} but in_channels is {in_channels}: "
+                "give one mean and one std per input channel"
+            )
+        if any(value <= 0 for value in std):
+            raise ValueError(f"std values must be positive, got {std}")
+        if image_kind not in IMAGE_KINDS:
+            raise ValueError(f"image_kind must be one of {IMAGE_KINDS}, got {image_kind!r}")
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+
+        built = build_backbone(backbone, in_channels=in_channels, pretrained=pretrained)
+        self.backbone = built.features
+        self.head = nn.Linear(built.feature_dim, embedding_dim)
+        # The mixin records the constructor arguments it can serialise and silently drops the rest (a numpy mean,
+        # say). Writing the checked, plain-Python values here makes config.json always complete and exact.
+        self._hub_mixin_config = {
+            "backbone": backbone,
+            "embedding_dim": embedding_dim,
+            "in_channels": in_channels,
+            "image_size": image_size,
+            "mean": list(mean),
+            "std": list(std),
+            "dataset": str(dataset),
+            "image_kind": image_kind,
+            "normalization": normalization,
+            "pretrained": bool(pretrained),
+        }
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A copy of the configuration written to config.json."""
+        return dict(self._hub_mixin_config)
+
+    @property
+    def in_channels(self) -> int:
+        return self._hub_mixin_config["in_channels"]
+
+    @property
+    def embedding_dim(self) -> int:
+        return self._hub_mixin_config["embedding_dim"]
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]."""
+        if images.dim() != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"expected a batch of images [B, {self.in_channels}, H, W], got shape {tuple(images.shape)}"
+            )
+        return F.normalize(self.head(self.backbone(images)), dim=1)
+
+    def embed(self, images: torch.Tensor | Image.Image | Sequence[Image.Image]) -> torch.Tensor:
+        """L2-normalised embeddings [B, embedding_dim] without gradients, in eval mode (BatchNorm running stats).
+
+        `images` is a preprocessed batch tensor or PIL image(s), which go through `preprocess` first. The training
+        flag is restored afterwards, so this is safe between training steps (not concurrently with them).
+        """
+        if not isinstance(images, torch.Tensor):
+            images = self.preprocess(images)
+        device = next(self.parameters()).device
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return self(images.to(device))
+        finally:
+            self.train(was_training)
+
+    def preprocess(self, images: Image.Image | Sequence[Image.Image]) -> torch.Tensor:
+        """PIL image(s) -> the float batch [B, in_channels, image_size, image_size] the model expects, per config."""
+        batch = [images] if isinstance(images, Image.Image) else list(images)
+        if not batch:
+            raise ValueError("preprocess needs at least one image")
+        for position, image in enumerate(batch):
+            if not isinstance(image, Image.Image):
+                raise ValueError(f"image {position} is a {type(image).__name__}, not a PIL image")
+        if self.in_channels not in (1, 3):
+            raise ValueError(
+                f"preprocess handles 1-channel (grayscale) or 3-channel (RGB) models, this one has {self.in_channels}"
+                " channels: prepare the tensor yourself and call embed(tensor)"
+            )
+        transform = self._query_transform()
+        mode = "L" if self.in_channels == 1 else "RGB"
+        return torch.stack([transform(image.convert(mode)) for image in batch]).as_subclass(torch.Tensor)
+
+    def _query_transform(self) -> v2.Compose:
+        config = self._hub_mixin_config
+        return eval_transform(config["image_kind"], config["image_size"], config["mean"], config["std"],
+                              config["normalization"])
+
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        *,
+        metrics: Mapping[str, float] | None = None,
+        card_extra: Mapping[str, Any] | None = None,
+        model_card_kwargs: dict[str, Any] | None = None,
+        **mixin_kwargs,
+    ) -> str | None:
+        """Write config.json, model.safetensors and README.md (the model card) into `save_directory`.
+
+        `metrics` (name -> number) becomes a table in the card. `card_extra` adds facts about the run: its
+        "command" key (the command line that made the model) gets its own section, every other key a row of the
+        card's summary table (mappings and lists shown as JSON). The card is rewritten on every save, so it shows
+        the latest metrics.
+        """
+        card_kwargs = {**(model_card_kwargs or {})}
+        card_kwargs.setdefault("metric_rows", metric_rows(metrics))  # checked before anything is written
+        extra = dict(card_extra or {})
+        card_kwargs.setdefault("command", extra.pop("command", None))
+        card_kwargs.setdefault("extra_rows", [(str(name), card_cell(value)) for name, value in extra.items()])
+        # The mixin unlinks config.json before rewriting it and never overwrites a README.md: written into a fresh
+        # folder and renamed over the old files, a save killed at any moment leaves a folder that loads, and the
+        # card is refreshed.
+        with checkpoint.staged(save_directory) as stage:
+            return super().save_pretrained(stage, model_card_kwargs=card_kwargs, **mixin_kwargs)
+
+    def generate_model_card(self, *args, **kwargs) -> ModelCard:
+        """The mixin's card, rendered from MODEL_CARD_TEMPLATE with this model's config."""
+        kwargs.setdefault("metric_rows", [])
+        kwargs.setdefault("command", None)
+        kwargs.setdefault("extra_rows", [])
+        config = self.config
+        size = config["image_size"]
+        input_summary = (
+            f"{config['in_channels']} channel(s), {size}x{size}, {config['image_kind']} preprocessing, "
+            f"mean {config['mean']}, std {config['std']}"
+            + (" on the 0-255 scale (caffe)" if config["normalization"] == "caffe" else "")
+        )
+        return super().generate_model_card(*args, config=config, input_summary=input_summary, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> "EmbeddingModel":
+        """Load from a folder written by `save_pretrained` or from a Hub repo id (the Hub cache when offline).
+
+        Keys are checked strictly: a weight missing from the file or one the model does not have is an error.
+        Keyword arguments are the mixin's (revision, cache_dir, local_files_only, token, force_download) and its
+        loading options `map_location` (default "cpu") and `strict` (default True here; False loads the keys that
+        match and leaves the others as built). A missing, damaged or mismatched file is a CheckpointError that
+        names it. For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be
+        reached.
+        """
+        folder = Path(pretrained_model_name_or_path)
+        if folder.is_dir():
+            missing = [name for name in checkpoint.MODEL_FILES if not (folder / name).is_file()]
+            if missing:
+                raise CheckpointError(
+                    f"{folder} is not an EmbeddingModel checkpoint: {', '.join(missing)} missing. A checkpoint "
+                    "folder holds config.json and model.safetensors, as EmbeddingModel.save_pretrained writes them."
+                )
+            config_file = folder / checkpoint.CONFIG_FILE
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise CheckpointError(f"{config_file} is not valid JSON ({error}): it is damaged; save the model "
+                                      "again") from error
+            if not isinstance(config, dict):
+                raise CheckpointError(f"{config_file} holds a JSON {type(config).__name__}, not the object of "
+                                      "settings save_pretrained writes: it is damaged; save the model again")
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except json.JSONDecodeError as error:  # the config.json of a repo id, read by the mixin
+            raise CheckpointError(f"the config.json of {pretrained_model_name_or_path} is not valid JSON ({error}); "
+                                  "pull it again") from error
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None,
+        cache_dir: str | Path | None,
+        force_download: bool,
+        local_files_only: bool,
+        token: str | bool | None,
+        map_location: str = "cpu",
+        strict: bool = True,
+        **model_kwargs,
+    ) -> "EmbeddingModel":
+        """Build from the config with pretrained=False, then load model.safetensors (key checking as `strict`).
+
+        The checkpoint overwrites every weight, so fetching ImageNet weights first would only cost a download (or
+        fail offline). The config keeps the saved `pretrained` value, so a re-saved card stays truthful.
+        Only safetensors are read: the mixin's pytorch_model.bin fallback is deliberately not offered.
+        """
+        saved_pretrained = bool(model_kwargs.get("pretrained", False))
+        try:
+            model = cls(**{**model_kwargs, "pretrained": False})
+        except (TypeError, ValueError) as error:  # bounds and types are checked before anything is allocated
+            raise CheckpointError(
+                f"the config.json of {model_id} (with the keyword arguments given) describes no valid model: {error}"
+            ) from error
+        model._hub_mixin_config["pretrained"] = saved_pretrained
+        if os.path.isdir(model_id):
+            weights_file = os.path.join(model_id, checkpoint.WEIGHTS_FILE)
+        else:
+            weights_file = hf_hub_download(
+                repo_id=model_id,
+                filename=checkpoint.WEIGHTS_FILE,
+                revision=revision,
+                cache_dir=cache_dir,
+                force_download=force_download,
+                token=token,
+                local_files_only=local_files_only,
+            )
+        try:
+            return cls._load_as_safetensor(model, weights_file, map_location, strict=strict)
+        except SafetensorError as error:  # truncated, random bytes, an absurd header length...
+            raise CheckpointError(
+                f"{weights_file} is not a readable safetensors file ({error}): it is truncated or damaged. Save the "
+                "model again, or pull it again from the Hub."
+            ) from error
+        except RuntimeError as error:  # torch and safetensors report missing, unexpected or mis-shaped keys so
+            raise CheckpointError(
+                f"{weights_file} does not fit the model its config.json describes "
+                f"(backbone {model.config['backbone']!r}, embedding_dim {model.embedding_dim}, in_channels "
+                f"{model.in_channels}): {error}\nconfig.json and model.safetensors must come from the same "
+                "save_pretrained call; save the model again."
+            ) from error

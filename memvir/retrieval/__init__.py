@@ -1,0 +1,8 @@
+"""Retrieval: search, metrics, and the one evaluation path the CLI, the Trainer and the app share.
+
+- `knn`: exact cosine k-nearest-neighbour search (faiss or chunked torch), the one search behind everything here.
+- `metrics`: Recall@K, P@1, R-Precision, MAP@R, NMI (`retrieval_metrics`), and each query's own (`per_query_metrics`).
+- `index`: `GalleryIndex`, a gallery's embeddings searchable exactly, by IVF or HNSW, saved and loaded.
+- `evaluation`: (model, dataset) to embeddings, metrics and a gallery index.
+- `shipped_gallery`: a checkpoint's own test-split index, used only while its weights' hash matches.
+"""

@@ -1,0 +1,425 @@
+"""Trainer: the training loop, live control, events, checkpoints and resume (its settings: memvir/config.py).
+
+Read top to bottom: ``Trainer.run`` is the loop; ``_train_step`` is one MemVir step (embed, augment with past
+steps, loss, update). The Trainer knows nothing of a UI or a terminal: it emits events (memvir/events.py) to
+listeners, writes a run folder when given one, and accepts live changes between steps from any thread.
+
+Determinism: every sample's augmentation is drawn from its own seed (run seed, epoch, position), batches come from a
+seeded permutation per epoch, and a checkpoint holds the step, the optimizer and the MemVir memory. So a run stopped
+at any step and resumed reproduces the uninterrupted run on the CPU, whatever the number of loader workers.
+
+Several processes (torchrun, memvir.train.distributed): each rank trains on its contiguous share of every global batch
+under DistributedDataParallel and gathers the embeddings, so all ranks compute the loss and store the memory of the
+whole batch, as one process would. Rank 0 alone writes the run folder and talks to listeners; its word on stopping
+and live changes is broadcast between steps, so every rank takes the same steps and ends in the same state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+import time
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memvir import checkpoint
+from memvir.analysis.snapshots import SnapshotMaker
+from memvir.analysis.spread import class_weight_spread, virtual_spread
+from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
+from memvir.data.batches import TrainingBatches
+from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.losses import build_loss
+from memvir.memory.checks import NonFiniteError
+from memvir.memory.size import check_ring
+from memvir.memory.virtual_classes import MemVir
+from memvir.models.card import memvir_summary
+from memvir.retrieval import evaluation
+from memvir.train.adam_regime import eps_dominated_shares
+from memvir.train.checks import TrainingDiverged, UncheckedLosses, check_labels
+from memvir.train.devices import pick_device, place_model, training_network
+from memvir.train.distributed import World
+from memvir.train.host_memory import keep_freed_memory
+from memvir.train.state import restore_trainer_state, stored_config, trainer_state
+
+_STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _batch_norms(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+class Trainer:
+    """Trains an EmbeddingModel with MemVir. ``run()`` blocks; ``stop``/``pause``/``resume``/``update`` may be called
+    from other threads and take effect between two steps.
+
+    Under torchrun every rank builds its own Trainer with the same config and `out_dir`; rank 0 alone writes there
+    (on the others `out_dir` is None) and calls listeners, and its stop, pause and updates hold for all ranks.
+    """
+
+    def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
+        from memvir.data import load_dataset
+        from memvir.data.splits import without_augmentation
+        from memvir.data.validation import hold_out_validation
+        from memvir.models.embedding_model import EmbeddingModel
+
+        self.config = config
+        self.world = World.from_environment()
+        self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
+        self.out_dir = Path(out_dir) if out_dir is not None and self.world.is_main else None
+        self.device = self.world.start(pick_device(config.device))
+        if self.device.type == "cpu":
+            keep_freed_memory()  # a step's memory mapped once, not at every step (memvir.train.host_memory)
+        self._listeners = list(listeners)
+        self._lock = threading.Lock()
+        self._pending: dict = {}
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self.state = "ready"
+
+        torch.manual_seed(config.seed)
+        self.data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size,
+                                 seed=config.seed)
+        if not config.augment:
+            self.data = without_augmentation(self.data)
+        self.validation = None
+        if config.val_classes:
+            self.data, self.validation = hold_out_validation(self.data, config.val_classes, config.val_fold)
+        info = self.data.info
+        self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
+                                       sampler=config.sampler, samples_per_class=config.samples_per_class,
+                                       num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+                                       name=config.dataset)
+        self.steps_per_epoch = self.batches.steps_per_epoch
+        self.total_steps = config.epochs * self.steps_per_epoch
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+        self._check_memory(config)
+
+        self.model = place_model(EmbeddingModel(
+            backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
+            image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
+            image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
+        ), self.device, self.world)
+        self._network = training_network(self.model, self.device, self.world, config.compile)
+        num_classes = info.num_train_classes
+        init = torch.Generator().manual_seed(config.seed + 1)
+        weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
+        self.class_weights = nn.Parameter(weights.to(self.device))
+        # a GPU checks its steps' values in batches, not at every step (memvir.train.checks)
+        self._checks_every_step = self.device.type != "cuda"
+        self._unchecked = UncheckedLosses()
+        self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
+        self.loss_fn.check_values = self._checks_every_step
+        self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
+                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
+                             check_values=self._checks_every_step)
+        self.optimizer = torch.optim.Adam(
+            [{"params": self.model.parameters(), "lr": config.lr},
+             {"params": [self.class_weights], "lr": config.class_lr}],
+            eps=config.adam_eps, weight_decay=config.weight_decay,
+        )
+        self.step = 0
+        self._set_learning_rates()
+        self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
+        self.last_metrics: dict = {}
+        self.snapshots = SnapshotMaker(self.data, config.seed, config.probe_classes, config.focus_classes,
+                                       config.dataset)
+        self._speed = None
+        self.command: str | None = None  # the command line that started the run, for the model card
+        self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
+
+    # -------------------------------------------------------------------------------------- construction helpers
+    @classmethod
+    def from_run_folder(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
+        """Continue the run in `out_dir` from its checkpoint: same config, model, optimizer, MemVir memory and step.
+
+        `overrides` (None: keep) may change the settings in RESUMABLE. N, M, the warm-up and the learning rates
+        apply as a live change does (`update`): checked, recorded in the history, the memory resized. A value equal
+        to the run's is no change; changing any other setting is a ResumeConflict. `resume_changes` of the trainer
+        returned lists what changed, as {setting: (old, new)}.
+        """
+        out_dir = Path(out_dir)
+        path = out_dir / checkpoint.TRAINER_STATE
+        state = checkpoint.load_state(path)
+        stored = stored_config(state, path)
+        changes = resume_changes(stored, overrides, out_dir)
+        live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
+        values = {name: new for name, (_, new) in changes.items() if name not in live}
+        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
+        restore_trainer_state(trainer, state, path)
+        if live:
+            trainer._check_changes(live)
+            trainer._apply_changes(live)
+        trainer.resume_changes = changes
+        return trainer
+
+    def _warmup_steps(self, warmup_epochs: float) -> int:
+        return int(round(warmup_epochs * self.steps_per_epoch))
+
+    def add_listener(self, listener) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, event) -> None:
+        if hasattr(event, "record") and not isinstance(event, StepEvent | SnapshotEvent):
+            self._log(event.record())
+        if not self.world.is_main:  # one voice per run: the other ranks' events are the same
+            return
+        for listener in list(self._listeners):
+            listener(event)
+
+    def _log(self, record: dict) -> None:
+        self.history.append(record)
+        if self.out_dir is not None:
+            checkpoint.append_record(record, self.out_dir / checkpoint.METRICS_LOG)
+
+    # -------------------------------------------------------------------------------------- live control
+    def update(self, memvir_n=None, memvir_m=None, warmup_epochs=None, lr=None, class_lr=None,
+               focus_classes=None) -> None:
+        """Ask for new N, M, warm-up (epochs), learning rates or few-class view; checked now, applied before the next
+        step."""
+        changes = {k: v for k, v in dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs, lr=lr,
+                                         class_lr=class_lr, focus_classes=focus_classes).items() if v is not None}
+        with self._lock:
+            self._check_changes({**self._pending, **changes})
+            self._pending.update(changes)
+
+    def _check_changes(self, changes: dict) -> None:
+        """Validate the config that `changes` would make, its memory against the limit included, before any applies."""
+        candidate = dataclasses.replace(self.config, **changes)  # validated as it is made
+        self._check_memory(candidate)
+        self.snapshots.focus(candidate.focus_classes)
+
+    def _check_memory(self, config: TrainConfig) -> None:
+        """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
+        check_ring(config.memvir_n, config.memvir_m, config.batch_size, self.data.info.num_train_classes,
+                   config.embedding_dim, _STORE_DTYPES[config.memvir_store_dtype] or torch.float32)
+
+    def stop(self) -> None:
+        """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""
+        self._stop.set()
+        self._running.set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume_training(self) -> None:
+        self._running.set()
+
+    def _between_steps(self) -> bool:
+        """Wait out a pause, then apply live changes; True when the run is to stop. Rank 0 decides for all ranks."""
+        if not self._running.is_set():
+            self._set_state("paused", "paused: press resume to continue")
+            self._running.wait()
+            if not self._stop.is_set():
+                self._set_state("running", "resumed")
+        with self._lock:
+            changes, self._pending = self._pending, {}
+        stop, changes = self.world.agree((self._stop.is_set(), changes))
+        self._apply_changes(changes)
+        return stop
+
+    def _apply_changes(self, changes: dict) -> None:
+        if not changes:
+            return
+        old = {k: getattr(self.config, k) for k in changes}
+        self.config = dataclasses.replace(self.config, **changes)
+        self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
+                                warmup_steps=self._warmup_steps(self.config.warmup_epochs))
+        self._set_learning_rates()
+        if "focus_classes" in changes:
+            self.snapshots.set_focus(self.config.focus_classes)
+        described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
+        self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
+
+    def _set_learning_rates(self) -> None:
+        """The optimizer's learning rates for the next step, from the configured ones and the decay."""
+        self.optimizer.param_groups[0]["lr"] = self._lr(self.config.lr)
+        self.optimizer.param_groups[1]["lr"] = self._lr(self.config.class_lr)
+
+    def _lr(self, base: float) -> float:
+        if self.config.lr_decay == "cosine":
+            return base * 0.5 * (1 + math.cos(math.pi * self.step / max(1, self.total_steps)))
+        if self.config.lr_decay == "step":  # the step being taken is in 1-based epoch step // steps_per_epoch + 1
+            epoch = self.step // self.steps_per_epoch + 1
+            return base * self.config.lr_decay_rate ** sum(epoch >= e for e in self.config.lr_decay_epochs)
+        return base
+
+    # -------------------------------------------------------------------------------------- the loop
+    def run(self) -> str:
+        """Train until the last epoch, ``max_steps``, or a stop. Returns the final state:
+        'finished' or 'stopped'. Raises TrainingDiverged on a NaN/inf loss (after emitting 'failed')."""
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint.remove_stale_temporaries(self.out_dir)  # what a process killed mid-checkpoint left
+            checkpoint.save_text(self.config.to_json(), self.out_dir / checkpoint.TRAIN_CONFIG)
+            checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
+        self.state = "running"
+        where = self.device.type if not self.world.is_distributed else f"{self.world.world_size} x {self.device.type}"
+        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset} on {where}"))
+        if self.step == 0 and self.config.eval_at_start:
+            self.evaluate()
+        while self.step < self.total_steps:
+            epoch, position = divmod(self.step, self.steps_per_epoch)
+            for images, labels in self.batches.epoch(epoch, position):
+                if self._between_steps():
+                    return self._finish("stopped", f"stopped at step {self.step}")
+                self._train_step(images, labels, epoch)
+                if self.step % self.config.checkpoint_every == 0:
+                    self.save_checkpoint()
+                if self.step >= self.total_steps:
+                    break
+            end_of_epoch = self.step % self.steps_per_epoch == 0
+            last = self.step >= self.total_steps
+            due = self.config.eval_every and (self.step // self.steps_per_epoch) % self.config.eval_every == 0
+            if last or (end_of_epoch and due):
+                self.evaluate()
+            if not last:
+                self.save_checkpoint()
+        return self._finish("finished", f"finished {self.step} steps")
+
+    def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
+        started = time.perf_counter()
+        self.model.train()
+        if self.config.freeze_bn:
+            for module in _batch_norms(self.model):
+                module.eval()
+        if not self._checks_every_step:
+            check_labels(labels, self.class_weights.shape[0])
+        images = images.to(self.device, non_blocking=True)
+        labels = labels.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            images = images.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+            embeddings = self._network(images)
+        # the global batch on every rank, in rank order (no-ops in one process); gradients reach this rank's rows
+        embeddings = self.world.gather_with_grad(embeddings.float())
+        labels = self.world.gather(labels)
+        after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
+        try:
+            all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
+        except NonFiniteError:  # refused, so the memory stays clean
+            self._diverge(f"the embeddings or class weights became NaN or infinite at step {self.step + 1}")
+        num_classes = self.class_weights.shape[0]
+        loss_labels, loss_weights = all_labels, all_weights
+        if self.config.memvir_labels == "seen":  # the control: more instances of the seen classes, no new class
+            loss_labels, loss_weights = all_labels % num_classes, self.class_weights
+        if self.config.memvir_reduction == "balanced":
+            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights, classes_per_set=num_classes)
+        else:  # the plain three-argument call of the loss contract
+            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights)
+        with torch.no_grad():
+            target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
+            self._unchecked.add(self.step + 1, loss, target_cosine.mean())
+        loss_value = cosine_value = None  # known on the steps that are checked
+        if self._checks_every_step or self._reports_at(self.step + 1):
+            loss_value, cosine_value = self._checked()
+        if after_warmup and self.config.loss_scale_after_warmup != 1.0:
+            loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DDP averages the network's gradients over the ranks here
+        self.world.broadcast_(self.class_weights.grad)  # equal on every rank already; rank 0's keeps them bit-equal
+        self.optimizer.step()
+        self.step += 1
+        if self.config.lr_decay != "none":
+            self._set_learning_rates()
+
+        elapsed = time.perf_counter() - started
+        rate = labels.shape[0] / max(elapsed, 1e-9)
+        self._speed = rate if self._speed is None else 0.9 * self._speed + 0.1 * rate
+        # the spread of the classes at the snapshot cadence (the logging cadence without snapshots): cheap, but
+        # each figure costs a host sync on a GPU, so not every step
+        # (every rank computes them from the same gathered tensors, so that all ranks keep the same history)
+        spread_every = self.config.snapshot_every or self.config.log_every
+        spread = {}
+        if self.step % spread_every == 0:
+            spread = class_weight_spread(all_weights[:num_classes]) | virtual_spread(
+                all_embeddings, all_labels, all_weights, num_classes)
+        # the first and last steps too, so that every curve spans the whole run, however short
+        logged = self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or bool(spread)
+        event = StepEvent(
+            step=self.step, epoch=epoch, loss=loss_value, num_classes=loss_weights.shape[0],
+            num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
+            images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
+            warmup=self.step <= self.memvir.warmup_steps, spread=spread, logged=logged,
+            adam=eps_dominated_shares(self.optimizer) if logged else {},
+        )
+        if logged:
+            self._log(event.record())
+        self._emit(event)
+        if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
+            self._emit(self.snapshots.make(self.model, self.step, self.memvir.margin, all_embeddings, all_labels,
+                                           all_weights, self.class_weights.shape[0]))
+
+    def _reports_at(self, step: int) -> bool:
+        """Whether step `step` logs, snapshots, evaluates or saves anything (what needs its values checked)."""
+        every = [self.config.log_every, self.config.checkpoint_every, self.steps_per_epoch,
+                 self.config.snapshot_every]
+        return step in (1, self.total_steps) or any(n and step % n == 0 for n in every)
+
+    def _checked(self) -> tuple[float, float] | tuple[None, None]:
+        """Check the unchecked steps' losses in one host sync; TrainingDiverged at the first NaN or inf, else the
+        latest step's (loss, mean target cosine)."""
+        diverged, latest = self._unchecked.check()
+        if diverged is not None:
+            step, loss = diverged
+            self._diverge(f"the loss became {loss} at step {step}")
+        return latest
+
+    def _diverge(self, what: str) -> NoReturn:
+        message = (f"{what}; the run stopped and the last good checkpoint is kept. Try a lower learning rate or a "
+                   "smaller loss scale.")
+        self.state = "failed"
+        self._emit(StatusEvent("failed", self.step, message))
+        raise TrainingDiverged(message)
+
+    # -------------------------------------------------------------------------------------- views of the model
+    def evaluate(self) -> dict:
+        """Retrieval metrics on the test classes, and on the validation classes as "val_*" when some are held out
+        (emits an EvalEvent). Call it on every rank: each embeds its shard and rank 0 scores them all."""
+        metrics = self._score(self.data.test)
+        if self.validation is not None:
+            metrics |= {f"val_{name}": value for name, value in self._score(self.validation).items()}
+        self.last_metrics = metrics
+        self._emit(EvalEvent(self.step, self.step // self.steps_per_epoch, dict(self.last_metrics)))
+        return self.last_metrics
+
+    def _score(self, split) -> dict:
+        total = len(split)
+        embeddings, labels = evaluation.embed(self.model, split, self.world.shard(total),
+                                           num_workers=self.config.num_workers)
+        embeddings = self.world.gather_shards(embeddings, total, self.device)
+        labels = self.world.gather_shards(labels, total, self.device)
+        metrics = evaluation.score(embeddings, labels, self.config.dataset) if self.world.is_main else None
+        return self.world.agree(metrics)
+
+    # -------------------------------------------------------------------------------------- state on disk
+    def save_checkpoint(self) -> Path | None:
+        """Write the trainer state and the Hub files of the current model into the run folder, as one set: a kill at
+        any moment leaves the folder loadable (`checkpoint.staged`)."""
+        if self.out_dir is None:
+            return None
+        self._checked()  # never save a state whose steps are not all known to be finite
+        with checkpoint.staged(self.out_dir) as stage:
+            checkpoint.save_state(trainer_state(self), stage / checkpoint.TRAINER_STATE)
+            card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
+                          "train_config": self.config.to_dict(), "step": self.step}
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra)
+        return self.out_dir / checkpoint.TRAINER_STATE
+
+    def _set_state(self, state: str, message: str) -> None:
+        self.state = state
+        self._emit(StatusEvent(state, self.step, message))
+
+    def _finish(self, state: str, message: str) -> str:
+        saved = self.save_checkpoint()
+        self.batches.release_workers()
+        self.state = state
+        self._emit(StatusEvent(state, self.step, message, checkpoint=str(saved) if saved else None))
+        return state
+

@@ -1,0 +1,236 @@
+"""The app's pieces without a server: settings, upload checks, glyph queries, the status line, a run's bookkeeping."""
+
+import dataclasses
+import io
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from demo.common.settings import AppSettings
+from demo.common.uploads import UploadError, load_image, unpack_class_zip
+from demo.retrieve.galleries import thumbnail
+from demo.runs.live_run import LiveRun, SnapshotView
+from demo.train import live_view
+from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.train.trainer import TrainConfig
+
+
+def _png(path, size=(8, 8), color=200):
+    Image.new("L", size, color).save(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- settings
+def test_choices_written_into_the_page_match_the_library():
+    from demo.train.tab import BACKBONE_CHOICES, LOSS_CHOICES, SCHEDULE_CHOICES
+    from memvir import LOSSES
+    from memvir.memory.virtual_classes import SCHEDULES
+    from memvir.models.backbones import available_backbones
+
+    assert tuple(LOSS_CHOICES) == tuple(LOSSES)
+    assert tuple(BACKBONE_CHOICES) == available_backbones()
+    assert tuple(value for _, value in SCHEDULE_CHOICES) == tuple(SCHEDULES)
+
+
+def test_page_defaults_are_the_library_defaults_with_glyphs_preset():
+    """The page opens on the library's settings, except the five that glyphs' preset (chosen on validation classes,
+    docs/reproduction.md section 9) sets: 12 epochs and the balanced reduction depart from the library's."""
+    from demo.train.tab import DEFAULTS
+    from memvir.config import TrainConfig
+
+    library = TrainConfig().to_dict()
+    for name in ("dataset", "backbone", "loss", "batch_size", "lr", "seed", "memvir_n", "memvir_m",
+                 "warmup_epochs", "memvir_schedule", "val_classes"):
+        assert DEFAULTS[name] == library[name], name
+    assert (library["epochs"], library["memvir_reduction"]) == (8, "official")
+    assert (DEFAULTS["epochs"], DEFAULTS["memvir_reduction"]) == (12, "balanced")
+
+
+def test_settings_from_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("MEMVIR_MAX_RUNS", "3")
+    monkeypatch.setenv("MEMVIR_UMAP", "0")
+    monkeypatch.setenv("MEMVIR_SERVER_PRIORITY", " Idle ")
+    settings = AppSettings.from_env()
+    assert settings.runs_dir == tmp_path / "data" / "runs"
+    assert settings.uploads_dir == tmp_path / "data" / "uploads"
+    assert (settings.max_active_runs, settings.umap, settings.server_priority) == (3, False, "idle")
+    monkeypatch.delenv("MEMVIR_SERVER_PRIORITY")
+    assert AppSettings.from_env().server_priority == "low"
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("MEMVIR_MAX_RUNS", "two", "MEMVIR_MAX_RUNS='two' is not a whole number"),
+    ("MEMVIR_MAX_RUNS", "0", "MEMVIR_MAX_RUNS=0 is too small"),
+    ("MEMVIR_UMAP", "maybe", "MEMVIR_UMAP='maybe' is not a yes/no value"),
+    ("MEMVIR_SERVER_PRIORITY", "high", "MEMVIR_SERVER_PRIORITY='high' is not one of idle, low, normal"),
+])
+def test_bad_settings_say_which_variable(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        AppSettings.from_env()
+
+
+# ---------------------------------------------------------------------------------------------- uploads
+def test_load_image_decodes_a_png(tmp_path):
+    image = load_image(_png(tmp_path / "a.png", (5, 7)), max_bytes=10_000, max_pixels=100)
+    assert image.size == (5, 7) and np.asarray(image).max() == 200
+
+
+def test_load_image_refuses_text(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("not an image")
+    with pytest.raises(UploadError, match=r"notes.txt is not an image this app can read \(PNG, JPEG"):
+        load_image(path, max_bytes=10_000, max_pixels=100)
+
+
+def test_load_image_refuses_a_truncated_png(tmp_path):
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), (10, 20, 30)).save(buffer, format="PNG")
+    path = tmp_path / "cut.png"
+    path.write_bytes(buffer.getvalue()[:60])
+    with pytest.raises(UploadError, match="cut.png"):
+        load_image(path, max_bytes=10_000, max_pixels=10_000)
+
+
+def test_load_image_refuses_big_files_and_huge_canvases(tmp_path):
+    path = _png(tmp_path / "big.png", (40, 30))
+    with pytest.raises(UploadError, match="big.png is 0.0 MB; images up to 0 MB are accepted"):
+        load_image(path, max_bytes=10, max_pixels=10_000)
+    with pytest.raises(UploadError, match="big.png is 40x30 pixels; images up to 0 megapixels are accepted"):
+        load_image(path, max_bytes=10_000, max_pixels=40 * 30 - 1)
+
+
+def _zip(path, entries):
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_unpack_class_zip_lands_in_the_uploads_folder(tmp_path):
+    png = io.BytesIO()
+    Image.new("L", (4, 4)).save(png, format="PNG")
+    path = _zip(tmp_path / "classes.zip", {"cats/1.png": png.getvalue(), "dogs/1.png": png.getvalue()})
+    root = unpack_class_zip(path, tmp_path / "uploads", max_zip_bytes=10_000, max_unpacked_bytes=10_000)
+    assert root.parent == tmp_path / "uploads"
+    assert sorted(p.name for p in root.iterdir()) == ["cats", "dogs"]
+
+
+def test_unpack_class_zip_refuses_paths_leaving_the_folder(tmp_path):
+    path = _zip(tmp_path / "evil.zip", {"../escaped.png": b"x", "ok/1.png": b"y"})
+    uploads = tmp_path / "uploads"
+    with pytest.raises(UploadError, match=r"evil.zip: entry '../escaped.png' points outside the destination"):
+        unpack_class_zip(path, uploads, max_zip_bytes=10_000, max_unpacked_bytes=10_000)
+    assert not (tmp_path / "escaped.png").exists()
+    assert not uploads.exists() or not any(uploads.iterdir())
+
+
+def test_unpack_class_zip_refuses_big_zips(tmp_path):
+    path = _zip(tmp_path / "big.zip", {"a/1.png": b"x" * 5000})
+    with pytest.raises(UploadError, match="big.zip is 0.0 MB; zips up to 0 MB are accepted"):
+        unpack_class_zip(path, tmp_path / "uploads", max_zip_bytes=100, max_unpacked_bytes=10_000)
+
+
+def test_thumbnail_shows_glyphs_as_dark_ink_on_white():
+    render = np.zeros((32, 32), dtype=np.uint8)
+    render[:, :16] = 255
+    shown = np.asarray(thumbnail(Image.fromarray(render), glyphs=True, size=64))
+    assert shown.shape == (64, 64)
+    assert shown[32, 5] == 0 and shown[32, 60] == 255
+
+
+# ---------------------------------------------------------------------------------------------- status line
+@pytest.mark.parametrize(("seconds", "text"), [(0, "0 s"), (45, "45 s"), (200, "3 min 20 s"), (7500, "2 h 05 min")])
+def test_format_duration(seconds, text):
+    assert live_view.format_duration(seconds) == text
+
+
+def _run(tmp_path, **overrides):
+    values = {"dataset": "glyphs-mini", "epochs": 5, "batch_size": 128, "memvir_n": 5, "memvir_m": 10,
+              "warmup_epochs": 1.0}
+    config = TrainConfig(**{**values, **overrides})
+    run = LiveRun("r1", "owner", tmp_path / "r1", config)
+    run.total_steps = 475
+    return run
+
+
+def _step(step, **overrides):
+    values = dict(step=step, epoch=1, loss=2.0, num_classes=2042, num_virtual_sets=1, mean_target_cosine=0.3,
+                  images_per_s=1600.0, lr=1e-3, warmup=False)
+    return StepEvent(**{**values, **overrides})
+
+
+def test_status_line_says_epoch_step_classes_virtual_sets_speed_and_time_left(tmp_path):
+    run = _run(tmp_path)
+    run._on_event(StatusEvent("running", 0, "training"))
+    run._on_event(_step(123))
+    text = live_view.status_markdown(run, "owner")
+    # time left: (475 - 123) steps x 128 images / 1600 images/s = 28.16 s
+    assert ("**Training** · epoch 2 of 5 · step 123 of 475 · classes in use s(i) 2,042 · virtual sets 1 of 5 · "
+            "1,600 images/s · about 28 s left") in text
+    assert "another visitor" not in text
+    assert "watching a run started by another visitor (read-only)" in live_view.status_markdown(run, "someone")
+
+
+def test_status_line_names_live_changes_in_the_pages_words(tmp_path):
+    run = _run(tmp_path, memvir_n=5)
+    run._on_event(ControlEvent(123, {"memvir_n": 10}, "memvir_n 5 -> 10: applied at step 124"))
+    run._on_event(ControlEvent(130, {"memvir_m": 3, "warmup_epochs": 2.0}, "..."))
+    assert run.control_message == "M 10 -> 3, warm-up (epochs) 1.0 -> 2.0: applied at step 131"
+    run._on_event(ControlEvent(140, {"memvir_n": 7}, "..."))
+    assert "Live change: N 10 -> 7: applied at step 141" in live_view.status_markdown(run, "owner")
+
+
+def test_a_run_keeps_the_records_of_the_events_it_hears_as_metrics_jsonl_would(tmp_path):
+    run = _run(tmp_path)  # the steps the trainer logged say so; the others only update the status line
+    events = [StatusEvent("running", 0, "training"), _step(1, logged=True), _step(2),
+              _step(5, spread={"weight_mean_cos": 0.25}, logged=True), _step(10, logged=True),
+              EvalEvent(10, 0, {"recall@1": 0.5}), ControlEvent(11, {"memvir_n": 3}, "N 5 -> 3"), _step(11),
+              _step(475, logged=True), StatusEvent("finished", 475, "done")]
+    for event in events:
+        run._on_event(event)
+    assert [(record["type"], record["step"]) for record in run.records] == [
+        ("status", 0), ("step", 1), ("step", 5), ("step", 10), ("eval", 10), ("control", 11), ("step", 475),
+        ("status", 475)]
+    assert run.records[2] == {"type": "step", "step": 5, "epoch": 1, "loss": 2.0, "num_classes": 2042,
+                              "num_virtual_sets": 1, "mean_target_cosine": 0.3, "images_per_s": 1600.0, "lr": 1e-3,
+                              "warmup": False, "weight_mean_cos": 0.25}
+    assert run.records[4] == {"type": "eval", "step": 10, "epoch": 0, "recall@1": 0.5}
+    assert run.last_step.step == 475 and run.state == "finished"
+
+
+def test_status_line_when_nothing_runs():
+    assert "press **Start**" in live_view.status_markdown(None, "anyone")
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+def _snapshot(step):
+    rows = torch.nn.functional.normalize(torch.randn(6, 4), dim=1)
+    return SnapshotEvent(step=step, margin=1, embeddings=rows, labels=torch.arange(6) % 3, ages=torch.zeros(6).long(),
+                         class_weights=torch.randn(3, 4), class_weight_labels=torch.arange(3),
+                         class_weight_ages=torch.zeros(3).long(), probe_embeddings=torch.randn(4, 4),
+                         probe_labels=torch.tensor([0, 0, 1, 1]))
+
+
+def test_snapshots_are_kept_projected_and_thinned_from_the_start_on(tmp_path):
+    run = _run(tmp_path)
+    projected_steps = []
+
+    def project(snapshot, method, reference=None):
+        projected_steps.append(snapshot.step)
+        return dataclasses.make_dataclass("P", ["step", "method"])(snapshot.step, method)
+
+    run._project, run._snapshot_history = project, 4
+    for step in (10, 20, 30, 40, 50):
+        run._on_event(_snapshot(step))
+    # the fifth snapshot overflows 4: every other older one goes, the newest stays -> 10, 30, 50
+    assert [view.step for view in run.snapshots] == [10, 30, 50]
+    assert all(isinstance(view, SnapshotView) and view.projected.method == "pca" for view in run.snapshots)
+    assert projected_steps == [10, 20, 30, 40, 50]
+    assert run.latest_raw_snapshot.step == 50  # only the newest raw snapshot is held (for UMAP)
+    assert [run.snapshot_at(s).step for s in (None, 5, 10, 29, 30, 49, 99)] == [50, 10, 10, 10, 30, 30, 50]
+    assert live_view.snapshot_range(run) == (10, 50)

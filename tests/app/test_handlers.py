@@ -1,0 +1,360 @@
+"""The page's handlers called directly, as the page's events call them, without a browser or a server: the poll's
+state machine over a run with stand-in figures, the Train tab's refusals and a real start and stop, the snapshot
+scrubber, the Retrieve tab's searches on a tiny checkpoint, and the page assembled with every api_name and the
+parameter names clients send."""
+
+import html
+import inspect
+import re
+import time
+import typing
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+import torch
+from PIL import Image
+
+from demo.common.handlers import bind
+from demo.common.settings import AppSettings
+from demo.page import App, build_app, on_load
+from demo.retrieve import tab as retrieve_tab
+from demo.retrieve.service import RetrievalService
+from demo.runs.live_run import LiveRun
+from demo.runs.manager import RunManager
+from demo.train import tab as train_tab
+from demo.train.poll import CurvesSent, EmbeddingSent, PollState, poll, recolor, show_snapshot
+from memvir.analysis.projection import project_snapshot
+from memvir.events import SnapshotEvent, StatusEvent
+from memvir.models.embedding_model import EmbeddingModel
+from memvir.train.trainer import TrainConfig
+
+SKIP = gr.skip()
+NO_SNAPSHOT = "No snapshot yet — press Start; the embeddings appear at the first snapshot."
+EMPTY_CURVES = "Press Start to train; the curves fill in as it trains."
+
+
+def _settings(tmp_path) -> AppSettings:
+    return AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints", umap=False)
+
+
+def _message(figure) -> str:
+    """The text of an empty figure (live_view's placeholders)."""
+    return figure.layout.annotations[0].text
+
+
+# ---------------------------------------------------------------------------------------------- the poll
+class StandInRuns:
+    """What the poll asks of a RunManager: the run a page shows, and UMAP (off)."""
+
+    umap_worker = None
+
+    def __init__(self):
+        self.run = None
+
+    def attach(self, visitor, viewed_id=None, after=None):
+        return self.run
+
+    def get(self, run_id):
+        return self.run if self.run is not None and run_id == self.run.id else None
+
+
+class StandInFigures:
+    """What the poll asks of the FigureBuilder, with strings for figures: the curves and the spread figures at a key,
+    the latest snapshot."""
+
+    def __init__(self):
+        self.curve_key = ("r1", 1)
+        self.spread_key = ("r1", None)
+        self.latest = None  # (snapshot key, step), once there is one
+
+    def curves(self, run):
+        return self.curve_key, (f"loss {self.curve_key}", f"classes {self.curve_key}", f"cosine {self.curve_key}")
+
+    def spread(self, run):
+        return self.spread_key, (f"drift {self.spread_key}", f"spread {self.spread_key}")
+
+    def latest_embedding(self, run, color_by):
+        if self.latest is None:
+            return None
+        key, step = self.latest
+        return key, step, f"picture {key} by {color_by}", f"caption of step {step}"
+
+
+def _live_run(tmp_path) -> LiveRun:
+    run = LiveRun("r1", "alice", tmp_path / "r1", TrainConfig(dataset="glyphs-mini", epochs=5))
+    run.total_steps = 45
+    run._on_event(StatusEvent("running", 0, "training"))
+    return run
+
+
+def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
+    runs, figures = StandInRuns(), StandInFigures()
+
+    # a fresh page, no run: the empty views once, then nothing new
+    state, status, *views, key = poll(runs, figures, PollState(), "age", True, visitor="bob")
+    assert status.startswith("**Ready.**")
+    assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
+    assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
+                                                       gr.update(maximum=1, value=1))
+    assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
+    assert key == "no run"  # the page's second poll: the empty spread figures and no results table
+    again, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and again == state and key == SKIP
+
+    # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
+    runs.run = _live_run(tmp_path)
+    state, status, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert status.startswith("**Training** · step 0 of 45")
+    assert "watching a run started by another visitor (read-only)" in status
+    assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
+    assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.", SKIP)
+    running = repr((("r1", None), ("r1", "running", None)))  # the spread key as drawn, and the results key
+    assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
+                              views=running)
+    assert key == running
+    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 7
+
+    # new records and the first snapshot: both views, the slider moved to the snapshot's step
+    figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
+    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
+                     "caption of step 30", gr.update(maximum=30, value=30)]
+    assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
+    assert key == SKIP  # new records without a spread measure: the second poll is not sent
+
+    # a spread measure: the spread figures redrawn, and the page asks for them
+    figures.spread_key = ("r1", 30)
+    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and key == repr((("r1", 30), ("r1", "running", None)))
+
+    # another colouring is another picture; the curves are as they were
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
+
+    # not following: only the slider's range, once per change to the run's snapshots
+    state, _, *views, key = poll(runs, figures, state, "class", False, visitor="bob")
+    assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
+    assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
+    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 7
+
+    # following again: the latest picture at once
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
+
+    # the run forgotten: the empty views again
+    runs.run = None
+    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
+    assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
+
+
+def _snapshot(step: int) -> SnapshotEvent:
+    generator = torch.Generator().manual_seed(step)
+    rows = torch.nn.functional.normalize(torch.randn(12, 4, generator=generator), dim=1)
+    return SnapshotEvent(step=step, margin=1, embeddings=rows, labels=torch.arange(12) % 3,
+                         ages=torch.zeros(12).long(), class_weights=torch.randn(3, 4, generator=generator),
+                         class_weight_labels=torch.arange(3), class_weight_ages=torch.zeros(3).long(),
+                         probe_embeddings=torch.randn(6, 4, generator=generator),
+                         probe_labels=torch.tensor([0, 0, 1, 1, 2, 2]))
+
+
+def test_scrubbing_shows_the_snapshot_at_that_step_and_stops_following(tmp_path):
+    runs = StandInRuns()
+    runs.run = _live_run(tmp_path)
+    runs.run._project = project_snapshot
+    for step in (10, 20, 30):
+        runs.run._on_event(_snapshot(step))
+    state = PollState(run_id="r1")
+
+    state, figure, caption, follow = show_snapshot(runs, state, 25, "age")
+    assert (state.scrubbed_step, caption, follow) == (25, "Snapshot 2 of 3 kept · step 20 · PCA", False)
+    assert len(figure.data) > 0
+    assert recolor(runs, state, False, "class")[1] == "Snapshot 2 of 3 kept · step 20 · PCA"
+    # following: the latest, whose UMAP the worker makes once the run rests
+    assert recolor(runs, state, True, "class")[1] == "Snapshot 3 of 3 kept · step 30 · PCA · UMAP on its way"
+    assert show_snapshot(runs, state, 30, "age")[3] is True  # at the last snapshot: following again
+
+
+# ---------------------------------------------------------------------------------------------- the Train tab
+@pytest.fixture
+def runs(tmp_path):
+    manager = RunManager(_settings(tmp_path))
+    yield manager
+    manager.close()
+
+
+# dataset, backbone, loss, batch size, epochs, lr, seed, N, M, warm-up, snapshot every, eval every
+GOOD = ("glyphs-mini", "convnet", "norm-softmax", 32, 200, 1e-3, 0, 2, 2, 0.5, 10, 1)
+
+
+@pytest.mark.parametrize(("position", "value", "message"), [
+    (3, 1.5, "batch size must be a whole number of at least 1, got 1.5"),
+    (4, 0, "epochs must be a whole number of at least 1, got 0"),
+    (5, -1, "learning rate must be a number above 0, got -1"),
+    (7, -2, "N must be a whole number of at least 0, got -2"),
+    (10, "", "snapshot every is empty: enter a whole number of at least 0"),
+    (0, "zip", "upload a zip of class folders first (one folder of images per class)"),
+    (0, "folder", "type the path of a folder holding one sub-folder of images per class"),
+])
+def test_start_refuses_bad_settings_with_a_message_and_starts_nothing(runs, position, value, message):
+    settings = list(GOOD)
+    settings[position] = value
+    with pytest.warns(UserWarning, match=re.escape(message)):  # gr.Warning outside a request
+        assert train_tab.start(runs, *settings, visitor="alice") == (SKIP, f"⚠️ {message}")
+    assert runs.runs() == []
+
+
+def test_controls_without_a_run_say_what_to_do(runs):
+    state = PollState()
+    with pytest.warns(UserWarning):
+        assert train_tab.stop(runs, state, visitor="alice") == "⚠️ there is no run to control: press Start first"
+        assert train_tab.push_to_hub(runs, state, "me/x", visitor="alice") == (
+            "⚠️ there is no run to push: train one first")
+    assert train_tab.update_memvir(runs, state, 3, 2, 1.0, visitor="alice") == (
+        "The new MemVir settings apply when you press Start.")
+    assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True))
+
+
+def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
+    before = time.time()
+    state, notice = train_tab.start(runs, *GOOD, memvir_schedule=None, memvir_store_dtype=None, visitor="alice")
+    (run,) = runs.runs()
+    assert (state, notice) == (PollState(run_id=run.id), f"Started run `{run.id}`.")
+    # unset choices take the library's defaults; the page's own departures from them apply
+    assert (run.config.memvir_schedule, run.config.memvir_store_dtype, run.config.eval_at_start) == (
+        "curriculum", "float32", False)
+    assert (run.owner, run.config.batch_size, run.config.epochs, run.config.snapshot_every) == ("alice", 32, 200, 10)
+    with pytest.warns(UserWarning, match="another visitor's run is training"):
+        assert train_tab.start(runs, *GOOD, visitor="bob")[1].startswith("⚠️ another visitor's run is training")
+    with pytest.warns(UserWarning, match="this run was started by another visitor"):
+        assert train_tab.stop(runs, state, visitor="bob").startswith("⚠️ this run was started by another visitor")
+
+    reset_state, message, *values = train_tab.reset(runs, state, visitor="alice")
+    assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
+    assert reset_state.run_id is None and reset_state.after >= before
+    library = TrainConfig()
+    # the library's defaults with glyphs' preset (demo.train.presets): N 2, M 50, warm-up 2, batch 128, 12 epochs
+    assert values == [2, 50, 2.0, 128, 12, library.lr, library.seed, library.memvir_schedule, library.val_classes,
+                      library.memvir_store_dtype]
+    run.join(60)
+    assert run.state == "stopped"
+
+
+def test_a_page_opened_gets_a_visitor_key_and_the_checkpoints(runs, tmp_path):
+    retrieval = RetrievalService(runs.settings)
+    visitor, state, push_button, note, checkpoints = on_load(runs, retrieval, visitor="")
+    assert re.fullmatch(r"[0-9a-f]{32}", visitor) and state == PollState()
+    assert checkpoints == gr.update(choices=[])
+    assert on_load(runs, retrieval, visitor="kept")[0] == "kept"
+
+
+# ---------------------------------------------------------------------------------------------- the Retrieve tab
+def _captions(tiles_html: str) -> list[str]:
+    """The result tiles' captions as plain text (each image's alternative text, demo.retrieve.tiles)."""
+    return [html.unescape(text) for text in re.findall(r'<img [^>]*alt="([^"]*)"', tiles_html)]
+
+
+@pytest.fixture(scope="module")
+def retrieval(tmp_path_factory):
+    root = tmp_path_factory.mktemp("retrieve-tab")
+    torch.manual_seed(0)
+    EmbeddingModel(embedding_dim=16, in_channels=1, image_size=32, mean=(0.096,), std=(0.272,),
+                   dataset="glyphs-mini").save_pretrained(root / "checkpoints" / "tiny")
+    service = RetrievalService(AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False))
+    return service, str(root / "checkpoints" / "tiny")
+
+
+def test_searches_from_the_retrieve_tab(retrieval, tmp_path):
+    from memvir.data import load_dataset
+
+    service, checkpoint = retrieval
+    about, tiles, picked = retrieve_tab.prepare(service, checkpoint, "test split")
+    assert about.startswith("**Checkpoint** `tiny`: convnet, 16-d, trained on `glyphs-mini`.  \n**Gallery**: the "
+                            "glyphs-mini test split, 288 images.")
+    assert len(tiles) == 24 and picked["sample"][:3] == [0, 12, 24]
+
+    split = load_dataset("glyphs-mini").test
+    query = tmp_path / "query.png"
+    split.image(40).save(query)
+    class_name = split.class_names[split.labels[40]]
+    about, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, class_name.split(" ")[0],
+                                                    str(query))
+    captions = _captions(tiles)
+    assert captions[0] == f"#1 1.000 {class_name} same class"  # the query's own copy in the gallery, named in full
+    assert len(captions) == 3 and isinstance(seen, Image.Image)
+    assert about.endswith(f"3 nearest of 288 images in the glyphs-mini test split, with their cosine similarity · "
+                          f"{sum(c.endswith(' same class') for c in captions)} of 3 share the query's class "
+                          f"({class_name}).")
+
+    about, tiles, _ = retrieve_tab.search_gallery_item(service, checkpoint, "test split", 2, picked,
+                                                       evt=SimpleNamespace(index=1))
+    assert len(_captions(tiles)) == 2 and "share the query's class" in about
+
+
+@pytest.mark.parametrize(("handler", "arguments", "message"), [
+    (retrieve_tab.prepare, ("", "test split"), "choose a checkpoint, or type a Hub repo id such as owner/name"),
+    (retrieve_tab.search_upload, (None, "test split", 3, "", None), "upload a query image first"),
+    (retrieve_tab.search_drawing, (None, "test split", 3, "", None), "draw a character on the sketchpad first"),
+    (retrieve_tab.search_gallery_item, (None, "test split", 3, {"sample": [0], "gallery": "another"}),
+     "the gallery changed: press Load again, then pick an image"),
+])
+def test_retrieve_tab_refusals(retrieval, handler, arguments, message):
+    service, checkpoint = retrieval
+    arguments = tuple(checkpoint if argument is None and index == 0 else argument
+                      for index, argument in enumerate(arguments))
+    with pytest.warns(UserWarning):
+        assert handler(service, *arguments)[0] == f"⚠️ {message}"
+
+
+# ---------------------------------------------------------------------------------------------- the page
+def test_bind_fixes_the_context_and_keeps_what_gradio_reads():
+    def handler(context, value, visitor=None, request: gr.Request = None):
+        return context, value, visitor
+
+    bound = bind(handler, "the context")
+    assert list(inspect.signature(bound).parameters) == ["value", "visitor", "request"]
+    assert typing.get_type_hints(bound)["request"] is gr.Request  # how Gradio knows to pass the request
+    assert bound(1, visitor="v") == ("the context", 1, "v")
+
+
+# Every endpoint of the page's API and the parameters a client sends, as gradio_client names them.
+API = {
+    "/load": ["visitor"], "/poll": ["color_by", "follow", "visitor"], "/dataset_choice": ["dataset"],
+    "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
+               "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
+               "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "visitor"],
+    "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
+    "/reset": ["visitor"], "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
+    "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
+    "/update_warmup": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
+    "/show_snapshot": ["step", "color_by"], "/color_snapshot": ["follow", "color_by", "step"],
+    "/follow_snapshots": ["follow", "color_by", "step"], "/list_checkpoints": [],
+    "/poll_views": ["visitor"], "/suggest_settings": ["dataset"], "/show_classes": ["focus_classes", "visitor"],
+    "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
+    "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files"],
+    "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files"],
+    "/search_gallery_item": ["checkpoint_choice", "source", "k", "files"],
+    "/query_class_hint": ["checkpoint_choice", "source", "files"], "/download_checkpoint": ["checkpoint_choice"],
+    "/clear_sketch": [],
+}
+
+
+def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
+    app = build_app(_settings(tmp_path))
+    try:
+        assert isinstance(app, App) and isinstance(app.blocks, gr.Blocks)
+        assert app.retrieval_service.settings is app.settings is app.run_manager.settings
+        endpoints = app.blocks.get_api_info()["named_endpoints"]
+        assert {name: [parameter["parameter_name"] for parameter in endpoint["parameters"]]
+                for name, endpoint in endpoints.items()} == API
+        # Gradio passes gr.Request and gr.SelectData by their annotations, and silently passes nothing when they
+        # cannot be resolved: every handler's must
+        hints = {block_fn.api_name: typing.get_type_hints(block_fn.fn) for block_fn in app.blocks.fns.values()
+                 if block_fn.fn is not None}  # events that run only in the browser have no handler
+        assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
+            "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
+            "update_warmup", "push_to_hub", "poll_views", "show_classes"}
+        assert hints["search_gallery_item"]["evt"] is gr.SelectData
+    finally:
+        app.close()

@@ -1,0 +1,87 @@
+"""The app as a Hugging Face Space runs it: `python app.py` with GRADIO_SERVER_NAME=0.0.0.0 and a GRADIO_SERVER_PORT
+serves the page, the app's data goes to the Space's persistent storage when it has some, and the Space's build
+installs the CPU builds of exactly the torch and torchvision that requirements.txt pins."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from served_app import free_port
+
+from demo.common import settings as app_settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 120.0
+
+
+def _listening_on_all_interfaces(port: int) -> bool:
+    """A listening IPv4 socket bound to 0.0.0.0:port, as the kernel lists it (state 0A is LISTEN)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(row.split()[1] == f"00000000:{port:04X}" and row.split()[3] == "0A" for row in rows)
+
+
+@pytest.mark.slow
+def test_app_py_serves_the_page_as_a_space_starts_it(tmp_path):
+    port = free_port()
+    env = dict(os.environ, GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(port), SPACE_ID="someone/memvir",
+               MEMVIR_APP_DATA=str(tmp_path / "data"), MEMVIR_UMAP="0", HF_HUB_OFFLINE="1",
+               GRADIO_ANALYTICS_ENABLED="False")
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            assert process.poll() is None, f"app.py exited with {process.returncode}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                    status, page = response.status, response.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "app.py never served its page"
+                time.sleep(0.1)
+        assert _listening_on_all_interfaces(port)  # reachable through the Space's proxy, not only on loopback
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0]
+    assert status == 200, output
+    assert '<meta property="og:title" content="MemVir Studio" />' in page  # the app's title, from gr.Blocks
+    assert (tmp_path / "data" / "gradio").is_dir()  # MEMVIR_APP_DATA holds the app's files
+
+
+def test_the_data_folder_is_on_a_spaces_persistent_storage(tmp_path, monkeypatch):
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    monkeypatch.setattr(app_settings, "SPACE_STORAGE", storage)
+    monkeypatch.delenv("MEMVIR_APP_DATA", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert app_settings.default_data_dir() == app_settings.REPO_ROOT / "runs" / "app"  # not a Space
+    monkeypatch.setenv("SPACE_ID", "someone/memvir")
+    assert app_settings.default_data_dir() == storage / "memvir-studio"
+    assert app_settings.AppSettings.from_env().runs_dir == storage / "memvir-studio" / "runs"
+    monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "chosen"))
+    assert app_settings.default_data_dir() == tmp_path / "chosen"  # the setting wins
+    monkeypatch.delenv("MEMVIR_APP_DATA")
+    monkeypatch.setattr(app_settings, "SPACE_STORAGE", tmp_path / "no-storage")  # a Space without storage
+    assert app_settings.default_data_dir() == app_settings.REPO_ROOT / "runs" / "app"
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text().splitlines():
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if match:
+            pins[match.group(1)] = match.group(2)
+    return pins
+
+
+def test_the_space_installs_the_cpu_builds_of_the_pinned_torch_and_torchvision():
+    pre = REPO_ROOT / "pre-requirements.txt"
+    lines = [line.strip() for line in pre.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
+    pinned = _pins(REPO_ROOT / "requirements.txt")
+    assert _pins(pre) == {"torch": pinned["torch"], "torchvision": pinned["torchvision"]}

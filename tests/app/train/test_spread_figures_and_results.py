@@ -1,0 +1,169 @@
+"""The spread curves (demo.train.spread_figures), the results table (demo.train.results_table) and the dataset presets
+(demo.train.presets), from hand-made records; expectations written out here."""
+
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from demo.train.figures import BASELINE_COLOR
+from demo.train.presets import PRESETS, suggest_settings
+from demo.train.results_table import difference, expectations, percent, results_markdown, results_rows
+from demo.train.spread_figures import class_spread_figure, drift_figure, virtual_ages
+from memvir.config import TrainConfig
+
+
+def step(step, k=0, **spread):
+    return {"type": "step", "step": step, "epoch": 0, "loss": 1.0, "num_classes": 10 * (k + 1),
+            "num_virtual_sets": k, "mean_target_cosine": 0.1 * step / 10, "images_per_s": 1.0, "lr": 1e-3,
+            "warmup": step <= 10, **spread}
+
+
+# the spread measures at steps 20, 40, 60; a plain record at 30 carries none
+RECORDS = [step(10), step(20, weight_mean_cos=0.01, weight_uniformity=-3.9),
+           step(30, k=1),
+           step(40, k=1, weight_mean_cos=0.02, weight_uniformity=-3.8, virtual_weight_cos_1=0.995,
+                virtual_embedding_cos_1=0.2),
+           step(60, k=2, weight_mean_cos=0.05, weight_uniformity=-3.7, virtual_weight_cos_1=0.996,
+                virtual_embedding_cos_1=0.3, virtual_weight_cos_2=0.98, virtual_embedding_cos_2=0.25)]
+BASELINE = [step(20, weight_mean_cos=-0.01, weight_uniformity=-3.95), step(40, weight_mean_cos=-0.02,
+                                                                          weight_uniformity=-3.96)]
+
+
+def trace(figure, name, **where):
+    found = [t for t in figure.data if t.name == name and all(getattr(t, k) == v for k, v in where.items())]
+    assert len(found) == 1, [t.name for t in figure.data]
+    return found[0]
+
+
+# ---------------------------------------------------------------------------------------------- drift
+def test_each_virtual_set_has_a_weight_line_above_and_an_embedding_line_below_named_by_its_age():
+    assert virtual_ages(RECORDS) == [1, 2]
+    figure = drift_figure(RECORDS, margin=50)
+    first = trace(figure, "from 51 steps ago", yaxis="y")
+    np.testing.assert_array_equal(first.x, [20, 40, 60])
+    np.testing.assert_allclose(first.y, [np.nan, 0.995, 0.996])  # a gap before the set arrived
+    below = trace(figure, "from 102 steps ago", yaxis="y2")
+    np.testing.assert_allclose(below.y, [np.nan, np.nan, 0.25])
+    assert below.line.dash == "dot" and below.showlegend is False
+    live = trace(figure, "now (the live batch)")
+    np.testing.assert_allclose(live.y, [0.2, 0.4, 0.6])  # the live rows' mean_target_cosine at the same steps
+    assert [a.text for a in figure.layout.annotations][:2] == ["stored class weights · the live ones",
+                                                               "embeddings · their class weight now"]
+
+
+def test_before_any_virtual_set_the_drift_figure_says_when_one_comes():
+    figure = drift_figure(RECORDS[:3], margin=50)
+    assert not figure.data and "the first arrives M+1 steps<br>after the warm-up" in figure.layout.annotations[0].text
+
+
+def test_class_spread_draws_mean_cosine_and_uniformity_with_the_baseline_in_grey():
+    figure = class_spread_figure(RECORDS, baseline=BASELINE)
+    mean = trace(figure, "mean cos between two classes")
+    np.testing.assert_array_equal(mean.x, [20, 40, 60])
+    np.testing.assert_allclose(mean.y, [0.01, 0.02, 0.05])
+    uniformity = trace(figure, "uniformity (lower: more even)")
+    assert uniformity.yaxis == "y2" and uniformity.line.dash == "dash"
+    base = trace(figure, "baseline mean cos")
+    assert base.line.color == BASELINE_COLOR
+    np.testing.assert_allclose(base.y, [-0.01, -0.02])
+    assert "baseline mean cos" not in [t.name for t in class_spread_figure(RECORDS).data]
+    assert not class_spread_figure([step(10)]).data  # no measure yet: a message
+
+
+# ---------------------------------------------------------------------------------------------- results
+RUN_FINAL = {"type": "eval", "step": 72, "recall@1": 0.928194, "r_precision": 0.7409, "map@r": 0.69875,
+             "val_recall@1": 0.5, "val_r_precision": 0.25, "val_map@r": 0.125}
+BASE_FINAL = {"type": "eval", "step": 72, "recall@1": 0.931, "r_precision": 0.73045, "map@r": 0.69875,
+              "val_recall@1": 0.45, "val_r_precision": 0.3, "val_map@r": 0.1}
+
+
+def test_rows_are_percentages_to_two_decimals_and_the_difference_of_the_shown_figures():
+    assert percent(0.928194) == "92.82" and difference(0.928194, 0.931) == "-0.28"
+    assert difference(0.69875, 0.69875) == "0.00" and difference(0.5, 0.45) == "+5.00"
+    assert results_rows(RUN_FINAL, BASE_FINAL) == [
+        ("Recall@1 (test)", "92.82", "93.10", "-0.28"), ("R-Precision (test)", "74.09", "73.05", "+1.04"),
+        ("MAP@R (test)", "69.88", "69.88", "0.00"), ("Recall@1 (validation)", "50.00", "45.00", "+5.00"),
+        ("R-Precision (validation)", "25.00", "30.00", "-5.00"), ("MAP@R (validation)", "12.50", "10.00", "+2.50")]
+    test_only = {k: v for k, v in RUN_FINAL.items() if not k.startswith("val_")}
+    assert [row[0] for row in results_rows(test_only, BASE_FINAL)] == ["Recall@1 (test)", "R-Precision (test)",
+                                                                       "MAP@R (test)"]
+
+
+def run(state, final, config=None):
+    return SimpleNamespace(lock=threading.Lock(), state=state, records=[{"type": "step", "step": 1}, final],
+                           config=config or TrainConfig(memvir_reduction="balanced", epochs=12))
+
+
+def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expectations():
+    assert results_markdown(run("finished", RUN_FINAL), None) == ""
+    assert results_markdown(run("finished", RUN_FINAL), run("running", BASE_FINAL)) == ""
+    text = results_markdown(run("finished", RUN_FINAL), run("finished", BASE_FINAL))
+    lines = text.splitlines()
+    assert lines[0] == "**Final results** (step 72, %)"
+    assert lines[2:5] == ["| metric | this run | baseline (N = 0) | difference |", "|---|---:|---:|---:|",
+                          "| Recall@1 (test) | 92.82 | 93.10 | -0.28 |"]
+    assert len([line for line in lines if line.startswith("| ") and "(" in line]) == 7  # header + six rows
+    assert lines[-1] == expectations(TrainConfig(memvir_reduction="balanced", epochs=12))
+
+
+def test_the_expectations_name_what_the_study_measured_for_such_a_run():
+    balanced = expectations(TrainConfig(memvir_reduction="balanced"))
+    assert "2.66 test MAP@R" in balanced and "Recall@1 level" in balanced and "section 9" in balanced
+    official = expectations(TrainConfig())
+    assert "1/(k+1)" in official and "0.92 Recall@1" in official and "sections 7 and 9" in official
+    for unmeasured in (TrainConfig(dataset="glyphs-mini"), TrainConfig(loss="proxy-anchor")):
+        text = expectations(unmeasured)
+        assert "not part of the study" in text and "MAP@R" not in text
+    assert all(text.endswith("changing the seed does.") for text in (balanced, official))
+
+
+# ---------------------------------------------------------------------------------------------- presets
+@pytest.mark.parametrize("dataset", ["glyphs", "glyphs-mini"])
+def test_each_preset_reaches_its_virtual_sets_at_the_steps_its_note_names(dataset):
+    """The note's arrival steps follow docs/method.md's s(i): the warm-up's steps, then one set every M+1 steps."""
+    from memvir.data import load_dataset
+
+    preset = PRESETS[dataset]
+    steps_per_epoch = len(load_dataset(dataset).train) // preset.batch_size
+    warmup = round(preset.warmup_epochs * steps_per_epoch)
+    arrivals = [warmup + j * (preset.memvir_m + 1) for j in range(1, preset.memvir_n + 1)]
+    assert all(arrival <= preset.epochs * steps_per_epoch for arrival in arrivals)  # within the preset's run
+    named = ", ".join(f"{arrival}" for arrival in arrivals[:-1]) + f" and {arrivals[-1]}"
+    assert f"At {steps_per_epoch} steps an epoch, the virtual sets arrive at steps {named}." in preset.note
+    assert suggest_settings(dataset) == (preset.batch_size, preset.epochs, preset.memvir_n, preset.memvir_m,
+                                         preset.warmup_epochs, preset.memvir_reduction, preset.note)
+
+
+def test_a_folder_or_zip_keeps_the_settings_the_controls_hold():
+    import gradio as gr
+
+    assert suggest_settings("folder") == (gr.skip(),) * 7
+
+
+def test_glyphs_preset_is_the_preset_study_s_best_validation_map_at_r():
+    """The page's default for glyphs is the configuration the preset study (docs/reproduction.md, section 9) measured
+    best on validation MAP@R, read from the stored results and their commands, never from test metrics."""
+    import json
+    import shlex
+    import statistics
+    from pathlib import Path
+
+    records = json.loads((Path(__file__).resolve().parents[3] / "docs/reproduction/results.json").read_text())
+    by_command = {}
+    for record in records:
+        if record["study"] == "preset":
+            by_command.setdefault(record["label"], []).append(record)
+    assert len(by_command) >= 2 and all(len(group) == 3 for group in by_command.values())
+    best = max(by_command.values(), key=lambda group: statistics.mean(r["val_map@r"] for r in group))
+    words = shlex.split(best[0]["command"])
+
+    def flag(name, default=None):
+        return words[words.index(name) + 1] if name in words else default
+
+    preset = PRESETS["glyphs"]
+    assert (int(flag("--memvir-n")), int(flag("--memvir-m")), float(flag("--warmup-epochs")), int(flag("--epochs")),
+            int(flag("--batch-size")), flag("--memvir-reduction", "official")) == (
+        preset.memvir_n, preset.memvir_m, preset.warmup_epochs, preset.epochs, preset.batch_size,
+        preset.memvir_reduction)

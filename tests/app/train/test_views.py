@@ -1,0 +1,292 @@
+"""The Train tab's new views and controls, called as the page's events call them: the second poll (spread curves and
+results table, sent only when changed), the few-class classes chosen live and at Start, the reduction at Start, the
+baseline's notice, the few-class picture through the poll's colouring, and the page's words kept to the library."""
+
+import re
+import time
+
+import gradio as gr
+import pytest
+
+from demo.common.inputs import whole_numbers
+from demo.common.settings import AppSettings
+from demo.runs.live_run import LiveRun
+from demo.runs.manager import RunManager
+from demo.train import live_view
+from demo.train import tab as train_tab
+from demo.train import views as train_views
+from demo.train.poll import PollState, recolor, show_snapshot, views_key
+from demo.train.views import ViewsSent, poll_views, show_classes
+from memvir.train.trainer import TrainConfig
+
+SKIP = gr.skip()
+
+
+def wait_for(condition, seconds=90.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+@pytest.fixture
+def runs(tmp_path):
+    manager = RunManager(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints",
+                                     umap=False))
+    yield manager
+    manager.close()
+
+
+def quick(**overrides) -> TrainConfig:
+    """glyphs-mini: 9 steps of 32 an epoch; a virtual set from step 4 (warm-up 0.2 epochs = 2 steps, M = 1)."""
+    values = dict(dataset="glyphs-mini", batch_size=32, epochs=1, eval_at_start=False, snapshot_every=3, log_every=1,
+                  memvir_n=2, memvir_m=1, warmup_epochs=0.2)
+    return TrainConfig(**{**values, **overrides})
+
+
+class StandInFigures:
+    def __init__(self):
+        self.key = ("r1", 1)
+
+    def spread(self, run):
+        return self.key, (f"drift {self.key}", f"spread {self.key}")
+
+
+class StandInRuns:
+    def __init__(self, run=None):
+        self.run = run
+
+    def attach(self, visitor, viewed_id=None, after=None):
+        return self.run
+
+
+# ---------------------------------------------------------------------------------------------- the second poll
+def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_change(tmp_path):
+    runs, figures = StandInRuns(), StandInFigures()
+    sent, drift, spread, results = poll_views(runs, figures, PollState(), None, visitor="bob")
+    assert sent == ViewsSent(None, "") and results == ""
+    assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
+    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
+
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    runs.run = run
+    sent, drift, spread, results = poll_views(runs, figures, PollState(), sent, visitor="bob")
+    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), ""), "drift ('r1', 1)", "spread ('r1', 1)", SKIP)
+    figures.key = ("r1", 2)
+    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
+
+
+def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finished(runs):
+    run = runs.start(quick(epochs=2), "alice")
+    baseline = runs.compare_with_baseline(run.id, "alice")
+    run.join(90)
+    baseline.join(90)
+    from demo.train.live_view import FigureBuilder
+
+    figures = FigureBuilder()
+    try:
+        _, drift, spread, results = poll_views(runs, figures, PollState(run_id=run.id), None, visitor="alice")
+    finally:
+        figures.close()
+    final = [record for record in run.records if record["type"] == "eval"][-1]
+    assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in results
+    assert "baseline (N = 0)" in results
+    assert [trace.name for trace in spread.data if "baseline" in (trace.name or "")] == [
+        "baseline mean cos", "baseline uniformity"]
+    assert any(trace.name == "from 2 steps ago" for trace in drift.data)  # M = 1: set 1 is 2 steps old
+
+
+# ---------------------------------------------------------------------------------------------- controls
+def test_the_classes_shown_are_typed_as_distinct_whole_numbers():
+    assert whole_numbers(" 3, 17 40 ", "classes", 20) == [3, 17, 40]
+    assert whole_numbers("", "classes", 20) == []
+    with pytest.raises(ValueError, match="classes: each may appear once, got 3, 3"):
+        whole_numbers("3, 3", "classes", 20)
+    with pytest.raises(ValueError, match="classes must be a whole number of at least 0, got 2.5"):
+        whole_numbers("2.5", "classes", 20)
+    with pytest.raises(ValueError, match="classes: at most 2, got 3"):
+        whole_numbers("1 2 3", "classes", 2)
+
+
+def test_start_passes_the_reduction_and_the_classes_shown(runs):
+    settings = ("glyphs-mini", "convnet", "norm-softmax", 32, 1, 1e-3, 0, 2, 1, 0.2, 3, 1)
+    state, notice = train_tab.start(runs, *settings, memvir_reduction="balanced", focus_classes="4, 9, 1",
+                                    visitor="alice")
+    run = runs.get(state.run_id)
+    assert (run.config.memvir_reduction, run.config.focus_classes) == ("balanced", [4, 9, 1])
+    run.join(90)
+    assert run.focus.view(None).projection.classes.tolist() == [4, 9, 1]
+    with pytest.warns(UserWarning, match="the MemVir loss reduction is one of official, balanced, got mean"):
+        assert train_tab.start(runs, *settings, memvir_reduction="mean", visitor="alice")[1].startswith("⚠️")
+
+
+def test_classes_chosen_live_reach_the_next_snapshots_and_only_the_owner_may_choose(runs):
+    run = runs.start(quick(epochs=300), "alice")
+    state = PollState(run_id=run.id)
+    wait_for(lambda: run.focus.steps())
+    assert show_classes(runs, state, "0, 5, 7", visitor="alice") == (
+        "Asked for classes 0, 5, 7: the next snapshot draws them.")
+    wait_for(lambda: run.focus.view(None).projection.classes.tolist() == [0, 5, 7])
+    with pytest.warns(UserWarning, match="this run was started by another visitor"):
+        show_classes(runs, state, "1, 2", visitor="bob")
+    with pytest.warns(UserWarning, match=re.escape("focus_classes [99] are not training classes of glyphs-mini")):
+        show_classes(runs, state, "99", visitor="alice")
+    runs.stop(run.id, "alice")
+    run.join(90)
+    assert show_classes(runs, state, "1", visitor="alice") == (
+        "These classes are drawn from the first snapshot of the next run you start.")
+
+
+def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolours(runs):
+    run = runs.start(quick(epochs=2), "alice")
+    run.join(90)
+    state = PollState(run_id=run.id)
+    figure, caption = recolor(runs, state, True, "few")
+    assert re.fullmatch(r"Snapshot 6 of 6 kept · step 18 · PCA · training classes( \d+,){7} \d+", caption)
+    kinds = {(trace.meta["kind"], trace.meta["age"]) for trace in figure.data if trace.meta}
+    assert {("weights", 0), ("weights", 1), ("weights", 2), ("embeddings", 0)} <= kinds
+    # scrubbed back: that snapshot, in whichever picture; the slider's value is the step shown
+    _, _, caption, follow = show_snapshot(runs, state, 7, "few")
+    assert caption.startswith("Snapshot 2 of 6 kept · step 6 · PCA") and follow is False
+    assert recolor(runs, PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
+    # UMAP asked for where the server runs none: said so
+    assert "UMAP is off on this server" in recolor(runs, state, True, "few-umap")[1]
+
+
+def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
+    run = runs.start(quick(epochs=300), "alice")
+    notice = train_tab.compare(runs, PollState(run_id=run.id), visitor="alice")
+    assert "trains beside this run" in notice and "about half its speed" in notice
+    runs.stop(run.id, "alice")
+    run.join(90)
+
+
+def test_the_pages_choices_are_the_librarys():
+    from memvir.config import REDUCTIONS
+
+    assert tuple(value for _, value in train_tab.REDUCTION_CHOICES) == REDUCTIONS
+    assert tuple(value for _, value in train_views.PICTURE_CHOICES) == live_view.PICTURES
+
+
+class _RecordingUmap:
+    """A UMAP worker that records which runs' few-class views it was asked to lay out."""
+
+    def __init__(self):
+        self.watched = []
+
+    def watch(self, track):
+        self.watched.append(track)
+
+
+class _OneRun:
+    """What the poll asks of a RunManager: one run and a UMAP worker."""
+
+    def __init__(self, run):
+        self.run, self.umap_worker = run, _RecordingUmap()
+        self.used = []
+        run.use_umap = self.used.append
+
+    def attach(self, visitor, viewed_id=None, after=None):
+        return self.run
+
+    def get(self, run_id):
+        return self.run
+
+
+def test_few_class_views_are_laid_out_in_umap_only_once_a_page_shows_them_so(tmp_path):
+    from demo.train.poll import poll
+
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    runs, figures = _OneRun(run), live_view.FigureBuilder()
+    try:
+        poll(runs, figures, PollState(), "few", True, visitor="alice")
+        recolor(runs, PollState(run_id="r1"), True, "age")
+        assert runs.umap_worker.watched == [] and runs.used  # PCA shown: no UMAP work while it trains
+        poll(runs, figures, PollState(), "few-umap", True, visitor="alice")
+        assert runs.umap_worker.watched == [run.focus]
+        recolor(runs, PollState(run_id="r1"), True, "few-umap")  # switching to it asks at once
+        assert runs.umap_worker.watched == [run.focus, run.focus]
+    finally:
+        figures.close()
+
+
+def test_the_figures_drawn_in_the_background_are_only_those_a_page_asked_for(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(live_view, "build_curves", lambda run: drawn.append("curves") or ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: drawn.append("spread") or ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    figures = live_view.FigureBuilder(interval=0.01, forget_after=0.3)
+    try:
+        assert figures.curves(run) == (live_view.curve_key(run), ("c1", "c2", "c3"))  # drawn at once the first time
+        run.records.append({"type": "step", "step": 1})  # a new record: the curves are out of date
+        wait_for(lambda: drawn.count("curves") == 2, 5)
+        time.sleep(0.1)
+        assert "spread" not in drawn  # no page asked for the spread figures: never drawn
+        assert figures.spread(run)[1] == ("s1", "s2")
+        run.records.append({"type": "step", "step": 2, "weight_mean_cos": 0.1})  # with a spread measure: both
+        wait_for(lambda: drawn.count("spread") == 2 and drawn.count("curves") == 3, 5)
+        time.sleep(0.6)  # no page asks any more: nothing is redrawn after forget_after
+        settled = len(drawn)
+        run.records.append({"type": "step", "step": 3})
+        time.sleep(0.2)
+        assert len(drawn) == settled
+    finally:
+        figures.close()
+
+
+def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(live_view, "build_curves", lambda run: drawn.append("curves") or ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: drawn.append("spread") or ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    figures = live_view.FigureBuilder(interval=0.01)
+    try:
+        figures.curves(run), figures.spread(run)
+        first_key = figures.spread(run)[0]
+        for step in (1, 2, 3):  # steps between snapshots: the curves change, the spread measures do not
+            run.records.append({"type": "step", "step": step})
+            wait_for(lambda step=step: drawn.count("curves") == step + 1, 5)
+        time.sleep(0.1)
+        assert drawn.count("spread") == 1 and figures.spread(run)[0] == first_key  # a page polling is sent nothing
+        run.records.append({"type": "step", "step": 4, "weight_mean_cos": 0.1})
+        wait_for(lambda: drawn.count("spread") == 2, 5)
+        assert figures.spread(run)[0] != first_key
+        run.live_values["memvir_m"] += 1  # a live change of M renames the virtual sets' ages
+        wait_for(lambda: drawn.count("spread") == 3, 5)
+    finally:
+        figures.close()
+
+
+def test_the_views_key_that_sends_the_second_poll_changes_with_a_spread_measure_and_as_either_run_finishes(
+        tmp_path, monkeypatch):
+    from memvir.events import StatusEvent
+
+    monkeypatch.setattr(live_view, "build_curves", lambda run: ("c1", "c2", "c3"))
+    monkeypatch.setattr(live_view, "build_spread", lambda run: ("s1", "s2"))
+    run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    run._on_event(StatusEvent("running", 0))
+    figures = live_view.FigureBuilder(interval=0.01)
+    try:
+        assert views_key(figures, None) == "no run"
+        seen = [views_key(figures, run)]
+        for step in (1, 2, 3):  # steps between snapshots: no second poll
+            run.records.append({"type": "step", "step": step})
+        time.sleep(0.2)
+        assert views_key(figures, run) == seen[-1]
+        run.records.append({"type": "step", "step": 4, "weight_mean_cos": 0.1})  # drawn anew in the background
+        wait_for(lambda: views_key(figures, run) != seen[-1], 5)
+        seen.append(views_key(figures, run))
+        run.baseline = LiveRun("r1-baseline", "alice", tmp_path / "b", quick(memvir_n=0))
+        run.baseline._on_event(StatusEvent("running", 0))
+        wait_for(lambda: views_key(figures, run) != seen[-1], 5)  # the results key at once, its spread next
+        time.sleep(0.2)
+        seen.append(views_key(figures, run))
+        run._on_event(StatusEvent("finished", 9))
+        seen.append(views_key(figures, run))
+        run.baseline._on_event(StatusEvent("finished", 9))  # the results table can be sent now
+        seen.append(views_key(figures, run))
+        assert len(set(seen)) == len(seen) == 5
+    finally:
+        figures.close()

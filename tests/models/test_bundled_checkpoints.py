@@ -1,0 +1,51 @@
+"""The checkpoints shipped in checkpoints/ load offline, strictly, and score on glyphs what their model cards say."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from memvir.data import load_dataset
+from memvir.models.embedding_model import EmbeddingModel
+from memvir.retrieval.metrics import retrieval_metrics
+
+CHECKPOINTS = Path(__file__).resolve().parents[2] / "checkpoints"
+BUNDLED = ("glyphs-norm-softmax-baseline", "glyphs-norm-softmax-memvir")
+
+
+def card_metric(card: str, name: str) -> float:
+    return float(re.search(rf"^\| {re.escape(name)} \| ([0-9.]+) \|$", card, re.MULTILINE).group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_checkpoint_reproduces_its_card(name):
+    folder = CHECKPOINTS / name
+    model = EmbeddingModel.from_pretrained(folder)
+    card = (folder / "README.md").read_text()
+    assert "python -m memvir train --dataset glyphs" in card
+    test = load_dataset(model.config["dataset"], image_size=model.config["image_size"]).test
+    import torch
+
+    images = torch.utils.data.DataLoader(test, batch_size=512)
+    embeddings = torch.cat([model.embed(batch) for batch, _ in images])
+    metrics = retrieval_metrics(embeddings, test.labels)
+    for key in ("recall@1", "map@r", "r_precision"):
+        assert metrics[key] == pytest.approx(card_metric(card, key), abs=1e-4), key
+
+
+def test_the_same_seed_and_budget_with_and_without_memvir_at_the_app_s_defaults():
+    """Both checkpoints are the app's glyphs preset (demo.train.presets, chosen on validation classes): the MemVir one
+    with its N, M, warm-up and reduction, the baseline with N = 0, at the same seed, epochs and batch."""
+    from demo.train.presets import PRESETS
+
+    preset = PRESETS["glyphs"]
+    cards = {name: (CHECKPOINTS / name / "README.md").read_text() for name in BUNDLED}
+    commands = {name: re.search(r"python -m memvir train .*", card).group(0) for name, card in cards.items()}
+    assert "--memvir-n 0" in commands["glyphs-norm-softmax-baseline"]
+    memvir = commands["glyphs-norm-softmax-memvir"]
+    assert (f"--memvir-n {preset.memvir_n} --memvir-m {preset.memvir_m} --warmup-epochs {preset.warmup_epochs:g}"
+            in memvir and f"--memvir-reduction {preset.memvir_reduction}" in memvir)
+    for name, command in commands.items():
+        assert ("--seed 0" in command and f"--epochs {preset.epochs}" in command
+                and f"--batch-size {preset.batch_size}" in command), name
