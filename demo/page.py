@@ -13,6 +13,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from demo.common import shims
 from demo.common.handlers import bind
 from demo.common.settings import AppSettings
 from demo.retrieve import tab as retrieve_tab
@@ -53,8 +54,7 @@ class App:
         downloads folder, and Gradio serves no file outside the working and temporary folders unless allowed: a
         Space keeps the app's data folder in its persistent storage, /data, outside both."""
         allowed = [*(options.pop("allowed_paths", None) or []), str(self.settings.downloads_dir)]
-        queue = self.blocks._queue  # gradio 6 has no public setting for these (tests/app/runs/test_run_process.py checks them)
-        queue.sleep_when_free, queue.progress_update_sleep_when_free = QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S
+        shims.set_queue_timing(self.blocks, QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S)
         self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, **options)
 
     def close(self) -> None:

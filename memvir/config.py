@@ -14,9 +14,10 @@ import math
 from dataclasses import dataclass, field
 
 from memvir.losses import LOSSES, build_loss
+from memvir.memory import size as memory_size
 from memvir.memory.virtual_classes import SCHEDULES
 
-STORE_DTYPES = ("float32", "float16", "bfloat16")
+STORE_DTYPES = tuple(memory_size.STORE_DTYPES)
 SAMPLERS = ("random", "balanced")
 LR_DECAYS = ("none", "cosine", "step")
 # How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over

@@ -1,4 +1,4 @@
-"""A Hugging Face Hub cache laid out by hand, for offline loading tests (shared by test_hub and test_embedding_model)."""
+"""A Hugging Face Hub cache laid out by hand, for offline loading tests (of memvir.hub and EmbeddingModel)."""
 
 from pathlib import Path
 

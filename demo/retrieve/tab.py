@@ -17,10 +17,10 @@ from PIL import Image
 
 from demo.common.handlers import bind, reporting
 from demo.common.inputs import whole_number
+from demo.common.shims import pass_undecoded
 from demo.common.uploads import load_image, load_sketch
 from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
 from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalService
-from demo.retrieve.sketchpad import pass_undecoded
 from demo.retrieve.tiles import Tile, tiles_html
 
 TEST_SPLIT, UPLOADED = "test split", "uploaded"

@@ -23,8 +23,8 @@ from demo.runs.live_run import LiveRun, read_records
 from demo.runs.memory_budget import RingShape, check_memory, memory_budget
 from demo.runs.messages import LaunchSpec, Ready
 from demo.runs.process import RunProcess
+from memvir.data.registry import FOLDER_PREFIX
 
-FOLDER_DATASET = "folder:"  # memvir.data's prefix of a dataset read from a folder of class folders
 # Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
 _NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every")
 
@@ -124,8 +124,8 @@ class RunManager:
         """The `folder:` datasets of runs that train (baselines too): unpacked uploads that must stay on disk."""
         with self._lock:
             runs = list(self._runs.values())
-        return [Path(run.config.dataset.removeprefix(FOLDER_DATASET)) for run in runs
-                if run.training and run.config.dataset.startswith(FOLDER_DATASET)]
+        return [Path(run.config.dataset.removeprefix(FOLDER_PREFIX)) for run in runs
+                if run.training and run.config.dataset.startswith(FOLDER_PREFIX)]
 
     def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
         """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the
@@ -174,7 +174,7 @@ class RunManager:
         batch_size, store_dtype, dataset = (ready.config[name] for name in ("batch_size", "memvir_store_dtype",
                                                                             "dataset"))
         shape = RingShape(ready.num_classes, ready.dim, batch_size, store_dtype)
-        dataset = "the folder's classes" if dataset.startswith(FOLDER_DATASET) else dataset
+        dataset = "the folder's classes" if dataset.startswith(FOLDER_PREFIX) else dataset
         check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, torch.device(ready.device)),
                      dataset, running=running)
 

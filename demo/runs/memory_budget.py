@@ -38,11 +38,9 @@ class RingShape:
     store_dtype: str
 
     def bytes(self, num_steps: int, margin: int, store_dtype: str | None = None) -> int:
-        import torch
+        from memvir.memory.size import STORE_DTYPES, ring_bytes
 
-        from memvir.memory.size import ring_bytes
-
-        dtype = getattr(torch, store_dtype or self.store_dtype)
+        dtype = STORE_DTYPES[store_dtype or self.store_dtype]
         return ring_bytes(num_steps, margin, self.batch_size, self.num_classes, self.dim, dtype)
 
 

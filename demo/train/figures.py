@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.colors import qualitative, sample_colorscale
 
+from demo.common import shims
 from memvir.analysis.projection import ProjectedSnapshot
 
 MAX_PLOTTED_POINTS = 2000
@@ -50,15 +51,11 @@ HOUSE_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0
 
 # ------------------------------------------------------------------------------------------------ shared pieces
 def built(traces: list[dict], layout: dict) -> go.Figure:
-    """The figure of `traces` (`scatter` dicts) and `layout`, taken as they are. plotly's validation of each property
-    was most of the cost of the app's figures (the few-class picture 24 against 2.4 ms, the curves 4.8 against 1.0;
-    bench/bench_figures.py), on the cores a run trains on, for figures redrawn every second while it trains.
-    `_validate=False` is a switch of plotly's Figure outside its documented API: plotly is pinned exactly
-    (requirements.txt), and what validation would catch, a misspelt property or a value of the wrong kind, is caught
-    by tests/app/train/test_figure_validity.py, which builds every kind of figure and has plotly validate it."""
+    """The figure of `traces` (`scatter` dicts) and `layout`, taken as they are, without plotly's validation of each
+    property (demo.common.shims.unvalidated_figure, and docs/benchmarks.md for what it costs)."""
     # empty lists (no shapes, no annotations) left out, as plotly's validation leaves them out of the JSON
     layout = {key: value for key, value in layout.items() if not (isinstance(value, list) and not value)}
-    return go.Figure(data=traces, layout=layout, _validate=False)
+    return shims.unvalidated_figure(traces, layout)
 
 
 def scatter(**properties) -> dict:

@@ -10,6 +10,8 @@ import os
 
 import torch
 
+# The precisions a memory may be stored in, by the names the config, the command line and the app use.
+STORE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 MAX_MEMORY_ENV = "MEMVIR_MAX_MEMORY_BYTES"
 DEFAULT_MAX_MEMORY_BYTES = 16 * 2**30  # room for 520 steps of 11,318 classes at dimension 512 (SOP-sized), float32
 

@@ -26,6 +26,7 @@ from memvir import checkpoint
 from memvir.checkpoint import CheckpointError
 from memvir.data.registry import MAX_IMAGE_SIZE
 from memvir.data.transforms import eval_transform
+from memvir.models import _hub_shims
 from memvir.models.backbones import build_backbone
 from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, metric_rows
 
@@ -96,7 +97,7 @@ class EmbeddingModel(
         self.head = nn.Linear(built.feature_dim, embedding_dim)
         # The mixin records the constructor arguments it can serialise and silently drops the rest (a numpy mean,
         # say). Writing the checked, plain-Python values here makes config.json always complete and exact.
-        self._hub_mixin_config = {
+        _hub_shims.set_config(self, {
             "backbone": backbone,
             "embedding_dim": embedding_dim,
             "in_channels": in_channels,
@@ -107,20 +108,20 @@ class EmbeddingModel(
             "image_kind": image_kind,
             "normalization": normalization,
             "pretrained": bool(pretrained),
-        }
+        })
 
     @property
     def config(self) -> dict[str, Any]:
         """A copy of the configuration written to config.json."""
-        return dict(self._hub_mixin_config)
+        return dict(_hub_shims.config_of(self))
 
     @property
     def in_channels(self) -> int:
-        return self._hub_mixin_config["in_channels"]
+        return _hub_shims.config_of(self)["in_channels"]
 
     @property
     def embedding_dim(self) -> int:
-        return self._hub_mixin_config["embedding_dim"]
+        return _hub_shims.config_of(self)["embedding_dim"]
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]."""
@@ -165,7 +166,7 @@ class EmbeddingModel(
         return torch.stack([transform(image.convert(mode)) for image in batch]).as_subclass(torch.Tensor)
 
     def _query_transform(self) -> v2.Compose:
-        config = self._hub_mixin_config
+        config = _hub_shims.config_of(self)
         return eval_transform(config["image_kind"], config["image_size"], config["mean"], config["std"],
                               config["normalization"])
 
@@ -271,7 +272,7 @@ class EmbeddingModel(
             raise CheckpointError(
                 f"the config.json of {model_id} (with the keyword arguments given) describes no valid model: {error}"
             ) from error
-        model._hub_mixin_config["pretrained"] = saved_pretrained
+        _hub_shims.config_of(model)["pretrained"] = saved_pretrained
         if os.path.isdir(model_id):
             weights_file = os.path.join(model_id, checkpoint.WEIGHTS_FILE)
         else:
@@ -285,7 +286,7 @@ class EmbeddingModel(
                 local_files_only=local_files_only,
             )
         try:
-            return cls._load_as_safetensor(model, weights_file, map_location, strict=strict)
+            return _hub_shims.load_safetensors(cls, model, weights_file, map_location, strict)
         except SafetensorError as error:  # truncated, random bytes, an absurd header length...
             raise CheckpointError(
                 f"{weights_file} is not a readable safetensors file ({error}): it is truncated or damaged. Save the "

@@ -35,7 +35,7 @@ from memvir.data.batches import TrainingBatches
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
-from memvir.memory.size import check_ring
+from memvir.memory.size import STORE_DTYPES, check_ring
 from memvir.memory.virtual_classes import MemVir
 from memvir.models.card import memvir_summary
 from memvir.retrieval import evaluation
@@ -44,9 +44,7 @@ from memvir.train.checks import TrainingDiverged, UncheckedLosses, check_labels
 from memvir.train.devices import pick_device, place_model, training_network
 from memvir.train.distributed import World
 from memvir.train.host_memory import keep_freed_memory
-from memvir.train.state import restore_trainer_state, stored_config, trainer_state
-
-_STORE_DTYPES = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from memvir.train.state import STATE_FORMAT, stored_config
 
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
@@ -117,7 +115,7 @@ class Trainer:
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
-                             store_dtype=_STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
+                             store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
                              check_values=self._checks_every_step)
         self.optimizer = torch.optim.Adam(
             [{"params": self.model.parameters(), "lr": config.lr},
@@ -152,7 +150,7 @@ class Trainer:
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
         trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
-        restore_trainer_state(trainer, state, path)
+        trainer.load_state_dict(state, path)
         if live:
             trainer._check_changes(live)
             trainer._apply_changes(live)
@@ -198,7 +196,7 @@ class Trainer:
     def _check_memory(self, config: TrainConfig) -> None:
         """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
         check_ring(config.memvir_n, config.memvir_m, config.batch_size, self.data.info.num_train_classes,
-                   config.embedding_dim, _STORE_DTYPES[config.memvir_store_dtype] or torch.float32)
+                   config.embedding_dim, STORE_DTYPES[config.memvir_store_dtype])
 
     def stop(self) -> None:
         """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""
@@ -284,41 +282,62 @@ class Trainer:
         return self._finish("finished", f"finished {self.step} steps")
 
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor, epoch: int) -> None:
+        """One step: embed, MemVir's loss over the live and the virtual classes, update, report."""
         started = time.perf_counter()
+        embeddings, labels = self._embed(images, labels)
+        after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
+        augmented, loss, num_loss_classes = self._memvir_loss(embeddings, labels)
+        # the values logged (a GPU syncs for them only at the steps that report, memvir.train.checks)
+        loss_value, cosine_value = self._observe(embeddings, labels, loss)
+        self._update(loss, after_warmup)
+        self._report(epoch, started, labels.shape[0], augmented, num_loss_classes, loss_value, cosine_value)
+
+    def _embed(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's embeddings and labels: on a GPU in bfloat16 autocast, gathered over the ranks into the global
+        batch (no-ops in one process) with gradients reaching this rank's rows."""
         self.model.train()
         if self.config.freeze_bn:
             for module in _batch_norms(self.model):
                 module.eval()
         if not self._checks_every_step:
-            check_labels(labels, self.class_weights.shape[0])
+            check_labels(labels, self.class_weights.shape[0])  # on the CPU, before the batch goes to the GPU
         images = images.to(self.device, non_blocking=True)
         labels = labels.to(self.device, non_blocking=True)
         if self.device.type == "cuda":
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
             embeddings = self._network(images)
-        # the global batch on every rank, in rank order (no-ops in one process); gradients reach this rank's rows
-        embeddings = self.world.gather_with_grad(embeddings.float())
-        labels = self.world.gather(labels)
-        after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
+        return self.world.gather_with_grad(embeddings.float()), self.world.gather(labels)
+
+    def _memvir_loss(self, embeddings: torch.Tensor, labels: torch.Tensor):
+        """The paper's step (docs/method.md, "Algorithm"): the live rows and classes extended with the memory's past
+        steps as virtual classes, then the loss, unchanged, over all of them. Returns (the memory's output, the loss,
+        the number of classes the loss saw)."""
         try:
-            all_embeddings, all_labels, all_weights = self.memvir(embeddings, labels, self.class_weights)
+            augmented = self.memvir(embeddings, labels, self.class_weights)
         except NonFiniteError:  # refused, so the memory stays clean
             self._diverge(f"the embeddings or class weights became NaN or infinite at step {self.step + 1}")
+        all_embeddings, all_labels, all_weights = augmented
         num_classes = self.class_weights.shape[0]
-        loss_labels, loss_weights = all_labels, all_weights
         if self.config.memvir_labels == "seen":  # the control: more instances of the seen classes, no new class
-            loss_labels, loss_weights = all_labels % num_classes, self.class_weights
+            all_labels, all_weights = all_labels % num_classes, self.class_weights
         if self.config.memvir_reduction == "balanced":
-            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights, classes_per_set=num_classes)
+            loss = self.loss_fn(all_embeddings, all_labels, all_weights, classes_per_set=num_classes)
         else:  # the plain three-argument call of the loss contract
-            loss = self.loss_fn(all_embeddings, loss_labels, loss_weights)
+            loss = self.loss_fn(all_embeddings, all_labels, all_weights)
+        return augmented, loss, all_weights.shape[0]
+
+    def _observe(self, embeddings: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor):
+        """Queue the step's loss and mean cos(x, W_y) (the paper's Fig. 5) for checking; (loss, cosine) as floats
+        where this step reports, else (None, None): a GPU is not made to wait at every step."""
         with torch.no_grad():
             target_cosine = (F.normalize(embeddings, dim=1) * F.normalize(self.class_weights, dim=1)[labels]).sum(1)
             self._unchecked.add(self.step + 1, loss, target_cosine.mean())
-        loss_value = cosine_value = None  # known on the steps that are checked
         if self._checks_every_step or self._reports_at(self.step + 1):
-            loss_value, cosine_value = self._checked()
+            return self._checked()  # the host sync
+        return None, None
+
+    def _update(self, loss: torch.Tensor, after_warmup: bool) -> None:
         if after_warmup and self.config.loss_scale_after_warmup != 1.0:
             loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
@@ -329,8 +348,12 @@ class Trainer:
         if self.config.lr_decay != "none":
             self._set_learning_rates()
 
-        elapsed = time.perf_counter() - started
-        rate = labels.shape[0] / max(elapsed, 1e-9)
+    def _report(self, epoch: int, started: float, batch: int, augmented: tuple, num_loss_classes: int,
+                loss_value: float | None, cosine_value: float | None) -> None:
+        """The step's record, event and snapshot, at their cadences."""
+        all_embeddings, all_labels, all_weights = augmented
+        num_classes = self.class_weights.shape[0]
+        rate = batch / max(time.perf_counter() - started, 1e-9)
         self._speed = rate if self._speed is None else 0.9 * self._speed + 0.1 * rate
         # the spread of the classes at the snapshot cadence (the logging cadence without snapshots): cheap, but
         # each figure costs a host sync on a GPU, so not every step
@@ -343,18 +366,18 @@ class Trainer:
         # the first and last steps too, so that every curve spans the whole run, however short
         logged = self.step % self.config.log_every == 0 or self.step in (1, self.total_steps) or bool(spread)
         event = StepEvent(
-            step=self.step, epoch=epoch, loss=loss_value, num_classes=loss_weights.shape[0],
+            step=self.step, epoch=epoch, loss=loss_value, num_classes=num_loss_classes,
             num_virtual_sets=self.memvir.num_virtual_sets, mean_target_cosine=cosine_value,
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
             warmup=self.step <= self.memvir.warmup_steps, spread=spread, logged=logged,
-            adam=eps_dominated_shares(self.optimizer) if logged else {},
+            adam=eps_dominated_shares(self.optimizer) if logged else {},  # a host sync, at the log cadence only
         )
         if logged:
             self._log(event.record())
         self._emit(event)
         if self.config.snapshot_every and self.step % self.config.snapshot_every == 0 and self.world.is_main:
             self._emit(self.snapshots.make(self.model, self.step, self.memvir.margin, all_embeddings, all_labels,
-                                           all_weights, self.class_weights.shape[0]))
+                                           all_weights, num_classes))
 
     def _reports_at(self, step: int) -> bool:
         """Whether step `step` logs, snapshots, evaluates or saves anything (what needs its values checked)."""
@@ -406,11 +429,50 @@ class Trainer:
             return None
         self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
-            checkpoint.save_state(trainer_state(self), stage / checkpoint.TRAINER_STATE)
+            checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
             card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
                           "train_config": self.config.to_dict(), "step": self.step}
             self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra)
         return self.out_dir / checkpoint.TRAINER_STATE
+
+    def state_dict(self) -> dict:
+        """Everything a resume needs (what trainer_state.pt holds, memvir.train.state): the config, the step, the
+        model, the class weights, the optimizer, the MemVir memory, the loss's own state, the random state and the
+        records so far; tensors and plain containers only, so it loads without unpickling code."""
+        return {
+            "format": STATE_FORMAT,
+            "config": self.config.to_dict(),
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "class_weights": self.class_weights.detach().cpu(),
+            "optimizer": self.optimizer.state_dict(),
+            "memvir": self.memvir.state_dict(),
+            "loss": self.loss_fn.state_dict(),
+            "rng": torch.get_rng_state(),
+            "history": list(self.history),
+            "last_metrics": dict(self.last_metrics),
+        }
+
+    def load_state_dict(self, state: dict, path: Path | str = "the trainer state") -> None:
+        """Put `state` (from `state_dict`, read from `path`) into this Trainer, built with the state's config;
+        CheckpointError when a part does not fit it."""
+        try:
+            self.model.load_state_dict(state["model"])
+            with torch.no_grad():
+                self.class_weights.copy_(state["class_weights"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            # the memory's N, M, U are the live ones saved with it; the warm-up follows this run's steps per epoch
+            self.memvir.load_state_dict(state["memvir"])
+            self.loss_fn.load_state_dict(state["loss"])
+            torch.set_rng_state(state["rng"])
+            self.step = int(state["step"])
+            self.history = list(state["history"])
+            self.last_metrics = dict(state["last_metrics"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+            raise checkpoint.CheckpointError(
+                f"{path} does not fit the run it describes ({error}): it is damaged or was edited. The model files "
+                "beside it may still load (memvir eval); to train on, start a new run in a new folder"
+            ) from error
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state

@@ -232,8 +232,8 @@ def test_a_huge_layer_uploaded_by_the_browser_editor_is_refused(bomb, glyph_quer
     import gradio as gr
     from gradio.components.image_editor import EditorData, EditorDataBlobs
 
+    from demo.common.shims import pass_undecoded
     from demo.common.uploads import UploadError, load_sketch
-    from demo.retrieve.sketchpad import pass_undecoded
 
     sketch = pass_undecoded(gr.Sketchpad())
     sketch.blob_storage["drawing-1"] = EditorDataBlobs(background=None, layers=[bomb.read_bytes()],

@@ -1,0 +1,85 @@
+"""Every use the page makes of gradio and plotly outside their documented APIs, in one place.
+
+Each is pinned by the exact versions in requirements.txt, checked here at import (a mismatch stops the app with a
+message rather than letting a private attribute fail later), and each has a test that fails loudly when an upgrade
+changes it (tests/app/test_shims.py).
+
+- gradio's queue: how often an idle queue looks for work (`set_queue_timing`); gradio 6 has no public setting.
+- gradio's Sketchpad: `pass_undecoded` hands the handler the drawing's parts undecoded, so that the app's image
+  limits apply before any decoding (gr.Sketchpad decodes every part of its value before the handler runs, whatever
+  its `type`: a small PNG declaring a 12000 x 12000 canvas would cost the server gigabytes). The instance's
+  preprocess is replaced rather than subclassed: every gr.Component subclass makes gradio write a .pyi stub beside
+  its source file when the class is defined.
+- plotly's Figure without per-property validation (`unvalidated_figure`): most of the cost of the app's figures,
+  which are redrawn every second while a run trains; tests/app/train/test_figure_validity.py has plotly validate
+  every kind of figure instead.
+"""
+
+from __future__ import annotations
+
+import types
+
+import gradio as gr
+import plotly
+import plotly.graph_objects as go
+
+PINNED = {"gradio": "6.31.0", "plotly": "7.1.0"}
+
+
+def check_versions(installed: dict[str, str] | None = None) -> None:
+    """RuntimeError naming each package whose installed version is not the one the shims were written for."""
+    installed = installed or {"gradio": gr.__version__, "plotly": plotly.__version__}
+    wrong = [f"{name} {installed[name]} (the page needs {version})" for name, version in PINNED.items()
+             if installed[name] != version]
+    if wrong:
+        raise RuntimeError(
+            f"MemVir Studio's page uses private parts of {', '.join(wrong)}: install the versions pinned in "
+            "requirements.txt (pip install -r requirements.txt)"
+        )
+
+
+check_versions()
+
+
+def set_queue_timing(blocks: gr.Blocks, idle_check_s: float, progress_check_s: float) -> None:
+    """How often `blocks`' queue looks for new events while it is idle, and for progress updates."""
+    queue = blocks._queue
+    queue.sleep_when_free, queue.progress_update_sleep_when_free = idle_check_s, progress_check_s
+
+
+def queue_timing(blocks: gr.Blocks) -> tuple[float, float]:
+    """(idle check, progress check) of `blocks`' queue, in seconds."""
+    return blocks._queue.sleep_when_free, blocks._queue.progress_update_sleep_when_free
+
+
+def unvalidated_figure(traces: list[dict], layout: dict) -> go.Figure:
+    """A plotly Figure of `traces` and `layout` (plain dicts in plotly's nested form), taken as they are."""
+    return go.Figure(data=traces, layout=layout, _validate=False)
+
+
+def _preprocess_undecoded(sketch: gr.Sketchpad, payload):
+    """{"background": source, "layers": [source, ...], "composite": source}, each a file path or bytes (or None)."""
+    if payload is None:
+        return None
+    if payload.id is not None:
+        # The browser's editor uploads its parts as blobs ahead of the event (ImageEditor.accept_blobs), then sends
+        # only their id; take them out of the store, as ImageEditor.preprocess does.
+        blobs = sketch.blob_storage.pop(payload.id, None)
+        if blobs is None:
+            return {"background": None, "layers": [], "composite": None}
+        background, layers, composite = blobs.background, blobs.layers, blobs.composite
+    else:
+        background, layers, composite = payload.background, payload.layers, payload.composite
+
+    def source(part):
+        return part if part is None or isinstance(part, bytes) else part.path
+
+    return {"background": source(background),
+            "layers": [source(layer) for layer in layers or [] if layer is not None],
+            "composite": source(composite)}
+
+
+def pass_undecoded(sketch: gr.Sketchpad) -> gr.Sketchpad:
+    """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded."""
+    sketch.preprocess = types.MethodType(_preprocess_undecoded, sketch)
+    return sketch
