@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memvir import loss_checks
+from memvir import _validate
 
 __all__ = [
     "LOSSES",
@@ -114,9 +114,9 @@ class MetricLoss(nn.Module, ABC):
         ``classes_per_set``: None for the mean over all rows; C (a divisor of the number of weight rows) for the
         balanced reduction over MemVir's sets (module docstring).
         """
-        loss_checks.check_inputs(embeddings, labels, class_weights, self.check_values)
+        _validate.check_inputs(embeddings, labels, class_weights, self.check_values)
         if classes_per_set is not None:
-            loss_checks.check_classes_per_set(classes_per_set, class_weights.shape[0])
+            _validate.check_classes_per_set(classes_per_set, class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
@@ -165,7 +165,7 @@ class NormSoftmaxLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 23.0):
         super().__init__()
-        self.scale = loss_checks.positive("scale", scale)
+        self.scale = _validate.positive("scale", scale)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
@@ -180,8 +180,8 @@ class CosFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.35):
         super().__init__()
-        self.scale = loss_checks.positive("scale", scale)
-        self.margin = loss_checks.non_negative("margin", margin)
+        self.scale = _validate.positive("scale", scale)
+        self.margin = _validate.non_negative("margin", margin)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
@@ -198,8 +198,8 @@ class ArcFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
         super().__init__()
-        self.scale = loss_checks.positive("scale", scale)
-        self.margin = loss_checks.angular_margin(margin)
+        self.scale = _validate.positive("scale", scale)
+        self.margin = _validate.angular_margin(margin)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
@@ -227,8 +227,8 @@ class CurricularFaceLoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
         super().__init__()
-        self.scale = loss_checks.positive("scale", scale)
-        self.margin = loss_checks.angular_margin(margin)
+        self.scale = _validate.positive("scale", scale)
+        self.margin = _validate.angular_margin(margin)
         self.register_buffer("t", torch.zeros(()))
 
     def extra_repr(self) -> str:
@@ -258,7 +258,7 @@ class ProxyNCALoss(_CrossEntropyLoss):
 
     def __init__(self, scale: float = 12.0):
         super().__init__()
-        self.scale = loss_checks.positive("scale", scale)
+        self.scale = _validate.positive("scale", scale)
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
@@ -286,8 +286,8 @@ class ProxyAnchorLoss(MetricLoss):
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
         super().__init__()
-        self.margin = loss_checks.non_negative("margin", margin)
-        self.alpha = loss_checks.positive("alpha", alpha)
+        self.margin = _validate.non_negative("margin", margin)
+        self.alpha = _validate.positive("alpha", alpha)
 
     def extra_repr(self) -> str:
         return f"margin={self.margin}, alpha={self.alpha}"

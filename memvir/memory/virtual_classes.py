@@ -27,7 +27,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from memvir.memory.checks import check_count, check_inputs, check_values
+from memvir._validate import check_inputs
+from memvir.memory.checks import check_count, check_values
 from memvir.memory.size import check_ring, memory_limit
 from memvir.memory.state import SavedMemory
 
@@ -175,7 +176,7 @@ class MemVir(nn.Module):
     # ----------------------------------------------------------------------------------------------- the step
     def _validate(self, embeddings, labels, class_weights, storing: bool) -> None:
         """ValueError for wrong inputs; when the step is to be `storing`, NonFiniteError for NaN or inf in it."""
-        check_inputs(embeddings, labels, class_weights)
+        check_inputs(embeddings, labels, class_weights, check_values=False, who="MemVir")
         if self.check_values:
             check_values(embeddings, labels, class_weights, storing)
         if self._embeddings is not None:

@@ -184,7 +184,7 @@ def test_bool_labels_are_refused_as_the_losses_refuse_them():
     embeddings, labels, weights = step_inputs(0)
     flags = labels > 1
     mv = MemVir(2, 0)
-    with pytest.raises(ValueError, match=r"labels must be a 1-D integer tensor.*torch.bool"):
+    with pytest.raises(ValueError, match=r"MemVir: labels must be an integer tensor.*torch.bool"):
         mv(embeddings, flags, weights)
     assert mv.step == 0
     with pytest.raises(ValueError, match=r"labels must be an integer tensor.*torch.bool"):

@@ -276,17 +276,22 @@ def test_bad_live_settings_are_rejected_and_change_nothing():
     assert (mv.num_steps, mv.margin) == (2, 1)
 
 
+LONG = dict(dtype=torch.long)
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
-        (lambda: (torch.zeros(4), torch.zeros(4, dtype=torch.long), torch.zeros(5, 3)), "embeddings must be a 2-D"),
-        (lambda: (torch.zeros(4, 3), torch.zeros(4, dtype=torch.long), torch.zeros(5)), "class_weights must be a 2-D"),
-        (lambda: (torch.zeros(4, 3), torch.zeros(4), torch.zeros(5, 3)), "labels must be a 1-D integer"),
-        (lambda: (torch.zeros(4, 3), torch.zeros(3, dtype=torch.long), torch.zeros(5, 3)), "labels has 3 entries"),
-        (lambda: (torch.zeros(4, 3), torch.zeros(4, dtype=torch.long), torch.zeros(5, 2)), "dimension 3"),
-        (lambda: (torch.zeros(4, 3), torch.tensor([0, 1, 5, 2]), torch.zeros(5, 3)), r"\[0, 5\).*\[0, 5\]"),
-        (lambda: (torch.zeros(4, 3), torch.tensor([0, -1, 2, 2]), torch.zeros(5, 3)), r"\[-1, 2\]"),
-        (lambda: (torch.zeros(0, 3), torch.zeros(0, dtype=torch.long), torch.zeros(5, 3)), "empty"),
+        (lambda: (torch.zeros(4), torch.zeros(4, **LONG), torch.zeros(5, 3)), "embeddings must be a 2-D"),
+        (lambda: (torch.zeros(4, 3), torch.zeros(4, **LONG), torch.zeros(5)), "class_weights must be a 2-D"),
+        (lambda: (torch.zeros(4, 3), torch.zeros(4), torch.zeros(5, 3)), "MemVir: labels must be an integer tensor"),
+        (lambda: (torch.zeros(4, 3), torch.zeros(3, **LONG), torch.zeros(5, 3)),
+         r"one label per embedding row, got labels \(3,\)"),
+        (lambda: (torch.zeros(4, 3), torch.zeros(4, **LONG), torch.zeros(5, 2)),
+         r"same D, got embeddings \(4, 3\) and class_weights \(5, 2\)"),
+        (lambda: (torch.zeros(4, 3), torch.tensor([0, 1, 5, 2]), torch.zeros(5, 3)), r"\[0, 5\).*from 0 to 5"),
+        (lambda: (torch.zeros(4, 3), torch.tensor([0, -1, 2, 2]), torch.zeros(5, 3)), "got labels from -1 to 2"),
+        (lambda: (torch.zeros(0, 3), torch.zeros(0, **LONG), torch.zeros(5, 3)), "at least one embedding row"),
         (lambda: (torch.zeros(4, 3).long(), torch.zeros(4).long(), torch.zeros(5, 3)), "floating"),
     ],
 )
@@ -390,5 +395,6 @@ def test_without_value_checks_the_memory_takes_what_it_is_given():
     x = torch.full((2, 3), float("nan"))
     mv(x, torch.tensor([0, 1]), torch.zeros(2, 3))
     assert torch.isnan(mv(torch.zeros(2, 3), torch.tensor([0, 1]), torch.zeros(2, 3))[0][2:]).all()
-    with pytest.raises(ValueError, match="labels has 1 entries but embeddings has 2 rows"):
+    one_label_a_row = r"MemVir: labels must be 1-D with one label per embedding row, got labels \(1,\) for embeddings"
+    with pytest.raises(ValueError, match=one_label_a_row):
         mv(torch.zeros(2, 3), torch.tensor([0]), torch.zeros(2, 3))

@@ -1,5 +1,7 @@
-"""Checks of the losses' hyper-parameters and of their uniform call's inputs, each failing with a ValueError that
-names the argument and says what it accepts (memvir/losses.py)."""
+"""The argument and tensor checks that memvir's parts share, each a ValueError that names the argument and says
+what it accepts: the losses' hyper-parameters, and the one contract of a training step's tensors (embeddings [B, D],
+labels [B] in [0, C), class weights [C, D]) that the losses (memvir.losses) and MemVir (memvir.memory) both take,
+in one wording, prefixed with who refuses them."""
 
 import math
 
@@ -47,8 +49,16 @@ def check_classes_per_set(classes_per_set, num_classes: int) -> None:
 
 
 def check_inputs(embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                 check_values: bool = True) -> None:
-    """ValueError naming the argument and the shapes given, for anything the uniform call does not accept."""
+                 check_values: bool = True, who: str = "") -> None:
+    """ValueError naming the argument and the shapes given, for anything the step's contract does not accept;
+    `check_values` adds the label range (a host sync). `who` ("MemVir") starts each message."""
+    try:
+        _check_inputs(embeddings, labels, class_weights, check_values)
+    except ValueError as error:
+        raise ValueError(f"{who}: {error}" if who else str(error)) from None
+
+
+def _check_inputs(embeddings, labels, class_weights, check_values: bool) -> None:
     for arg_name, tensor in (("embeddings", embeddings), ("labels", labels), ("class_weights", class_weights)):
         if not isinstance(tensor, torch.Tensor):
             raise ValueError(f"{arg_name} must be a torch.Tensor, got {type(tensor).__name__}")
