@@ -2,12 +2,12 @@
 
 Training runs in a process of its own (demo.runs.process), so the two share no interpreter lock and no OpenMP
 pool. A training process takes every core on a machine of up to `SMALL_MACHINE_CORES` cores, where keeping a whole
-core for the server would cost the run a third to a half of its speed; on larger machines one core stays free for
-the server. On the small machines the server instead runs below its runs (`yield_to_training`: niced by default,
+core for the server would cost the run much of its speed; on larger machines one core stays free for the server.
+On the small machines the server instead runs below its runs (`yield_to_training`: niced by default,
 or in Linux's idle scheduling class, only where a run leaves a core idle), and its background threads below its own
-(`run_in_background`): the server needs little CPU (3% of one core while a page watches a run), but each time it
-wakes it takes a core from one of the run's OpenMP threads, whose partners then wait at the next barrier, so at
-equal priority the 7-12% it took before its figures got lighter cost a run 15-25% of its speed (docs/benchmarks.md).
+(`run_in_background`): the server needs little CPU, but each time it wakes it takes a core from one of the run's
+OpenMP threads, whose partners then wait at the next barrier, so at equal priority a few percent of one core cost a
+run far more of its speed (docs/benchmarks.md has the figures).
 The server keeps torch and faiss to one thread: its tensor work (projecting a snapshot, embedding a query) is small,
 and threads it spun up would compete with the run's for the same cores.
 """
@@ -98,14 +98,13 @@ def yield_to_training(priority: str = "low", cores: int | None = None) -> bool:
     Linux's idle scheduling class, "low" only lowers the niceness, "normal" changes nothing. True when lowered.
 
     Why: there a run's OpenMP threads hold every core, and each time the server wakes (a poll, an event read, its
-    event loop's timers) the kernel preempts one of them, and its partners wait at the next barrier: at equal
-    priority, the server's 7-12% of one core cost a run 15-25% of its speed. Niced ("low"), the server still takes
-    its share by preempting a training thread, at a lower rate: the run trains at 0.85-0.9 of the command line's
-    speed. In the idle class, a training thread that wakes always takes its core back at once, and the server runs
-    only where a core is left idle: the run trains at 0.94-1.0 of the command line's speed, but a page's answers
-    wait for such moments, a second or two while the run takes its steps, and the first loss point shows 11-15 s
-    after Start instead of 4-5 s, which is why "low" is the default (docs/benchmarks.md). On a larger machine a core
-    is kept for the server instead, and nothing changes."""
+    event loop's timers) the kernel preempts one of them, and its partners wait at the next barrier. Niced ("low"),
+    the server still takes its share by preempting a training thread, at a lower rate. In the idle class, a training
+    thread that wakes always takes its core back at once, and the server runs only where a core is left idle: the
+    run trains nearest the command line's speed, but a page's answers wait for such moments while the run takes its
+    steps, and its first loss point shows much later, which is why "low" is the default (docs/benchmarks.md,
+    "The server's priority", has the measured speeds and delays). On a larger machine a core is kept for the server
+    instead, and nothing changes."""
     global _launcher
     if priority not in SERVER_PRIORITIES:
         raise ValueError(f"the server's priority is one of {', '.join(SERVER_PRIORITIES)}, got {priority!r}")

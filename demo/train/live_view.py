@@ -174,7 +174,8 @@ def picture_key(run: LiveRun) -> tuple:
 class FigureBuilder:
     """Draws the figures of the runs pages are watching on one background thread, at most once per `interval`.
 
-    Building a plotly figure costs 0.5-3 ms of Python (bench/bench_figures.py), several a second while a run trains.
+    Building a plotly figure costs milliseconds of Python (bench/bench_figures.py), several a second while a run
+    trains.
     Done in the poll handler, that would be the handler's whole cost and would hold the interpreter lock at the moment
     pages ask; here the poll only picks up the finished figures, and all pages watching a run share them. Only what some
     page asked for lately is kept drawn (the curves, the spread figures, each picture): on a machine whose cores a

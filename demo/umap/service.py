@@ -98,9 +98,9 @@ class UmapProcess:
     def hold(self, held: bool) -> None:
         """Stop the child between layouts while `held` (SIGSTOP, and SIGCONT once released); a layout asked for
         meanwhile still runs. Why: even at the lowest priority, the child takes the moments a training run leaves a
-        core idle (numba's compile at its start alone is 10-15 s of CPU), and each time the run's thread wakes on
-        that core, it has to wait for the child to be put aside, in a cache the child has filled: measured, it took
-        10-20% of one core through a whole 2-epoch run on 2 cores (docs/benchmarks.md). Stopped, it costs nothing.
+        core idle (numba's compile at its start alone takes seconds of CPU), and each time the run's thread wakes on
+        that core, it has to wait for the child to be put aside, in a cache the child has filled (docs/benchmarks.md,
+        "UMAP while training", has what it cost a run). Stopped, it costs nothing.
         Waits for a layout in progress to end."""
         if not DIES_WITH_THE_SERVER:  # a stopped child the server left behind would stay, stopped, for good
             return

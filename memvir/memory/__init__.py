@@ -5,5 +5,6 @@
 - `state`: its part of a state_dict (settings, call counter, stored steps), read back checked, so a resumed run
   continues its curriculum.
 - `size`: how many bytes a memory takes, and the limit past which a setting is refused before any allocation.
-- `checks`: what MemVir accepts besides the tensor contract of memvir._validate: N, M, U, label range, finite values; `NonFiniteError`.
+- `checks`: what MemVir accepts besides memvir._validate's tensor contract: N, M, U, the label range, finite
+  values; `NonFiniteError`.
 """

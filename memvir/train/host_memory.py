@@ -4,9 +4,9 @@ A training step on the CPU allocates and frees the same tens of megabytes of act
 step. glibc's malloc serves a block above its mmap threshold with a fresh mapping and returns it to the kernel when
 freed, and trims the top of its heap once more than its trim threshold lies free there. Both thresholds start low
 (128 KiB) and glibc raises them as it sees large blocks freed, but how far depends on the order in which blocks
-happened to be freed: on a glyphs run (batch 128, 2 cores) each step took 13,000-20,000 page faults for memory it had
-just returned, the kernel zeroing every page again, 6-7 s of system time in a 39 s run, and the count, so the speed,
-changed from run to run and within a run (docs/benchmarks.md, "The trainer in its own process").
+happened to be freed: a glyphs run's steps took page faults by the thousand for memory they had just returned, the
+kernel zeroing every page again, and the count, so the speed, changed from run to run and within a run
+(docs/benchmarks.md, "The trainer in its own process", has the counts).
 
 Fixed thresholds stop that: blocks of up to MMAP_THRESHOLD come from the heap, and up to TRIM_THRESHOLD of free heap is
 kept, so a step's memory is mapped once and reused. The process's resident memory then stays near the largest step's
@@ -23,8 +23,7 @@ import platform
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value on 64-bit machines (4 MiB * sizeof(long))
-# a 160-step glyphs run took 2.3-3.4M page faults without these settings; with a trim threshold of 64 MiB 2.1M,
-# 256 MiB 0.6M, 1 GiB 0.2M (most of them its start: loading the data and the model)
+# the smallest of the thresholds tried that left a run only its start's page faults (docs/benchmarks.md)
 TRIM_THRESHOLD = 1 << 30
 
 _kept = False
