@@ -34,8 +34,8 @@ THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
 QUEUE_IDLE_CHECK_S = 0.1
 PROGRESS_CHECK_S = 0.1
 HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual classes** (Ko, Gu and Kim, ICCV 2021): "
-          "past steps' embeddings and class weights join the loss as extra classes, a few more after each warm-up "
-          "interval. Train here and watch it happen, then search with the model.")
+          "past steps' embeddings and class weights join the loss as extra classes, one more set every M+1 steps "
+          "after a warm-up. Train here and watch it happen, then search with the model.")
 
 
 @dataclass(frozen=True)

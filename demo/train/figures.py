@@ -280,8 +280,8 @@ def class_count_figure(records: list[dict], baseline: list[dict] | None = None) 
 
 # ------------------------------------------------------------------------------------------------ target cosine
 def target_cosine_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
-    """The mean cos(x, W_y) between live embeddings and their own class weight (paper Fig. 5a): it dips a little
-    once MemVir starts, the seen classes fitting less tightly while test Recall@1 rises."""
+    """The mean cos(x, W_y) between live embeddings and their own class weight (paper Fig. 5a, where it dips a little
+    once MemVir starts, the seen classes fitting less tightly)."""
     columns = step_columns(records, "mean_target_cosine")
     if len(columns["step"]) == 0:
         return empty_figure("No step records yet: the mean target cosine appears once training starts.")

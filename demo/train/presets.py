@@ -38,16 +38,29 @@ class Preset:
                 "memvir_reduction": self.memvir_reduction}
 
 
+def arrival_steps(steps_per_epoch: int, warmup_epochs: float, memvir_n: int, memvir_m: int) -> list[int]:
+    """The steps, numbered as the charts number them (1 = the first step), at which virtual set 1..N first takes
+    part: the U warm-up steps store nothing, then set j is in use from the step after j(M+1) stored steps."""
+    warmup = round(warmup_epochs * steps_per_epoch)
+    return [warmup + j * (memvir_m + 1) + 1 for j in range(1, memvir_n + 1)]
+
+
+def _arrivals_text(steps_per_epoch: int, warmup_epochs: float, memvir_n: int, memvir_m: int) -> str:
+    steps = [f"{step:,}" for step in arrival_steps(steps_per_epoch, warmup_epochs, memvir_n, memvir_m)]
+    named = steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + f" and {steps[-1]}"
+    return f"At {steps_per_epoch} steps an epoch, the virtual sets arrive at steps {named}."
+
+
 PRESETS = {
-    # 12,252 training images: 95 steps an epoch; warm-up 190 steps, then a set every 51 steps
+    # 12,252 training images: 95 steps an epoch
     "glyphs": Preset(128, 12, 2, 50, 2.0, "balanced",
                      "Settings for glyphs, chosen on validation classes (docs/reproduction.md, section 9): batch "
-                     "128, 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction. At 95 steps an epoch, "
-                     "the virtual sets arrive at steps 241 and 292."),
-    # 288 training images: 9 steps an epoch; warm-up 9 steps, then a set every 11 steps
+                     "128, 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction. "
+                     + _arrivals_text(95, 2.0, 2, 50)),
+    # 288 training images: 9 steps an epoch
     "glyphs-mini": Preset(32, TrainConfig().epochs, 3, 10, 1.0, "balanced",
-                          "Settings for glyphs-mini: batch 32, N = 3, M = 10, warm-up 1 epoch. At 9 steps an "
-                          "epoch, the virtual sets arrive at steps 20, 31 and 42."),
+                          "Settings for glyphs-mini: batch 32, N = 3, M = 10, warm-up 1 epoch. "
+                          + _arrivals_text(9, 1.0, 3, 10)),
 }
 # The page's opening settings: the library's, with its default dataset's preset
 PAGE_DEFAULTS = {**TrainConfig().to_dict(), **PRESETS[TrainConfig().dataset].settings()}

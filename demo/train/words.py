@@ -11,7 +11,8 @@ MEMVIR_NOTE = ("**MemVir** stores every step's embeddings and class weights. Aft
                "running run at its next step: release the slider, or type a number and press Enter.")
 
 N_INFO = ("Past steps used as virtual classes, C classes each (0 = the baseline). A larger N makes the task harder. "
-          "Suggested: 2 on glyphs, 3 on glyphs-mini; the paper uses 20 to 45, over far longer runs.")
+          "Suggested: 2 on glyphs, 3 on glyphs-mini; the reference code's commands use 20 and 45 (the paper's "
+          "figures 1 and 5), over far longer runs.")
 M_INFO = ("Steps between the past steps used: set j is the step j(M+1) back, and each set arrives M+1 steps after "
           "the one before. A smaller M makes the task harder. Suggested: 50 on glyphs, 10 on glyphs-mini.")
 WARMUP_INFO = ("Epochs of plain training first: nothing is stored, and the first virtual set arrives M+1 steps "
@@ -41,8 +42,8 @@ in its own colour, the same in every snapshot.
 class's weight now: its length is how far that virtual class has moved away.
 
 Right after a set arrives its copies sit on the real classes; as training moves the network on, they drift (the \
-cosines are in the curves above). In a run of minutes they stay close; the paper's Fig. 7 shows a model trained far \
-longer, real and virtual classes all told apart. **All classes** draws every class at once, where this detail \
+cosines are in the curves above, which say how far). The paper's Fig. 7 shows a model trained far longer, real and \
+virtual classes all told apart. **All classes** draws every class at once, where this detail \
 drowns in the crowd."""
 
 SPREAD_HELP = """**The drift, as numbers.** Left: for each virtual set in use, the mean cosine between a class's \

@@ -5,7 +5,7 @@ hand when the picture changes).
 
 Serves the app on a free port (its own data folder, UMAP off: the default picture is PCA), starts the page's default
 run (glyphs' preset, demo.train.presets: 12 epochs, N = 2, M = 50, warm-up 2 epochs, balanced reduction; 95 steps an
-epoch, so the warm-up ends at step 190, the first virtual set arrives at step 241 and the run ends at step 1,140), and
+epoch, so the warm-up ends at step 190, the first virtual set arrives at step 242 and the run ends at step 1,140), and
 shoots the picture live at three moments: a snapshot before the warm-up ends, the first snapshot after the first
 virtual set arrives, and the last one. Each PNG is quantised to a palette so it stays small.
 """

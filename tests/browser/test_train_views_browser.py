@@ -40,7 +40,7 @@ def _traces(page, plot_id: str) -> list[dict]:
 
 
 def test_a_short_run_shows_virtual_sets_of_two_ages_and_spread_curves(page, screenshot):
-    _start_glyphs_mini(page, epochs=6)  # 54 steps: sets arrive at 20, 31 and 42
+    _start_glyphs_mini(page, epochs=6)  # 54 steps: sets arrive at 21, 32 and 43
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
                            timeout=WAIT_MS)
     page.wait_for_function("() => /step 50 · PCA/.test(document.querySelector('#snapshot-caption').innerText)",
@@ -64,7 +64,7 @@ def _final_metrics(folder) -> dict:
 
 
 def test_the_results_table_holds_both_runs_final_metrics(page, app_root, screenshot):
-    run_id = _start_glyphs_mini(page, epochs=3)  # 27 steps: the first virtual set arrives at step 20
+    run_id = _start_glyphs_mini(page, epochs=3)  # 27 steps: the first virtual set arrives at step 21
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
                            timeout=WAIT_MS)
     page.locator("#baseline").click()  # the run rests: the baseline trains alone

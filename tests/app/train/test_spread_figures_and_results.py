@@ -120,15 +120,38 @@ def test_the_expectations_name_what_the_study_measured_for_such_a_run():
 
 
 # ---------------------------------------------------------------------------------------------- presets
+def test_virtual_sets_arrive_in_a_real_run_at_the_steps_the_presets_compute():
+    """glyphs-mini's preset trained for real: the step records (numbered as the charts number them) where
+    num_virtual_sets first reaches 1, 2, 3 are the steps arrival_steps names."""
+    from demo.train.presets import arrival_steps
+    from memvir.config import TrainConfig
+    from memvir.events import StepEvent
+    from memvir.train.trainer import Trainer
+
+    preset = PRESETS["glyphs-mini"]
+    trainer = Trainer(TrainConfig(dataset="glyphs-mini", **{**preset.settings(), "epochs": 5}, snapshot_every=0,
+                                  eval_every=0, eval_at_start=False))
+    events = []
+    trainer.add_listener(events.append)
+    trainer.run()
+    first = {}
+    for event in events:
+        if isinstance(event, StepEvent):
+            first.setdefault(event.num_virtual_sets, event.step)
+    assert [first[j] for j in range(1, 4)] == [21, 32, 43]  # written out: 9 warm-up steps, then every 11
+    assert arrival_steps(trainer.steps_per_epoch, preset.warmup_epochs, 3, 10) == [21, 32, 43]
+
+
 @pytest.mark.parametrize("dataset", ["glyphs", "glyphs-mini"])
 def test_each_preset_reaches_its_virtual_sets_at_the_steps_its_note_names(dataset):
-    """The note's arrival steps follow docs/method.md's s(i): the warm-up's steps, then one set every M+1 steps."""
+    """The note's arrival steps follow docs/method.md's s(i): the warm-up's steps store nothing, then set j is in use
+    from the step after j(M+1) stored steps (the real run above shows the numbering)."""
     from memvir.data import load_dataset
 
     preset = PRESETS[dataset]
     steps_per_epoch = len(load_dataset(dataset).train) // preset.batch_size
     warmup = round(preset.warmup_epochs * steps_per_epoch)
-    arrivals = [warmup + j * (preset.memvir_m + 1) for j in range(1, preset.memvir_n + 1)]
+    arrivals = [warmup + j * (preset.memvir_m + 1) + 1 for j in range(1, preset.memvir_n + 1)]
     assert all(arrival <= preset.epochs * steps_per_epoch for arrival in arrivals)  # within the preset's run
     named = ", ".join(f"{arrival}" for arrival in arrivals[:-1]) + f" and {arrivals[-1]}"
     assert f"At {steps_per_epoch} steps an epoch, the virtual sets arrive at steps {named}." in preset.note
