@@ -73,7 +73,9 @@ class TrainConfig:
         "curriculum", "curriculum (the paper's staircase) | all-at-once (all N sets when the warm-up ends)")
     memvir_reduction: str = _setting(
         "official", "official: the loss is the mean over all (k+1)B rows, as the reference code (the live batch "
-        "weighs 1/(k+1)); balanced: each set averaged on its own and the means summed", choices=REDUCTIONS)
+        "weighs 1/(k+1)); balanced: each set averaged on its own and the means summed, which with MemVir's "
+        "equal-size batches is (k+1) x official for the row-averaged losses: a larger step, same direction",
+        choices=REDUCTIONS)
     memvir_labels: str = _setting(
         "virtual", "virtual (MemVir: stored embeddings and weights become new classes) | seen (the control: stored "
         "embeddings keep their own classes and no stored weight is used, as XBM and BroadFace)", choices=MEMORY_LABELS)

@@ -16,16 +16,19 @@ N_INFO = ("Past steps used as virtual classes, C classes each (0 = the baseline)
 M_INFO = ("Steps between the past steps used: set j is the step j(M+1) back, and each set arrives M+1 steps after "
           "the one before. A smaller M makes the task harder. Suggested: 50 on glyphs, 10 on glyphs-mini.")
 WARMUP_INFO = ("Epochs of plain training first: nothing is stored, and the first virtual set arrives M+1 steps "
-               "after it ends. Suggested: 2 on glyphs, 1 on glyphs-mini (the paper: 40).")
+               "after it ends. Suggested: 2 on glyphs, 1 on glyphs-mini (the paper: 50, its reference code: 40).")
 
 # docs/method.md, "Reduction"
 REDUCTION_CHOICES = [("official: the mean over all rows (the reference code)", "official"),
-                     ("balanced: each set averaged on its own, the means summed", "balanced")]
+                     ("balanced: the set means summed, (k+1) x official", "balanced")]
 REDUCTION_INFO = ("How the loss averages over the live batch and the virtual sets. Official: with k sets in use the "
-                  "live batch has 1/(k+1) of the gradient, which acts much like a lower learning rate. Balanced: "
-                  "the live rows weigh what they weigh without MemVir, and each set adds its own term. The page "
-                  "starts with balanced: on glyphs it was the better of the two on validation classes "
-                  "(docs/reproduction.md, sections 7 and 9).")
+                  "live batch has 1/(k+1) of the gradient, which with Adam's eps 0.01 acts partly like a lower "
+                  "learning rate. Balanced: each set averaged on its own and the means summed; since every set "
+                  "has a batch's rows, that is exactly k+1 times the official loss, the same direction with a "
+                  "larger step, not a different use of the virtual classes (docs/method.md, \"Reduction\"). The "
+                  "page starts with balanced: on glyphs it beat official on validation classes against an untuned "
+                  "baseline (docs/reproduction.md, sections 7 and 9); the fair comparison, with every arm's step "
+                  "size tuned, is in docs/reproduction.md.")
 
 FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read best; empty: 8 drawn with the "
               "run's seed). Press Enter to apply them to the running run from its next snapshot; at Start they "
