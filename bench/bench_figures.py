@@ -83,7 +83,7 @@ def median_ms(draw, repeats: int) -> float:
 def main() -> None:
     import torch
 
-    torch.set_num_threads(1)  # as in the server (demo/cores.limit_server_threads)
+    torch.set_num_threads(1)  # as in the server (demo.common.cores.limit_server_threads)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=30)

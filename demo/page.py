@@ -67,7 +67,7 @@ class App:
 def on_load(runs: RunManager, retrieval: RetrievalService, visitor=None, request: gr.Request = None):
     """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint choices."""
     # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
-    # (demo/handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
+    # (demo.common.handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
     visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
     return visitor, *train_tab.opened(runs, visitor), retrieve_tab.checkpoint_list(retrieval)
 
@@ -87,5 +87,6 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             train = train_tab.build(runs, figures, visitor, timer)
             checkpoint = retrieve_tab.build(retrieval)
         blocks.load(bind(on_load, runs, retrieval), [visitor],
-                    [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load")
+                    [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load",
+                    api_visibility="private")
     return App(blocks, runs, retrieval, settings, figures)

@@ -41,7 +41,7 @@ def _setting_fields():
 
 
 def _add_setting_options(train: argparse.ArgumentParser) -> None:
-    """One option per TrainConfig setting, from the setting's own default, type and help (memvir/config.py)."""
+    """One option per TrainConfig setting, from the setting's own default, type and help (memvir.config)."""
     import dataclasses
 
     for setting, flag in _setting_fields():

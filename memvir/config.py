@@ -1,7 +1,7 @@
 """TrainConfig: everything a training run needs, in one frozen, validated, JSON round-tripping dataclass.
 
 Each setting is declared once, with its default and its help text (field metadata): the command line builds its
-`train` options from them (memvir/cli.py), the app takes its defaults from them, and a checkpoint stores the config
+`train` options from them (memvir.cli), the app takes its defaults from them, and a checkpoint stores the config
 as JSON. Which settings may change while a run trains (`LIVE_SETTINGS`) or when it is resumed (`RESUMABLE`) is
 declared here too. A config is frozen: a change is a new config (`dataclasses.replace`), validated as it is made.
 """
@@ -20,7 +20,7 @@ from memvir.memory.virtual_classes import SCHEDULES
 STORE_DTYPES = tuple(memory_size.STORE_DTYPES)
 SAMPLERS = ("random", "balanced")
 LR_DECAYS = ("none", "cosine", "step")
-# How the loss averages over MemVir's sets (memvir/losses.py, docs/method.md "Reduction"): "official" is the mean over
+# How the loss averages over MemVir's sets (memvir.losses, docs/method.md "Reduction"): "official" is the mean over
 # all (k+1)B rows, as the reference code; "balanced" sums each set's own mean, so the live batch's gradient keeps the
 # weight it has without MemVir.
 REDUCTIONS = ("official", "balanced")

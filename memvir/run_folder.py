@@ -2,7 +2,7 @@
 
 A run folder holds the model's Hub files (config.json, model.safetensors, README.md), the run's config
 (train_config.json), its records (metrics.jsonl: one JSON object per logged step, evaluation, live change or status)
-and the trainer state a resume needs (trainer_state.pt). The file names live in memvir/checkpoint.py, which writes
+and the trainer state a resume needs (trainer_state.pt). The file names live in memvir.checkpoint, which writes
 them; this class reads them, tolerantly: a records line cut off by a crash is skipped, not fatal.
 """
 

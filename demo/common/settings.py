@@ -120,7 +120,8 @@ class AppSettings:
     finished_runs_kept: int = 8
     train_threads: int | None = None
     run_memory_limit: int | None = None
-    server_priority: str = "low"  # how the server yields to its runs on small machines (demo/cores.yield_to_training)
+    # how the server yields to its runs on small machines (demo.common.cores.yield_to_training)
+    server_priority: str = "low"
 
     def __post_init__(self):
         if self.max_active_runs < 1:

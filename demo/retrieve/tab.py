@@ -233,11 +233,13 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
     load_button.click(bind(prepare, retrieval), [checkpoint, source, gallery_files], [about, sample_gallery, picked],
                       api_name="prepare_retrieval")
     gr.on([checkpoint.change, source.change, load_button.click], bind(query_class_hint, retrieval),
-          [checkpoint, source, gallery_files], [query_class], api_name="query_class_hint", show_progress="hidden")
+          [checkpoint, source, gallery_files], [query_class], api_name="query_class_hint", api_visibility="private",
+          show_progress="hidden")
     download_button.click(bind(download_checkpoint, retrieval), [checkpoint], [download_note, checkpoint_zip],
                           api_name="download_checkpoint")
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
-    sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", show_progress="hidden")
+    sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", api_visibility="private",
+                 show_progress="hidden")
     search_outputs = [about, result_tiles, seen_query]
     search_upload_button.click(bind(search_upload, retrieval),
                                [checkpoint, source, k, query_class, query_file, gallery_files], search_outputs,

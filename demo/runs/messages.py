@@ -3,7 +3,7 @@
 Down, from the server: the `LaunchSpec` the process starts with, then commands as tuples: ("go",) once the server
 accepts the run, ("stop",), ("pause",), ("resume",), and ("update", request, changes) for a live change, which the
 process answers with a `Reply`. Up, from the process: `Ready` once its Trainer is built, then the Trainer's events
-(memvir/events.py) in the order it emits them (those holding tensors as files, demo.runs.snapshot_transport), replies,
+(memvir.events) in the order it emits them (those holding tensors as files, demo.runs.snapshot_transport), replies,
 and a `Crash` when the Trainer raises.
 
 Plain dataclasses of plain values only: the process imports this module before torch, so that it can set its thread

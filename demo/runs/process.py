@@ -61,7 +61,7 @@ class RunProcess:
         context = torch.multiprocessing.get_context("spawn")
         self._connection, child_end = context.Pipe()
         self._process = context.Process(target=run_child.main, args=(child_end, spec), name=name, daemon=True)
-        launch(self._process.start)  # at the training priority (demo/cores.yield_to_training)
+        launch(self._process.start)  # at the training priority (demo.common.cores.yield_to_training)
         child_end.close()  # so that the child's end closing (its death) reads as the end of the pipe here
         self.pid = self._process.pid
         self._folder = Path(spec.folder)
@@ -166,7 +166,7 @@ class RunProcess:
                 if self._connection not in ready and not self._connection.poll():
                     break  # the process ended and everything it sent has been read
                 try:
-                    messages = self._connection.recv()  # what the process sent in one go (demo/run_child._Outbox)
+                    messages = self._connection.recv()  # what the process sent in one go (demo.runs.child._Outbox)
                 except (EOFError, OSError):
                     break
                 for message in messages:

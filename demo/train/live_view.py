@@ -26,7 +26,7 @@ def _figures():
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
 # What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo.train.focus_figure); "age"
-# and "class" show all classes, coloured by age or by class (demo/figures.embedding_figure).
+# and "class" show all classes, coloured by age or by class (demo.train.figures.embedding_figure).
 FEW_CLASSES, FEW_CLASSES_UMAP = "few", "few-umap"
 PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, "age", "class")
 

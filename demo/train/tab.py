@@ -54,7 +54,7 @@ LIVE_SNAPSHOT_EVERY = 10
 EVAL_AT_START = False
 # What Reset puts back (it leaves the dataset, the model and the snapshot and evaluation cadences as they are).
 RESET_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs", "lr", "seed", "memvir_schedule",
-                  "val_classes", "memvir_store_dtype")
+                  "val_classes", "memvir_store_dtype", "memvir_reduction")
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -158,15 +158,15 @@ def update_memvir(runs: RunManager, state: PollState, memvir_n, memvir_m, warmup
 
 @reporting(message_slot=1, outputs=12)
 def reset(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    """The default settings again, and only runs started from now on shown; stops the run shown if it is the
-    visitor's."""
+    """The default settings again (RESET_SETTINGS, then the classes shown, empty), and only runs started from now on
+    shown; stops the run shown if it is the visitor's."""
     visitor = visitor_key(visitor, request)
     run = runs.get(state.run_id)
     message = "Reset: choose the settings and press Start."
     if run is not None and run.owner == visitor and run.busy:
         runs.stop(run.id, visitor)
         message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
-    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS))
+    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS), "")
 
 
 @reporting(message_slot=0, outputs=1)
@@ -279,11 +279,11 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
     # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
     # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
-    # demo/ui.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
+    # demo.page.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
     dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
-                   show_progress="hidden", queue=False)
+                   api_visibility="private", show_progress="hidden", queue=False)
     dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, notice],
-                  api_name="suggest_settings", show_progress="hidden", queue=False)
+                  api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
     start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
     pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")
@@ -294,10 +294,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     baseline_button.click(None, None, [notice], js=f"() => {json.dumps(words.BASELINE_STARTING)}")
     baseline_button.click(bind(compare, runs), [state, visitor], [notice], api_name="compare_baseline")
     reset_button.click(bind(reset, runs), [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
-                                                              epochs, lr, seed, schedule, val_classes, store_dtype],
-                       api_name="reset")
-    # The reduction, added after Reset's API answer was fixed (RESET_SETTINGS), is put back in the browser.
-    reset_button.click(None, None, [reduction], js=f"() => {json.dumps(DEFAULTS['memvir_reduction'])}")
+                                                              epochs, lr, seed, schedule, val_classes, store_dtype,
+                                                              reduction, views.focus_classes],
+                       api_name="reset", api_visibility="private")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
         slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [notice],
                        api_name=name, show_progress="hidden")

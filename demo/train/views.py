@@ -119,19 +119,19 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its
     # snapshots), never while a page rests, rather than after every poll.
     views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],
-                     [views_sent, drift_plot, spread_plot, results], api_name="poll_views", show_progress="hidden",
-                     queue=False)
+                     [views_sent, drift_plot, spread_plot, results], api_name="poll_views", api_visibility="private",
+                     show_progress="hidden", queue=False)
     snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
                           [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
-                          show_progress="hidden")
+                          api_visibility="private", show_progress="hidden")
     # A drag unticks "follow" at its first move, in the browser: otherwise a poll that brings a new snapshot moves the
     # thumb back to the newest step under the visitor's pointer, and the release shows the newest again.
     snapshot_step.input(None, None, [follow], js="() => false")
     color_by.change(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
-                    api_name="color_snapshot", show_progress="hidden")
+                    api_name="color_snapshot", api_visibility="private", show_progress="hidden")
     follow.input(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
-                 api_name="follow_snapshots", show_progress="hidden")
+                 api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
     focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [notice], api_name="show_classes",
-                         show_progress="hidden")
+                         api_visibility="private", show_progress="hidden")
     return Views(status, notice, follow, focus_classes)
 

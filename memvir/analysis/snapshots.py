@@ -1,7 +1,7 @@
 """What an embedding snapshot shows besides the step's own rows: a fixed probe set of test images, for axes that stay
 put from one snapshot to the next, and the few-class view of a handful of training classes (the paper's Fig. 7).
 
-The Trainer makes a SnapshotEvent (memvir/events.py) every `snapshot_every` steps from the rows its MemVir call
+The Trainer makes a SnapshotEvent (memvir.events) every `snapshot_every` steps from the rows its MemVir call
 returned (live batch first, then each virtual set, labels y + jC) and from what the SnapshotMaker embeds here with
 the current model.
 """

@@ -1,7 +1,7 @@
-"""Trainer: the training loop, live control, events, checkpoints and resume (its settings: memvir/config.py).
+"""Trainer: the training loop, live control, events, checkpoints and resume (its settings: memvir.config).
 
 Read top to bottom: ``Trainer.run`` is the loop; ``_train_step`` is one MemVir step (embed, augment with past
-steps, loss, update). The Trainer knows nothing of a UI or a terminal: it emits events (memvir/events.py) to
+steps, loss, update). The Trainer knows nothing of a UI or a terminal: it emits events (memvir.events) to
 listeners, writes a run folder when given one, and accepts live changes between steps from any thread.
 
 Determinism: every sample's augmentation is drawn from its own seed (run seed, epoch, position), batches come from a

@@ -235,8 +235,9 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     assert reset_state.run_id is None and reset_state.after >= before
     library = TrainConfig()
     # the library's defaults with glyphs' preset (demo.train.presets): N 2, M 50, warm-up 2, batch 128, 12 epochs
+    # (and the page's balanced reduction), then the classes shown emptied
     assert values == [2, 50, 2.0, 128, 12, library.lr, library.seed, library.memvir_schedule, library.val_classes,
-                      library.memvir_store_dtype]
+                      library.memvir_store_dtype, "balanced", ""]
     run.join(60)
     assert run.state == "stopped"
 
@@ -247,6 +248,9 @@ def test_a_page_opened_gets_a_visitor_key_and_the_checkpoints(runs, tmp_path):
     assert re.fullmatch(r"[0-9a-f]{32}", visitor) and state == PollState()
     assert checkpoints == gr.update(choices=[])
     assert on_load(runs, retrieval, visitor="kept")[0] == "kept"
+    # A page whose Start beat its load event: the load adopts the session's key, under which that run was started,
+    # so the page owns its run (a fresh key here would make it "another visitor's" run, its Stop refused).
+    assert on_load(runs, retrieval, visitor="", request=SimpleNamespace(session_hash="abc123"))[0] == "abc123"
 
 
 # ---------------------------------------------------------------------------------------------- the Retrieve tab
@@ -318,26 +322,26 @@ def test_bind_fixes_the_context_and_keeps_what_gradio_reads():
     assert bound(1, visitor="v") == ("the context", 1, "v")
 
 
-# Every endpoint of the page's API and the parameters a client sends, as gradio_client names them.
+# The page's public API, what a client calls, and the parameters it sends, as gradio_client names them; the README
+# lists the same endpoints.
 API = {
-    "/load": ["visitor"], "/poll": ["color_by", "follow", "visitor"], "/dataset_choice": ["dataset"],
+    "/poll": ["color_by", "follow", "visitor"],
     "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
                "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
                "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "visitor"],
     "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
-    "/reset": ["visitor"], "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
+    "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_warmup": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
-    "/show_snapshot": ["step", "color_by"], "/color_snapshot": ["follow", "color_by", "step"],
-    "/follow_snapshots": ["follow", "color_by", "step"], "/list_checkpoints": [],
-    "/poll_views": ["visitor"], "/suggest_settings": ["dataset"], "/show_classes": ["focus_classes", "visitor"],
-    "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
+    "/list_checkpoints": [], "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
     "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files"],
     "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files"],
     "/search_gallery_item": ["checkpoint_choice", "source", "k", "files"],
-    "/query_class_hint": ["checkpoint_choice", "source", "files"], "/download_checkpoint": ["checkpoint_choice"],
-    "/clear_sketch": [],
+    "/download_checkpoint": ["checkpoint_choice"],
 }
+# The page's own events: wired in the browser, no endpoint a client can call.
+PRIVATE = {"load", "dataset_choice", "suggest_settings", "reset", "show_snapshot", "color_snapshot", "follow_snapshots",
+           "poll_views", "show_classes", "query_class_hint", "clear_sketch"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
@@ -348,6 +352,9 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
         endpoints = app.blocks.get_api_info()["named_endpoints"]
         assert {name: [parameter["parameter_name"] for parameter in endpoint["parameters"]]
                 for name, endpoint in endpoints.items()} == API
+        visibility = {block_fn.api_name: block_fn.api_visibility for block_fn in app.blocks.fns.values()
+                      if block_fn.fn is not None}  # the browser-only events (js, no handler) are private anyway
+        assert {name for name, seen in visibility.items() if seen == "private"} == PRIVATE
         # Gradio passes gr.Request and gr.SelectData by their annotations, and silently passes nothing when they
         # cannot be resolved: every handler's must
         hints = {block_fn.api_name: typing.get_type_hints(block_fn.fn) for block_fn in app.blocks.fns.values()

@@ -1,6 +1,6 @@
 """Every kind of figure the app draws is valid plotly, as plotly's own validators see it.
 
-The app builds its figures from plain dicts without plotly's validation (demo/figures.built says why); these tests
+The app builds its figures from plain dicts without plotly's validation (demo.train.figures.built says why); these tests
 are where the validation happens instead. Each figure is rebuilt with validation on: a misspelt property or a value of
 the wrong kind raises, and a value plotly would rewrite (a named colour scale for its colour stops, say) makes the two
 JSONs differ.

@@ -40,7 +40,7 @@ def annotation_texts(fig):
 
 
 def assert_house_style(fig, uirevision):
-    # plotly_white's look for 2-D charts, set without the template itself (demo/figures.HOUSE_LAYOUT says why)
+    # plotly_white's look for 2-D charts, set without the template itself (demo.train.figures.HOUSE_LAYOUT says why)
     white = pio.templates["plotly_white"].layout
     assert fig.layout.template == pio.templates["none"]
     assert (fig.layout.paper_bgcolor, fig.layout.plot_bgcolor) == (white.paper_bgcolor, white.plot_bgcolor)
