@@ -94,7 +94,7 @@ def test_a_bundled_checkpoint_downloads_as_a_zip_that_loads(tmp_path):
     path = service.download_zip(str(bundled))
     assert path.name == "glyphs-norm-softmax-memvir.zip" and path.parent.parent == data / "downloads"
     model, names = _unzipped_model(path, tmp_path / "unzipped")
-    assert names == ["glyphs-norm-softmax-memvir/README.md", "glyphs-norm-softmax-memvir.config.json",
+    assert names == ["glyphs-norm-softmax-memvir/README.md", "glyphs-norm-softmax-memvir/config.json",
                      "glyphs-norm-softmax-memvir/model.safetensors"]  # no gallery index, no trainer state
     assert _same_weights(model, EmbeddingModel.from_pretrained(bundled)) and model.config == dict(
         EmbeddingModel.from_pretrained(bundled).config)
