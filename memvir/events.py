@@ -22,8 +22,7 @@ class StepEvent:
     lr: float
     warmup: bool  # True while MemVir is still in its warm-up
     # at the spread cadence: memvir.analysis.spread's figures (virtual_weight_cos_j, virtual_embedding_cos_j per set j
-    # in
-    # use, weight_mean_cos, weight_uniformity); empty on other steps
+    # in use, weight_mean_cos, weight_uniformity); empty on other steps
     spread: dict = field(default_factory=dict)
     # on logged steps: memvir.train.adam_regime's shares of parameters whose Adam step grows with the gradient
     adam: dict = field(default_factory=dict)

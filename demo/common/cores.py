@@ -103,7 +103,7 @@ def yield_to_training(priority: str = "low", cores: int | None = None) -> bool:
     thread that wakes always takes its core back at once, and the server runs only where a core is left idle: the
     run trains nearest the command line's speed, but a page's answers wait for such moments while the run takes its
     steps, and its first loss point shows much later, which is why "low" is the default (docs/benchmarks.md,
-    "The server's priority", has the measured speeds and delays). On a larger machine a core is kept for the server
+    "the server below its runs", has the measured speeds and delays). On a larger machine a core is kept for the server
     instead, and nothing changes."""
     global _launcher
     if priority not in SERVER_PRIORITIES:

@@ -5,8 +5,7 @@ A gr.Gallery writes its caption over the bottom of each square thumbnail on one 
 hid the class and the mark; here the caption sits under the image and wraps. The images travel inside the HTML as
 data URIs (a thumbnail is a few kB), so a search leaves no files behind. The mark is a word in a coloured badge whose
 tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. Class names can come
-from a
-visitor's zip, so every text is escaped.
+from a visitor's zip, so every text is escaped.
 """
 
 from __future__ import annotations

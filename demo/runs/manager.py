@@ -73,8 +73,7 @@ def _run_name(config) -> str:
 class RunManager:
     """Starts, steers and finds runs; thread-safe. `project(snapshot, method, reference=)` makes the 2-D picture
     (memvir.analysis.projection.project_snapshot by default); `umap_worker` (a demo.umap.service.UmapService) computes
-    UMAP in
-    another process, one made on first use when settings.umap is on."""
+    UMAP in another process, one made on first use when settings.umap is on."""
 
     def __init__(self, settings: AppSettings, project=None, umap_worker=None):
         self.settings = settings

@@ -2,11 +2,10 @@
 
 Each snapshot's focus classes (a few training classes: their current embeddings, live class weights, and each
 virtual set's stored weights and embeddings of them; memvir.analysis.projection.focus_points) are projected with PCA at
-once,
-on the trainer's side of the listener (milliseconds for a few hundred points), and with UMAP when the page's UMAP
-process gets to them (demo.umap.service, which asks `next_umap_job` and hands back `set_umap`). A few hundred
-points make it cheap enough to lay out many snapshots while the run trains, and few enough classes that each
-virtual set shows beside its live class: the paper's Fig. 7 (docs/method.md, "What the app shows").
+once, on the trainer's side of the listener (milliseconds for a few hundred points), and with UMAP when the page's UMAP
+process gets to them (demo.umap.service, which asks `next_umap_job` and hands back `set_umap`). A few hundred points
+make it cheap enough to lay out many snapshots while the run trains, and few enough classes that each virtual set shows
+beside its live class: the paper's Fig. 7 (docs/method.md, "What the app shows").
 
 A snapshot without a few-class view (none asked for) is simply not kept here; the all-classes picture still is.
 """

@@ -3,17 +3,14 @@
 `UmapProcess` is one child process (a fresh interpreter: it shares no torch threads or locks with the app;
 demo.umap.child is its side) that lowers its own priority, imports umap, pays numba's compile on a tiny layout at
 once, then lays out the point sets it is sent (memvir.analysis.projection.umap_layout). `layout(points, seed, init)`
-blocks
-only the calling thread, which waits on a pipe. While a run trains, the child is held stopped between layouts
+blocks only the calling thread, which waits on a pipe. While a run trains, the child is held stopped between layouts
 (`hold`).
 
 `UmapService` is what the run manager holds: a memvir.analysis.projection.UmapWorker for the all-classes picture, laid
-out in
-the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
-(demo.train.focus_view, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small
-share of one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while
-training"); the snapshots in between keep their PCA. When the run rests, every kept snapshot gets its UMAP, newest
-first.
+out in the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
+(demo.train.focus_view, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small share of
+one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while training");
+the snapshots in between keep their PCA. When the run rests, every kept snapshot gets its UMAP, newest first.
 """
 
 from __future__ import annotations

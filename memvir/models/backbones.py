@@ -1,12 +1,11 @@
 """Backbones: a small registry (name -> builder, timm style) of feature extractors that end in global pooling.
 
 Each builder returns the extractor and its feature dimension; `EmbeddingModel` (memvir.models.embedding_model) puts the
-linear
-embedding head on top. `convnet` and `convnet-gn` are small CNNs for glyphs on a CPU; `resnet18`, `resnet50` and
+linear embedding head on top. `convnet` and `convnet-gn` are small CNNs for glyphs on a CPU; `resnet18`, `resnet50` and
 `googlenet` are torchvision's, optionally with ImageNet weights. `googlenet` is torchvision's Inception-v1 with
-BatchNorm, not the paper's BN-Inception (Inception-v2), so numbers on the paper's datasets need not match its own.
-A model with another number of input channels than 3 gets a first convolution to match (its ImageNet weights
-adapted: `adapt_stem_weight`).
+BatchNorm, not the paper's BN-Inception (Inception-v2), so numbers on the paper's datasets need not match its own. A
+model with another number of input channels than 3 gets a first convolution to match (its ImageNet weights adapted:
+`adapt_stem_weight`).
 """
 
 from collections.abc import Callable

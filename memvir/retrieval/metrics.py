@@ -1,6 +1,6 @@
 """Retrieval metrics of embeddings: Recall@K, P@1, R-Precision, MAP@R and NMI, over the kNN search of
-memvir.retrieval.knn.
-Definitions as docs/method.md, "Evaluation"; similarity is cosine (every vector is L2-normalised here)."""
+memvir.retrieval.knn. Definitions as docs/method.md, "Evaluation"; similarity is cosine (every vector is L2-normalised
+here)."""
 
 from dataclasses import dataclass
 

@@ -9,8 +9,7 @@ that still matches, so a retrained checkpoint or a re-rendered dataset gets its 
 Embeddings and metrics come from memvir.retrieval.evaluation, so they are exactly the evaluation's.
 
 ``python -m memvir.retrieval.shipped_gallery FOLDER...`` (``make gallery-index``) builds the index of each checkpoint
-folder
-whose index is missing or stale.
+folder whose index is missing or stale.
 """
 
 from __future__ import annotations
@@ -102,8 +101,7 @@ def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save
           batch_size: int = 256, progress: bool = False,
           on_progress: Callable[[float], None] | None = None) -> CheckpointGallery:
     """Embed `split` with the checkpoint (through memvir.retrieval.evaluation), index it, score it, and (with `save`)
-    write it
-    beside the checkpoint. `model`: the checkpoint already loaded (else it is loaded here).
+    write it beside the checkpoint. `model`: the checkpoint already loaded (else it is loaded here).
 
     Nothing is saved when the checkpoint's files change while it is embedded (a run still writing): the index would
     belong to neither version. `progress` / `on_progress`: as in `memvir.retrieval.evaluation.embed`.

@@ -1,8 +1,7 @@
 """The few-class view's projection (memvir.analysis.projection.focus_points, project_focus, layout_focus) against
-expectations
-written out here: which rows a snapshot's few-class view holds, a numpy PCA whose axes are the focus embeddings',
-Procrustes on the focus embeddings, and the UMAP layout called with the PCA picture as its start (a stand-in layout:
-no real UMAP here)."""
+expectations written out here: which rows a snapshot's few-class view holds, a numpy PCA whose axes are the focus
+embeddings', Procrustes on the focus embeddings, and the UMAP layout called with the PCA picture as its start (a
+stand-in layout: no real UMAP here)."""
 
 import dataclasses
 

@@ -6,6 +6,7 @@ figures, table and requests; waits are Playwright's, bounded; nothing asserts sp
 
 import json
 import re
+import time
 
 import pytest
 
@@ -73,9 +74,17 @@ def test_the_results_table_holds_both_runs_final_metrics(page, app_root, screens
     page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('Final results')",
                            timeout=WAIT_MS)
     runs = app_root / "data" / "runs"
-    baseline_folder = max((folder for folder in runs.iterdir() if "-baseline-" in folder.name
-                           and json.loads((folder / "train_config.json").read_text())["epochs"] == 3),
-                          key=lambda folder: folder.stat().st_mtime)
+
+    def baselines():
+        return [folder for folder in runs.iterdir() if "-baseline-" in folder.name
+                and (folder / "train_config.json").is_file()
+                and json.loads((folder / "train_config.json").read_text())["epochs"] == 3]
+
+    deadline = time.monotonic() + WAIT_MS / 1000  # its folder, written by its own process, may trail the page
+    while not baselines() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert baselines(), f"no 3-epoch baseline folder among {sorted(folder.name for folder in runs.iterdir())}"
+    baseline_folder = max(baselines(), key=lambda folder: folder.stat().st_mtime)
     run, baseline = _final_metrics(runs / run_id), _final_metrics(baseline_folder)
     cells = page.evaluate("""() => Array.from(document.querySelectorAll('#results-table tbody tr'))
                                   .map(row => Array.from(row.cells).map(cell => cell.innerText.trim()))""")

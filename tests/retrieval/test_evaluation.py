@@ -1,6 +1,5 @@
 """memvir.retrieval.evaluation against computations written out here: each image through the model one at a time, the
-metrics
-of those embeddings at the K values chosen by hand."""
+metrics of those embeddings at the K values chosen by hand."""
 
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """memvir.retrieval.metrics and the kNN search under it (memvir.retrieval.knn) against references written here: a
-brute-force float64
-search with loops over queries, hand-computed small cases, and a hand-computed NMI contingency example."""
+brute-force float64 search with loops over queries, hand-computed small cases, and a hand-computed NMI contingency
+example."""
 
 import importlib.util
 import logging

@@ -1,6 +1,5 @@
 """demo.retrieve.index_builds: a key builds once at a time (a second request joins the build in flight), its progress
-and its
-error are readable, and only the latest outcomes are remembered. Threads are synchronised by events; nothing is
+and its error are readable, and only the latest outcomes are remembered. Threads are synchronised by events; nothing is
 timed."""
 
 import sys

@@ -1,8 +1,7 @@
 """RetrievalService's gallery indexes on disk: a bundled checkpoint's shipped index answers the first search with no
 embedding; a stale one is rebuilt, not used, and saved for the next start; a run's gallery is indexed in the
-background with its progress readable. Embedding is observed by counting calls of memvir.retrieval.evaluation.embed
-(the one path
-that embeds a test split); nothing is timed."""
+background with its progress readable. Embedding is observed by counting calls of memvir.retrieval.evaluation.embed (the
+one path that embeds a test split); nothing is timed."""
 
 import shutil
 from pathlib import Path
