@@ -103,6 +103,9 @@ class MetricLoss(nn.Module, ABC):
     """
 
     name: str = ""
+    # Whether the Trainer hands this loss the embedding head's raw output rather than unit vectors: only the paper's
+    # Softmax (its eq. 2) uses the embeddings' norm; every other loss normalises or is meant for unit vectors.
+    takes_raw_embeddings: bool = False
     # Checking the labels against the class count costs a host sync per call (a GPU waits for it); a training loop
     # that checks its labels on the CPU turns it off on its loss.
     check_values: bool = True
@@ -153,7 +156,10 @@ def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -
 
 @_register("softmax")
 class SoftmaxLoss(_CrossEntropyLoss):
-    """Plain softmax cross-entropy: logits = x @ W^T, no normalisation, no bias."""
+    """Plain softmax cross-entropy, the paper's Softmax (its eq. 2): logits = x @ W^T on the un-normalised
+    embeddings, no normalisation, no bias. The Trainer hands it the embedding head's raw output."""
+
+    takes_raw_embeddings = True
 
     def logits(self, embeddings, labels, class_weights):
         return embeddings @ class_weights.T

@@ -9,6 +9,7 @@ the current model.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from memvir.config import FOCUS_CLASSES
 from memvir.data.splits import without_augmentation
@@ -57,7 +58,8 @@ class SnapshotMaker:
         weight_rows = torch.arange(weights.shape[0])
         return SnapshotEvent(
             step=step, margin=margin,
-            embeddings=embeddings.detach().float().cpu(), labels=(labels % num_classes).cpu(),
+            # unit vectors, as the probe and focus embeddings are, whatever the loss was handed (memvir.losses)
+            embeddings=F.normalize(embeddings.detach().float(), dim=1).cpu(), labels=(labels % num_classes).cpu(),
             ages=(labels // num_classes).cpu(),  # MemVir's labels are y + j*C: the age is the quotient
             class_weights=weights.detach().float().cpu(), class_weight_labels=weight_rows % num_classes,
             class_weight_ages=weight_rows // num_classes,

@@ -123,13 +123,16 @@ class EmbeddingModel(
     def embedding_dim(self) -> int:
         return _hub_shims.config_of(self)["embedding_dim"]
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]."""
+    def forward(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+        """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]; with
+        `normalize=False` the head's raw output, for a loss that takes un-normalised embeddings (the paper's
+        Softmax). Retrieval always uses the normalised ones."""
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
                 f"expected a batch of images [B, {self.in_channels}, H, W], got shape {tuple(images.shape)}"
             )
-        return F.normalize(self.head(self.backbone(images)), dim=1)
+        embeddings = self.head(self.backbone(images))
+        return F.normalize(embeddings, dim=1) if normalize else embeddings
 
     def embed(self, images: torch.Tensor | Image.Image | Sequence[Image.Image]) -> torch.Tensor:
         """L2-normalised embeddings [B, embedding_dim] without gradients, in eval mode (BatchNorm running stats).

@@ -114,6 +114,7 @@ class Trainer:
         self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
+        self._raw_embeddings = self.loss_fn.takes_raw_embeddings  # the paper's Softmax (memvir.losses)
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
                              store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
                              check_values=self._checks_every_step)
@@ -306,7 +307,7 @@ class Trainer:
         if self.device.type == "cuda":
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            embeddings = self._network(images)
+            embeddings = self._network(images, normalize=not self._raw_embeddings)
         return self.world.gather_with_grad(embeddings.float()), self.world.gather(labels)
 
     def _memvir_loss(self, embeddings: torch.Tensor, labels: torch.Tensor):

@@ -491,3 +491,47 @@ def test_seen_labels_put_the_stored_embeddings_in_their_own_classes_against_the_
 def test_seen_labels_refuse_the_balanced_reduction():
     with pytest.raises(ValueError, match="memvir_labels 'seen' .* use the official reduction"):
         small_config(memvir_labels="seen", memvir_reduction="balanced")
+
+
+def test_the_papers_softmax_trains_on_the_raw_embeddings_and_every_other_loss_on_unit_vectors():
+    """Softmax (the paper's eq. 2) gets the embedding head's raw output: its first step's loss is the cross-entropy of
+    x @ W^T written out here with the model's un-normalised embeddings of the same batch; Norm-softmax gets unit
+    vectors."""
+    for loss, raw in (("softmax", True), ("norm-softmax", False)):
+        trainer = Trainer(small_config(loss=loss, memvir_n=0, max_steps=1))
+        seen = []
+        loss_fn = trainer.loss_fn
+
+        def record(x, y, w, *rest, loss_fn=loss_fn, seen=seen, **options):
+            seen.append((x.detach().clone(), y.clone(), w.detach().clone()))
+            return loss_fn(x, y, w, *rest, **options)
+
+        trainer.loss_fn = record
+        images, labels = next(iter(trainer.batches.epoch(0, 0)))
+        model_state = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+        trainer.run()
+        x, y, w = seen[0]
+        norms = x.norm(dim=1)
+        if raw:
+            assert not torch.allclose(norms, torch.ones_like(norms), atol=1e-3)  # not unit vectors
+            check = Trainer(small_config(loss=loss, memvir_n=0, max_steps=1))
+            check.model.load_state_dict(model_state)
+            check.model.train()
+            with torch.no_grad():
+                expected_x = check.model(images, normalize=False)
+            torch.testing.assert_close(x, expected_x, rtol=1e-5, atol=1e-5)
+            logits = x.double() @ w.double().T  # the paper's eq. 2, by hand: no normalisation, no bias
+            by_hand = (torch.logsumexp(logits, dim=1) - logits[torch.arange(len(y)), y]).mean()
+            first_step = next(record for record in trainer.history if record["type"] == "step")
+            torch.testing.assert_close(torch.tensor(first_step["loss"], dtype=torch.float64), by_hand,
+                                       rtol=1e-5, atol=1e-5)
+        else:
+            torch.testing.assert_close(norms, torch.ones_like(norms), rtol=1e-5, atol=1e-5)
+
+
+def test_the_model_gives_raw_embeddings_on_request_and_unit_vectors_otherwise():
+    model = EmbeddingModel(backbone="convnet", embedding_dim=8, in_channels=1, image_size=32, mean=[0.5], std=[0.5])
+    images = torch.randn(3, 1, 32, 32)
+    model.eval()
+    raw, unit = model(images, normalize=False), model(images)
+    torch.testing.assert_close(unit, raw / raw.norm(dim=1, keepdim=True))
