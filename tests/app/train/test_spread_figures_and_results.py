@@ -106,17 +106,43 @@ def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expect
                           "| Recall@1 (test) | 92.82 | 93.10 | -0.28 |"]
     assert len([line for line in lines if line.startswith("| ") and "(" in line]) == 7  # header + six rows
     assert lines[-1] == expectations(TrainConfig(memvir_reduction="balanced", epochs=12))
+    assert lines[-1].startswith("No study matches these settings")  # all 1,021 classes: no study trained so
 
 
-def test_the_expectations_name_what_the_study_measured_for_such_a_run():
-    balanced = expectations(TrainConfig(memvir_reduction="balanced"))
+def test_the_expectations_come_from_the_study_row_that_matches_the_runs_settings():
+    studied = dict(epochs=12, val_classes=100, memvir_n=2, memvir_m=50, warmup_epochs=2.0)
+    balanced = expectations(TrainConfig(memvir_reduction="balanced", **studied))
     assert "2.66 test MAP@R" in balanced and "Recall@1 level" in balanced and "section 9" in balanced
-    official = expectations(TrainConfig())
+    assert "921 training classes" in balanced and "not tuned" in balanced
+    official = expectations(TrainConfig(**{**studied, "memvir_n": 1}))
     assert "1/(k+1)" in official and "0.92 Recall@1" in official and "sections 7 and 9" in official
-    for unmeasured in (TrainConfig(dataset="glyphs-mini"), TrainConfig(loss="proxy-anchor")):
-        text = expectations(unmeasured)
-        assert "not part of the study" in text and "MAP@R" not in text
+    # the page's own run trains all 1,021 classes, which no study did; so does any one setting changed
+    for unmatched in (TrainConfig(memvir_reduction="balanced", **{**studied, "val_classes": 0}),
+                      TrainConfig(memvir_reduction="balanced", **{**studied, "memvir_m": 25}),
+                      TrainConfig(memvir_reduction="balanced", adam_eps=1e-8, **studied),
+                      TrainConfig(memvir_reduction="balanced", **{**studied, "epochs": 8}),
+                      TrainConfig(dataset="glyphs-mini"), TrainConfig(loss="proxy-anchor")):
+        text = expectations(unmatched)
+        assert text.startswith("No study matches these settings") and "MAP@R" not in text, unmatched
     assert all(text.endswith("changing the seed does.") for text in (balanced, official))
+
+
+def test_the_study_rows_are_the_settings_of_the_studys_own_commands():
+    """Each row's settings, read back from docs/reproduction/results.json's commands through the CLI's parser."""
+    import json
+    import shlex
+    from pathlib import Path
+
+    from demo.train.results_table import MATCHED, STUDY_ROWS
+    from memvir.cli import build_parser
+
+    records = json.loads((Path(__file__).resolve().parents[3] / "docs/reproduction/results.json").read_text())
+    commands = {record["label"]: record["command"] for record in records if record["study"] == "preset"}
+    for label, (flags, _) in zip(("MemVir(2, 50, balanced)", "MemVir(1, 50, official)"), STUDY_ROWS, strict=True):
+        words = shlex.split(commands[label])[2:]  # after "python -m"
+        args = vars(build_parser().parse_args(words[1:]))
+        ran = {name: args[name] for name in MATCHED if args.get(name) is not None}
+        assert {name: TrainConfig(**flags).to_dict()[name] for name in ran} == ran, label
 
 
 # ---------------------------------------------------------------------------------------------- presets
