@@ -307,7 +307,8 @@ class Trainer:
         if self.device.type == "cuda":
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
-            embeddings = self._network(images, normalize=not self._raw_embeddings)
+            # the paper's Softmax takes the head's raw output; every other loss unit vectors (the model's default)
+            embeddings = self._network(images, normalize=False) if self._raw_embeddings else self._network(images)
         return self.world.gather_with_grad(embeddings.float()), self.world.gather(labels)
 
     def _memvir_loss(self, embeddings: torch.Tensor, labels: torch.Tensor):

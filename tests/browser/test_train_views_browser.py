@@ -22,6 +22,7 @@ def _start_glyphs_mini(page, epochs: int) -> str:
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
                            timeout=WAIT_MS)
     page.get_by_label("Epochs", exact=True).fill(str(epochs))
+    page.get_by_label("Epochs", exact=True).press("Tab")  # committed before Start reads it (issue 31's race)
     page.locator("#start").click()
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Started run')",
                            timeout=WAIT_MS)
@@ -74,16 +75,17 @@ def test_the_results_table_holds_both_runs_final_metrics(page, app_root, screens
     page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('Final results')",
                            timeout=WAIT_MS)
     runs = app_root / "data" / "runs"
+    epochs = json.loads((runs / run_id / "train_config.json").read_text())["epochs"]  # the run's, as it trained
 
     def baselines():
         return [folder for folder in runs.iterdir() if "-baseline-" in folder.name
                 and (folder / "train_config.json").is_file()
-                and json.loads((folder / "train_config.json").read_text())["epochs"] == 3]
+                and json.loads((folder / "train_config.json").read_text())["epochs"] == epochs]
 
     deadline = time.monotonic() + WAIT_MS / 1000  # its folder, written by its own process, may trail the page
     while not baselines() and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert baselines(), f"no 3-epoch baseline folder among {sorted(folder.name for folder in runs.iterdir())}"
+    assert baselines(), f"no {epochs}-epoch baseline folder among {sorted(folder.name for folder in runs.iterdir())}"
     baseline_folder = max(baselines(), key=lambda folder: folder.stat().st_mtime)
     run, baseline = _final_metrics(runs / run_id), _final_metrics(baseline_folder)
     cells = page.evaluate("""() => Array.from(document.querySelectorAll('#results-table tbody tr'))
