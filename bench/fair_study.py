@@ -40,8 +40,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, run from a checkout
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
-import fair_stats  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "docs" / "reproduction" / "fair"
 METRICS = ("recall@1", "r_precision", "map@r")
@@ -375,6 +373,8 @@ def _seed_mean_per_query(group: list[dict], output: Path) -> tuple[np.ndarray, d
 
 
 def final_table(results: Results, profile: Profile) -> str:
+    import fair_stats  # scipy: only the report needs it (a GPU image may have none)
+
     names = [*ARMS, *(c[0] for c in CONTROLS)]
     lines = ["| run | setting | seeds | Recall@1 | R-Precision | MAP@R | MAP@R 95% CI over classes | Adam eps share "
              "(network / class weights) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -402,6 +402,8 @@ def final_table(results: Results, profile: Profile) -> str:
 def comparisons(results: Results, profile: Profile) -> list[dict]:
     """Every comparison x metric with both groups complete at the same seeds: the paired tests and intervals, and
     Holm's adjusted p over the whole table."""
+    import fair_stats  # scipy: only the report needs it (a GPU image may have none)
+
     rows = []
     for reference, other in COMPARISONS:
         first, second = _group(results, profile, reference), _group(results, profile, other)
@@ -428,6 +430,8 @@ def comparisons(results: Results, profile: Profile) -> list[dict]:
 
 
 def comparison_table(rows: list[dict]) -> str:
+    import fair_stats  # scipy: only the report needs it (a GPU image may have none)
+
     lines = ["| comparison | metric | seeds | difference | 95% CI (seeds) | 95% CI (classes) | paired t | Wilcoxon "
              "| Holm | verdict |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:

@@ -1,0 +1,133 @@
+"""bench/fair_study.py's protocol, checked on records and run folders written here: equal budgets (the same optimiser
+points for every arm, N and M within the trials), the choice on validation folds only, what runs when, and the
+comparisons' paired statistics with Holm's correction."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import fair_study  # noqa: E402
+from fair_study import ARMS, PROFILES, Results, chosen_settings, pending_jobs, trial_setting  # noqa: E402
+
+CPU = PROFILES["cpu"]
+OPTIMISER = ("lr", "class_lr", "adam_eps", "scale")
+
+
+def test_every_arm_gets_the_same_optimiser_points_and_the_memvir_arms_the_same_n_and_m():
+    for trial in range(CPU.trials):
+        settings = {arm: trial_setting(arm, trial, CPU.trials) for arm in ARMS}
+        points = {tuple(getattr(s, name) for name in OPTIMISER) for s in settings.values()}
+        assert len(points) == 1, trial  # one optimiser point per trial, whatever the arm
+        official, balanced = settings["memvir-official"], settings["memvir-balanced"]
+        assert (official.n, official.m) == (balanced.n, balanced.m) and settings["baseline"].n == 0
+        assert (official.reduction, balanced.reduction) == ("official", "balanced")
+    assert trial_setting("baseline", 0, CPU.trials) == ARMS["baseline"]  # trial 0: the page's settings
+    assert trial_setting("memvir-official", 0, CPU.trials) == ARMS["memvir-official"]
+
+
+def test_the_trials_stay_in_the_search_space_and_use_every_adam_eps():
+    drawn = [trial_setting("memvir-official", t, CPU.trials) for t in range(1, CPU.trials)]
+    assert {s.adam_eps for s in drawn} == set(fair_study.ADAM_EPS)  # 5 points over 4 values: none left out
+    for s in drawn:
+        assert fair_study.LR_RANGE[0] <= s.lr <= fair_study.LR_RANGE[1]
+        assert fair_study.CLASS_LR_RANGE[0] <= s.class_lr <= fair_study.CLASS_LR_RANGE[1]
+        assert fair_study.SCALE_RANGE[0] <= s.scale <= fair_study.SCALE_RANGE[1]
+        assert s.n in fair_study.MEMVIR_N and s.m in fair_study.MEMVIR_M
+    # a Latin hypercube: each fifth of the log learning-rate range holds one point
+    low, high = np.log(fair_study.LR_RANGE)
+    strata = sorted(int((np.log(s.lr) - low) / (high - low) * 5) for s in drawn)
+    assert strata == [0, 1, 2, 3, 4]
+
+
+def _search_record(arm, trial, fold, val_map):
+    return {"profile": "cpu", "phase": "search", "arm": arm, "trial": trial, "fold": fold, "seed": 0,
+            "metrics": {"val_map@r": val_map}}
+
+
+def _results(tmp_path, records) -> Results:
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(records))
+    return Results(path)
+
+
+def test_the_choice_is_the_best_mean_validation_map_at_r_over_the_folds_once_every_trial_is_in(tmp_path):
+    # trial 2 wins on the mean (0.80 + 0.90) / 2 = 0.85 though trial 4 has the best single fold (0.95, mean 0.70)
+    scores = {0: (0.70, 0.72), 1: (0.80, 0.60), 2: (0.80, 0.90), 3: (0.84, 0.84), 4: (0.95, 0.45), 5: (0.10, 0.20)}
+    records = [_search_record("baseline", t, f, s[f]) for t, s in scores.items() for f in (0, 1)]
+    assert chosen_settings(_results(tmp_path, records[:-1]), CPU) == {}  # one fold missing: no choice yet
+    chosen = chosen_settings(_results(tmp_path, records), CPU)
+    assert chosen == {"baseline": trial_setting("baseline", 2, CPU.trials)}
+
+
+def test_equal_scores_choose_the_earlier_trial(tmp_path):
+    records = [_search_record("baseline", t, f, 0.5) for t in range(CPU.trials) for f in (0, 1)]
+    assert chosen_settings(_results(tmp_path, records), CPU)["baseline"] == trial_setting("baseline", 0, CPU.trials)
+
+
+def test_finals_wait_for_their_arms_search_and_controls_start_from_the_chosen_settings(tmp_path):
+    assert {job.phase for job in pending_jobs(_results(tmp_path, []), CPU)} == {"search"}
+    search = [_search_record(arm, t, f, 0.5 + 0.01 * t * (arm == "baseline"))
+              for arm in ARMS for t in range(CPU.trials) for f in (0, 1)]
+    jobs = pending_jobs(_results(tmp_path, search), CPU)
+    assert {job.phase for job in jobs} == {"final", "control"}
+    finals = [job for job in jobs if job.phase == "final"]
+    assert sorted((job.arm, job.seed) for job in finals) == sorted((arm, s) for arm in ARMS for s in CPU.seeds)
+    best_baseline = trial_setting("baseline", CPU.trials - 1, CPU.trials)  # the scores rise with the trial
+    controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
+    assert controls["baseline-class-lr-x2"].class_lr == pytest.approx(2 * best_baseline.class_lr)
+    assert controls["baseline-loss-x2"].loss_scale_after_warmup == 2.0 and controls["baseline-loss-x2"].n == 0
+    assert controls["balanced-eps-1e-8"].adam_eps == 1e-8
+    assert controls["seen-labels"].labels == "seen" and controls["seen-labels"].reduction == "official"
+    # a search job's command holds out a fold and evaluates only at the end; a final trains on every class
+    search_job = pending_jobs(_results(tmp_path, []), CPU)[0]
+    assert search_job.args(CPU)[-6:] == ["--val-classes", "255", "--val-fold", "0", "--eval-every", "0"]
+    assert "--val-classes" not in finals[0].args(CPU)
+
+
+def _run_folder(folder: Path, records) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    return folder
+
+
+def test_a_search_trial_keeps_only_validation_metrics_and_the_adam_share_after_the_warm_up(tmp_path):
+    final = {"type": "eval", "step": 20, "epoch": 2, "recall@1": 0.9, "r_precision": 0.5, "map@r": 0.4,
+             "val_recall@1": 0.95, "val_r_precision": 0.6, "val_map@r": 0.55}
+    steps = [{"type": "step", "step": 10, "warmup": True, "adam_eps_share": 0.2, "adam_eps_share_class": 0.0},
+             {"type": "step", "step": 20, "warmup": False, "adam_eps_share": 0.8, "adam_eps_share_class": 0.1},
+             {"type": "step", "step": 30, "warmup": False, "adam_eps_share": 0.6, "adam_eps_share_class": 0.3}]
+    run = _run_folder(tmp_path / "run", [*steps, final])
+    searched = fair_study.read_run(run, test=False)
+    assert searched["metrics"] == {"val_recall@1": 0.95, "val_r_precision": 0.6, "val_map@r": 0.55}  # no test metric
+    assert searched["adam_eps_share"] == pytest.approx(0.7) and searched["adam_eps_share_class"] == pytest.approx(0.2)
+    assert fair_study.read_run(run, test=True)["metrics"]["map@r"] == 0.4
+
+
+def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp_path):
+    labels = np.repeat(np.arange(10), 3).astype(np.int16)
+    records = []
+    for arm, shift in (("baseline", 0.0), ("memvir-official", 0.02), ("memvir-balanced", 0.01)):
+        for seed in range(5):
+            values = np.full(30, 0.5 + shift + 0.001 * seed, dtype=np.float32)
+            name = f"per_query/{arm}-s{seed}.npz"
+            (tmp_path / "per_query").mkdir(exist_ok=True)
+            np.savez(tmp_path / name, label=labels, recall_at_1=values > 0.5, map_at_r=values)
+            metrics = {"recall@1": 0.9 + shift + 0.003 * seed * (seed % 2), "r_precision": 0.5 + shift,
+                       "map@r": 0.4 + shift + 0.001 * seed ** 2}
+            records.append({"profile": "cpu", "phase": "final", "arm": arm, "seed": seed, "trial": None,
+                            "fold": None, "metrics": metrics, "per_query": name})
+    rows = fair_study.comparisons(_results(tmp_path, records), CPU)
+    by_key = {(row["reference"], row["other"], row["metric"]): row for row in rows}
+    memvir_map = by_key["baseline", "memvir-official", "map@r"]
+    assert memvir_map["seeds"] == 5 and memvir_map["t"].mean_diff == pytest.approx(2.0)
+    # the same per-seed shift at every seed: the paired differences have no spread
+    assert memvir_map["t"].p < 1e-10 and memvir_map["class_ci"] == pytest.approx((2.0, 2.0), abs=1e-4)
+    # Holm: the smallest p times the number of tests, and never below a raw p
+    raw = sorted(row["t"].p for row in rows)
+    assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * len(rows)))
+    assert all(row["holm"] >= row["t"].p for row in rows)
