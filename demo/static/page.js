@@ -4,12 +4,30 @@
 // both edges of its chart. Whenever charts are drawn, such a line is broken at spaces to the chart's width with
 // plotly's own line break (<br>), through Plotly.relayout, so the figure stays plotly's to redraw.
 //
-// Enter in a slider's number box: Gradio sends a typed value when the box loses focus, so Enter did nothing. Blurring
-// the box on Enter sends it (the N, M and warm-up sliders' live change, the scrub slider's snapshot).
+// A slider's number box (N, M, warm-up, the snapshot scrubber) applies what it shows on Enter, and only on Enter.
+// Gradio's slider sends its "release" when the box loses focus, in the same moment, before the typed value has
+// reached the page's state, so the server got the previous value (issue 31); and any Tab out of a box sent a live
+// change. Here Enter hands the typed value to the slider's range input and releases that, the way a drag ends (gradio
+// waits a tick there, so the new value goes out), and neither a blur of the box nor a click in it sends anything.
 () => {
+    const rangeOf = (box) => box instanceof HTMLInputElement && box.matches('input[data-testid="number-input"]')
+        ? box.closest(".wrap")?.querySelector('input[data-testid="range-input"]') : null;
     document.addEventListener("keydown", (event) => {
-        if (event.key === "Enter" && event.target.matches('input[data-testid="number-input"]')) event.target.blur();
+        if (event.key !== "Enter") return;
+        const range = rangeOf(event.target);
+        if (!range) return;
+        event.preventDefault();
+        range.value = event.target.value;  // the range input clamps it to the slider's bounds
+        range.dispatchEvent(new Event("input", {bubbles: true}));
+        range.dispatchEvent(new PointerEvent("pointerup", {bubbles: true}));
+        event.target.value = range.value;
     });
+    // Captured before the box's own listeners: neither a blur nor a click in the box sends a release
+    for (const type of ["blur", "pointerup"]) {
+        document.addEventListener(type, (event) => {
+            if (rangeOf(event.target)) event.stopPropagation();
+        }, true);
+    }
 
     const margin = 24;
 

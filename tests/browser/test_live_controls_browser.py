@@ -1,0 +1,70 @@
+"""The live controls in a real chromium: a number typed over a slider's box and Enter apply exactly that number to
+the running run (not the box's previous value), and leaving a box with Tab sends nothing. Waits are Playwright's,
+bounded; nothing asserts speed."""
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 240_000
+BOXES = {"N": "N: past steps used as virtual classes (0 = baseline)", "M": "M: steps between the past steps used",
+         "warm-up": "Warm-up (epochs) before virtual classes"}
+
+
+def _box(page, label):
+    return page.get_by_label(f"number input for {label}", exact=True)
+
+
+def _live_updates(page, sent):
+    """Record the live-change requests the page sends, by their event's api_name."""
+    names = page.evaluate("() => Object.fromEntries(window.gradio_config.dependencies.map(d => [d.id, d.api_name]))")
+
+    def seen(request):
+        if request.method == "POST" and request.post_data:
+            body = json.loads(request.post_data)
+            name = names.get(str(body.get("fn_index")))
+            if name in ("update_n", "update_m", "update_warmup"):
+                sent.append((name, body.get("data")))
+    page.on("request", seen)
+
+
+def test_typed_values_and_enter_apply_exactly_those_values_and_tab_sends_nothing(page, app_root):
+    page.get_by_label("Dataset").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
+                           timeout=WAIT_MS)
+    page.get_by_label("Epochs", exact=True).fill("300")
+    page.get_by_label("Epochs", exact=True).press("Tab")
+    page.locator("#start").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Training')",
+                           timeout=WAIT_MS)
+    sent = []
+    _live_updates(page, sent)
+
+    # a click into a box and a Tab out of it, its value unchanged: no live change goes out
+    _box(page, BOXES["N"]).click()
+    _box(page, BOXES["N"]).press("Tab")
+    page.wait_for_timeout(1500)
+    assert sent == []
+
+    # the glyphs-mini preset is N 3, M 10, warm-up 1: each typed over and applied with Enter
+    for _name, label, typed, words in (("update_n", BOXES["N"], "5", r"N 3 -> 5: applied"),
+                                      ("update_m", BOXES["M"], "7", r"M 10 -> 7: applied"),
+                                      ("update_warmup", BOXES["warm-up"], "2",
+                                       r"warm-up \(epochs\) 1(\.0)? -> 2(\.0)?: applied")):
+        box = _box(page, label)
+        box.click()  # into the box, as a visitor does: the click alone sends nothing
+        box.press("Control+a")
+        box.press_sequentially(typed)  # typed over the old value, key by key, as a visitor does
+        box.press("Enter")
+        page.wait_for_function("(words) => new RegExp(words).test(document.querySelector('#run-status').innerText)",
+                               arg=words, timeout=WAIT_MS)
+        assert box.input_value() == typed
+    assert [name for name, _ in sent] == ["update_n", "update_m", "update_warmup"]
+    # each request carried the values the boxes showed: N, M, warm-up after the state it follows
+    assert [data[1:4] for _, data in sent] == [[5, 10, 1], [5, 7, 1], [5, 7, 2]]
+    page.locator("#stop").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
+                           timeout=WAIT_MS)
