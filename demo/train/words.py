@@ -8,8 +8,8 @@ from __future__ import annotations
 MEMVIR_NOTE = ("**MemVir** stores every step's embeddings and class weights. After the warm-up, the step j(M+1) back "
                "returns as *virtual set j*: C more classes, copies that count as classes of their own, which the live "
                "embeddings must be told apart from. One more set arrives every M+1 steps, up to N. Changes apply to a "
-               "running run at its next step: release the slider, or type a number and press Enter (leaving the box sends "
-               "nothing).")
+               "running run at its next step: release the slider, or type a number and press Enter (leaving the box "
+               "sends nothing).")
 
 N_INFO = ("Past steps used as virtual classes, C classes each (0 = the baseline). A larger N makes the task harder. "
           "Suggested: 2 on glyphs, 3 on glyphs-mini; the reference code's commands use 20 and 45 (the paper's "
