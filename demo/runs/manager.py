@@ -25,8 +25,10 @@ from demo.runs.messages import LaunchSpec, Ready
 from demo.runs.process import RunProcess
 from memvir.data.registry import FOLDER_PREFIX
 
-# Settings that do not change what a run computes, so a finished baseline that differs only in these still fits.
-_NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every")
+# Settings that do not change what a run computes, so a finished baseline that differs only in these still fits: where
+# it runs, how often it reports, and what its snapshots show (the classes drawn, the probe set).
+_NEUTRAL_SETTINGS = ("num_workers", "device", "eval_every", "log_every", "snapshot_every", "checkpoint_every",
+                     "focus_classes", "probe_classes")
 
 
 class RunError(ValueError):

@@ -139,6 +139,16 @@ def test_baseline_is_loaded_when_the_same_configuration_finished_before(manager)
     run.join(60)
 
 
+def test_a_baseline_differing_only_in_the_classes_shown_is_loaded_not_trained_again(manager):
+    """"Classes shown" only chooses what the snapshots draw: a finished baseline that drew others still fits."""
+    finished = manager.start(quick(memvir_n=0), "alice")
+    finished.join(60)
+    run = manager.start(quick(memvir_n=3, focus_classes=[1, 2, 3]), "alice")
+    baseline = manager.compare_with_baseline(run.id, "alice")
+    assert baseline.folder == finished.folder and baseline.state == "finished"
+    run.join(60)
+
+
 def test_baseline_trains_beside_the_run_when_none_finished(manager):
     run = manager.start(quick(memvir_n=3, epochs=2), "alice")
     baseline = manager.compare_with_baseline(run.id, "alice")
