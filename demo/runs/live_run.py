@@ -19,11 +19,10 @@ from pathlib import Path
 
 from demo.runs.messages import Ready
 from demo.train.focus_view import FocusTrack
+from demo.train.words import LIVE_CONTROL_LABELS
 
 log = logging.getLogger(__name__)
 
-LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
-                       "class_lr": "class lr"}
 
 
 @dataclass(frozen=True)

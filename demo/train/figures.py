@@ -21,6 +21,7 @@ import plotly.io as pio
 from plotly.colors import qualitative, sample_colorscale
 
 from demo.common import shims
+from demo.train import words
 from memvir.analysis.projection import ProjectedSnapshot
 
 MAX_PLOTTED_POINTS = 2000
@@ -241,7 +242,7 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
     controls = [record for record in records if record.get("type") == "control"]
     span = max([int(record["step"]) for record in records if "step" in record] + [1])
     for record, lane in zip(controls, control_lanes([int(record["step"]) for record in controls], span), strict=True):
-        message = str(record.get("message", ""))
+        message = words.plain_control_message(str(record.get("message", "")))
         label = message.split(": applied")[0]  # the arrow shows the step
         annotations.append(dict(name="control", text=label if len(label) <= 32 else label[:31] + "…",
                                hovertext=message, x=record["step"], xref="x", y=0, yref="paper", yanchor="bottom",

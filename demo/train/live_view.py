@@ -56,7 +56,8 @@ def progress_line(run: LiveRun) -> str:
     parts = [f"epoch {step.epoch + 1} of {epochs}", f"step {step.step:,} of {run.total_steps:,}",
              f"classes in use s(i) {step.num_classes:,}",
              f"virtual sets {step.num_virtual_sets} of {run.live_values['memvir_n']}"
-             + (" (warm-up)" if step.warmup else ""),
+             + (" (warm-up)" if step.warmup else "") if run.live_values["memvir_n"]
+             else "baseline (N = 0): no virtual classes",
              f"{step.images_per_s:,.0f} images/s"]
     if run.state == "running" and step.images_per_s > 0:
         left = (run.total_steps - step.step) * run.config.batch_size / step.images_per_s

@@ -176,6 +176,15 @@ def test_status_line_says_epoch_step_classes_virtual_sets_speed_and_time_left(tm
     assert "watching a run started by another visitor (read-only)" in live_view.status_markdown(run, "someone")
 
 
+def test_a_baselines_status_line_says_it_is_one_rather_than_counting_no_virtual_sets(tmp_path):
+    baseline = _run(tmp_path, memvir_n=0)
+    baseline._on_event(StatusEvent("running", 0, "training"))
+    baseline._on_event(_step(12, num_virtual_sets=0, warmup=True))
+    text = live_view.status_markdown(baseline, "owner")
+    assert "classes in use s(i) 2,042 · baseline (N = 0): no virtual classes · 1,600 images/s" in text
+    assert "virtual sets" not in text and "warm-up" not in text
+
+
 def test_status_line_names_live_changes_in_the_pages_words(tmp_path):
     run = _run(tmp_path, memvir_n=5)
     run._on_event(ControlEvent(123, {"memvir_n": 10}, "memvir_n 5 -> 10: applied at step 124"))

@@ -139,8 +139,9 @@ def test_live_change_notes_close_together_stack_instead_of_printing_over_each_ot
     records = RUN[:4] + [{"type": "control", "step": 35, "message": "memvir_n 2 -> 3: applied at step 36"},
                          {"type": "control", "step": 38, "message": "memvir_m 50 -> 10: applied at step 39"}]
     notes = [note for note in curves_figure(records).layout.annotations if note.name == "control"]
-    assert [(note.text, note.ay) for note in notes] == [("memvir_n 2 -> 3", -22), ("memvir_m 50 -> 10", -36)]
-    assert notes[1].hovertext == "memvir_m 50 -> 10: applied at step 39"
+    # in the controls' words, not the settings' names
+    assert [(note.text, note.ay) for note in notes] == [("N 2 -> 3", -22), ("M 50 -> 10", -36)]
+    assert notes[1].hovertext == "M 50 -> 10: applied at step 39"
 
 
 def test_baseline_is_overlaid_in_grey_only_when_given():
