@@ -43,8 +43,8 @@ from studies import (  # noqa: E402
     chosen_on_validation,
     rows_of,
     study_rows,
+    paired,
     summary,
-    welch,
 )
 
 from memvir.run_folder import RunFolder  # noqa: E402
@@ -150,21 +150,33 @@ def table(results: list[dict], study: str) -> str:
 
 
 def differences(results: list[dict], study: str) -> str:
-    """For each of the study's COMPARISONS: the difference of the means (points) with Welch's t and p, per metric."""
+    """For each of the study's COMPARISONS, per metric: the mean paired difference (points) with the paired t and
+    its p over the seeds, and Holm's correction over every test in the table (docs/reproduction.md, "Protocol");
+    a difference whose adjusted p is below 0.05 is set in bold."""
+    import fair_stats  # scipy: only the report needs it
+
     keys = [*METRICS, "val_recall@1", CHOICE_METRIC]
-    rows = ["| comparison | " + " | ".join(k.replace("val_", "validation ") for k in keys) + " |",
-            "|---|" + "---:|" * len(keys)]
+    tests = {}
     for reference, other in COMPARISONS.get(study, ()):
         first, second = rows_of(results, study, reference), rows_of(results, study, other)
-        if not first or not second:
-            continue
+        if first and second:
+            tests[reference, other] = {key: paired(first, second, key) for key in keys}
+    found = [(pair, key) for pair, row in tests.items() for key, test in row.items() if test is not None]
+    adjusted = dict(zip(found, fair_stats.holm([tests[pair][key].p for pair, key in found]), strict=True))
+    rows = ["| comparison | " + " | ".join(k.replace("val_", "validation ") for k in keys) + " |",
+            "|---|" + "---:|" * len(keys)]
+    for (reference, other), row in tests.items():
         cells = []
-        for key in keys:
-            if not all(key in r for r in first + second):
+        for key, test in row.items():
+            if test is None:
                 cells.append("")
                 continue
-            difference, t, p = welch(first, second, key)
-            cells.append(f"{difference:+.2f} (t {t:.1f}, p {p:.2f})")
+            holm = adjusted[(reference, other), key]
+            difference = f"{test.mean_diff:+.2f}"
+            if fair_stats.verdict(test.mean_diff, holm) != "no difference shown":
+                difference = f"**{difference}**"  # a gain or a loss: Holm-adjusted p below 0.05
+            cells.append(f"{difference} (t {test.t:.1f}, {fair_stats.format_p(test.p)}; "
+                         f"Holm {fair_stats.format_p(holm).removeprefix('p ')})")
         rows.append(f"| {other} − {reference} | " + " | ".join(cells) + " |")
     return "\n".join(rows) if len(rows) > 2 else ""
 
@@ -177,7 +189,7 @@ def report(results: list[dict]) -> None:
                 rows_of(results, study, row.label) for row in study_rows(study, results)):
             print(f"\n## {study}\n\n{table(results, study)}")
             if compared := differences(results, study):
-                print(f"\nMean differences, Welch's t over the seeds:\n\n{compared}")
+                print(f"\nPaired differences over the seeds (Holm over the table):\n\n{compared}")
     if chosen_on_validation(results):
         print("\nchosen on validation for the budget study: N={}, M={}".format(*chosen_on_validation(results)))
     for path in draw_all(results, PLOTS):

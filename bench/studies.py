@@ -1,14 +1,12 @@
 """The reproduction study's definitions: every configuration (a Row) of every study, which rows two studies share,
-which study continues another, and the statistics the tables and plots report (mean ± sd, Welch's t).
+which study continues another, and the statistics the tables and plots report (mean ± sd, paired t).
 
 Imported by the runner (reproduce.py) and the plots (reproduction_plots.py); it imports neither.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -228,7 +226,7 @@ SHARED = {("schedule", "step pacing (the paper's)"): ("grid", memvir_label(2, 50
           ("batch", "MemVir(2, 50), batch 128"): ("grid", memvir_label(2, 50))}
 
 
-# Differences the report tests with Welch's t: (reference row, compared row) within a study.
+# Differences the report tests, paired over seeds with Holm's correction: (reference row, compared row) per study.
 _ML = memvir_label(DILUTION_N, DILUTION_M)
 _OFFICIAL, _BALANCED = memvir_label(DILUTION_N, DILUTION_M, ", official"), memvir_label(DILUTION_N, DILUTION_M,
                                                                                         ", balanced")
@@ -264,17 +262,14 @@ def summary(group: list[dict], key: str) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def welch(first: list[dict], second: list[dict], key: str) -> tuple[float, float, float]:
-    """(mean of `second` minus mean of `first` in points, Welch's t, two-sided p) for `key` over two groups of
-    runs: the test that does not assume equal variances, before a difference is called a gain or a loss."""
-    from scipy import stats  # installed with umap-learn; only the report needs it
+def paired(first: list[dict], second: list[dict], key: str):
+    """The paired t-test of `second` minus `first` for `key`, in points, over the seeds both groups ran (seed s gives
+    both the same initialisation and batches, so the design is paired); None when fewer than two seeds pair up."""
+    import fair_stats  # scipy: only the report needs it
 
-    a = [100 * r[key] for r in first]
-    b = [100 * r[key] for r in second]
-    difference = statistics.mean(b) - statistics.mean(a)
-    if len(a) < 2 or len(b) < 2 or statistics.stdev(a) + statistics.stdev(b) == 0:
-        return difference, math.nan, math.nan  # no spread to weigh the difference against
-    with warnings.catch_warnings():  # near-equal groups make scipy warn of precision loss; t is still right
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.ttest_ind(b, a, equal_var=False)
-    return difference, float(result.statistic), float(result.pvalue)
+    by_seed = {r["seed"]: r for r in first if key in r}
+    pairs = [(100 * by_seed[r["seed"]][key], 100 * r[key]) for r in second if key in r and r["seed"] in by_seed]
+    if len(pairs) < 2:
+        return None
+    a, b = zip(*pairs)
+    return fair_stats.paired_t(b, a)

@@ -1,5 +1,5 @@
 """bench/reproduce.py's report and bench/studies.py's definitions: the choice made on validation classes, the
-tables' mean ± sd, Welch's t and the PNG plots, checked on hand-made records whose answers are worked out here."""
+tables' mean ± sd, the paired t with Holm's correction and the PNG plots, checked on hand-made records whose answers are worked out here."""
 
 import sys
 from pathlib import Path
@@ -170,23 +170,41 @@ def test_overfit_probe_rows_train_without_augmentation_on_few_classes_with_one_s
         assert 1021 - int(args[args.index("--val-classes") + 1]) == classes
 
 
-def test_welch_t_by_hand():
-    """a = 1, 2, 3 % (mean 2, variance 1), b = 2, 4, 6 % (mean 4, variance 4): t = 2 / sqrt(1/3 + 4/3) = 1.5492,
-    Welch's degrees of freedom (5/3)^2 / ((1/3)^2/2 + (4/3)^2/2) = 2.9412, two-sided p from Student's t there."""
+def test_paired_t_pairs_runs_by_seed_by_hand():
+    """a = 1, 2, 3 % at seeds 0, 1, 2 and b = 2, 4, 6 % (listed in another order): d = 1, 2, 3, mean 2, sd 1,
+    t = 2 / (1 / sqrt(3)) = 3.4641 with 2 degrees of freedom. Unpaired (Welch) it would be 1.549."""
     from scipy.stats import t as student
 
-    first = [{"recall@1": v / 100} for v in (1, 2, 3)]
-    second = [{"recall@1": v / 100} for v in (2, 4, 6)]
-    difference, t, p = studies.welch(first, second, "recall@1")
-    assert difference == pytest.approx(2.0)
-    assert t == pytest.approx(2 / (5 / 3) ** 0.5, rel=1e-9)
-    df = (5 / 3) ** 2 / ((1 / 3) ** 2 / 2 + (4 / 3) ** 2 / 2)
-    assert p == pytest.approx(2 * student.sf(2 / (5 / 3) ** 0.5, df), rel=1e-6)
+    first = [{"seed": s, "recall@1": v / 100} for s, v in enumerate((1, 2, 3))]
+    second = [{"seed": s, "recall@1": v / 100} for s, v in ((2, 6), (0, 2), (1, 4))]
+    test = studies.paired(first, second, "recall@1")
+    assert test.mean_diff == pytest.approx(2.0)
+    assert test.t == pytest.approx(2 * 3 ** 0.5, rel=1e-9)
+    assert test.p == pytest.approx(2 * student.sf(2 * 3 ** 0.5, 2), rel=1e-9)
+    assert studies.paired(first, [{"seed": 7, "recall@1": 0.1}], "recall@1") is None  # nothing pairs up
 
 
-def test_differences_table_reports_welch_per_metric():
-    records = [record("budget", "baseline", s, 0.90 + 0.01 * s, 0.93) for s in range(3)]
-    records += [record("budget", "MemVir(1, 50)", s, 0.92 + 0.02 * s, 0.94) for s in range(3)]
+def test_differences_table_is_paired_with_holm_over_the_table():
+    from scipy.stats import t as student
+
+    records = [record("budget", "baseline", s, 0.90 + 0.01 * s, 0.93 + 0.01 * s) for s in range(3)]
+    records += [record("budget", "MemVir(1, 50)", s, 0.92 + 0.02 * s, 0.94 + 0.03 * s) for s in range(3)]
     lines = reproduce.differences(records, "budget").splitlines()
-    # test recall 90, 91, 92 against 92, 94, 96: +3.00 points, t = 3 / sqrt(1/3 + 4/3) = 2.32
-    assert lines[2].startswith("| MemVir(1, 50) − baseline | +3.00 (t 2.3, p ")
+    # test metrics: d = 2, 3, 4 points (mean 3, sd 1), t = 3 sqrt(3); validation: d = 1, 3, 5 (mean 3, sd 2)
+    p_test, p_val = 2 * student.sf(3 * 3 ** 0.5, 2), 2 * student.sf(3 / (2 / 3 ** 0.5), 2)
+    # Holm over the 5 tests, three at p_test and two at p_val: the smallest is multiplied by 5, a running maximum
+    holm_test = 5 * p_test
+    holm_val = max(holm_test, 2 * p_val)
+    cells = [c.strip() for c in lines[2].split("|")[2:-1]]
+    assert lines[2].startswith("| MemVir(1, 50) − baseline |")
+    assert cells[0] == f"+3.00 (t 5.2, p {p_test:.3f}; Holm {holm_test:.2f})"
+    assert cells[3] == f"+3.00 (t 2.6, p {p_val:.2f}; Holm {holm_val:.2f})"
+
+
+def test_differences_table_sets_a_difference_past_holm_in_bold():
+    """Every seed 5 points apart in every metric: each paired t is infinite, p 0, so every cell is a verdict."""
+    records = [record("budget", "baseline", s, 0.90 + 0.01 * s, 0.90 + 0.01 * s) for s in range(3)]
+    records += [record("budget", "MemVir(1, 50)", s, 0.95 + 0.01 * s, 0.85 + 0.01 * s) for s in range(3)]
+    cells = [c.strip() for c in reproduce.differences(records, "budget").splitlines()[2].split("|")[2:-1]]
+    assert cells[0].startswith("**+5.00** (t inf, p < 0.001; Holm < 0.001)")
+    assert cells[3].startswith("**-5.00** (t -inf")
