@@ -4,8 +4,9 @@ Importing the package costs torch and numpy only: the public names below are res
 training path never pulls faiss, umap or huggingface_hub unless it needs them.
 
 The library, by concept: `memory/` (the paper's algorithm), `train/` (the loop), `models/`, `retrieval/` (search,
-metrics, the evaluation path), `analysis/` (what the paper's figures measure), `data/`; at the top `config`
-(TrainConfig), `events`, `losses`, `checkpoint` and `run_folder` (the run folder on disk), `hub`, `cli`.
+metrics, the evaluation path), `analysis/` (what the paper's figures measure), `data/`, `integrations/` (other
+libraries' losses, such as pytorch-metric-learning's, imported only there); at the top `config` (TrainConfig),
+`events`, `losses`, `checkpoint` and `run_folder` (the run folder on disk), `hub`, `cli`.
 """
 
 from importlib import import_module
