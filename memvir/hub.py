@@ -34,6 +34,11 @@ OPTIONAL_PUSH_FILES = (METRICS_LOG,)
 DEFAULT_TIMEOUT_S = 2.0
 """Seconds the Hub gets to answer a look-up before `pull` settles for the local cache."""
 
+PUSH_TIMEOUT_S = 10.0
+"""Seconds the Hub gets to answer `push`'s first look-up. huggingface_hub gives creating a repo and uploading no time
+limit, so a Hub that takes the connection and never answers would hold a push for good; a look-up with one first
+makes that a clear error instead (the upload itself may take as long as it needs)."""
+
 _HUB_UNREACHABLE = (OfflineModeIsEnabled, _http.TransportError)
 """Errors meaning "no answer from the Hub" (offline mode, no network, timeout), as opposed to an answer of "no"."""
 
@@ -138,11 +143,13 @@ def push(
     token: str | None = None,
     private: bool = False,
     commit_message: str = "Upload MemVir embedding model",
+    timeout_s: float = PUSH_TIMEOUT_S,
 ) -> str:
     """Upload a run folder's Hub files (HUB_FILES, plus metrics.jsonl when present) to `repo_id`; its URL back.
 
     The repo is created when it does not exist. The token is `token`, else HF_TOKEN, else the cached login
     (`hf auth login`); it needs write access. Nothing else in the run folder (trainer state, logs) is uploaded.
+    A Hub that does not answer within `timeout_s` is an error (PUSH_TIMEOUT_S).
     """
     folder = Path(run_dir)
     if not folder.is_dir():
@@ -167,6 +174,10 @@ def push(
     files = [name for name in (*HUB_FILES, *OPTIONAL_PUSH_FILES) if (folder / name).is_file()]
     api = HfApi(token=token)
     try:
+        try:
+            api.repo_info(repo_id, timeout=timeout_s)  # the one call given a time limit: see PUSH_TIMEOUT_S
+        except RepositoryNotFoundError:
+            pass  # a new repo (or one this token may not read, which create_repo then refuses)
         repo_url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         api.upload_folder(
             repo_id=repo_url.repo_id,
@@ -178,10 +189,19 @@ def push(
     except OfflineModeIsEnabled as error:
         raise HubError("HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and push again.") from error
     except _http.TransportError as error:
-        raise HubError(f"Could not reach the Hub to push {folder} ({error}); check the connection.") from error
+        raise HubError(f"Could not reach the Hub to push {folder} within {timeout_s} s ({type(error).__name__}: "
+                       f"{error}); check the connection.") from error
     except HfHubHTTPError as error:
-        raise HubError(
-            f"The Hub refused to push {folder} to {repo_id!r}: {error}. Check that the token has write access "
-            "to that owner and that the repo id is spelled right."
-        ) from error
+        raise _refused(folder, repo_id, error) from error
+    except RuntimeError as error:  # huggingface_hub wraps a failed LFS upload: "Error while uploading 'x' to the Hub."
+        if not isinstance(error.__cause__, (HfHubHTTPError, _http.TransportError)):
+            raise
+        raise _refused(folder, repo_id, f"{error} {error.__cause__}") from error
     return str(repo_url)
+
+
+def _refused(folder: Path, repo_id: str, reason) -> HubError:
+    return HubError(
+        f"The Hub refused to push {folder} to {repo_id!r}: {reason}. Check that the token has write access "
+        "to that owner and that the repo id is spelled right."
+    )

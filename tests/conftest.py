@@ -1,7 +1,31 @@
-"""Test-wide settings: no test may touch the network, and gradio must not phone home."""
+"""Test-wide settings: no test may touch the network, and gradio must not phone home. The only servers a test
+talks to are its own on 127.0.0.1: `loopback_hub` (a Hugging Face Hub) and `silent_server` (one that never answers),
+from tests/hub_server.py."""
 
 import os
+
+import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ.setdefault("TQDM_DISABLE", "1")
+
+
+@pytest.fixture
+def loopback_hub():
+    """A Hub on 127.0.0.1 (tests/hub_server.py) knowing hub_server.TOKENS; the test fails if it could not handle a
+    request it was sent."""
+    from hub_server import READ_TOKEN, TOKENS, LoopbackHub
+
+    with LoopbackHub(TOKENS, read_only=(READ_TOKEN,)) as hub:
+        yield hub
+    assert hub.server_errors == []
+
+
+@pytest.fixture
+def silent_server():
+    """A server on 127.0.0.1 that accepts connections and never answers."""
+    from hub_server import SilentServer
+
+    with SilentServer() as server:
+        yield server

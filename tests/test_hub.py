@@ -1,50 +1,42 @@
-"""pull / push / load_model: local folders, the Hub cache offline, clear errors; the network is never touched.
+"""pull / push / load_model: over real HTTP against a Hub on 127.0.0.1 (tests/hub_server.py), and what they do
+without one (local folders, offline, local refusals).
 
-Every Hub call that would leave the machine is replaced by a stand-in that records what it was asked, and an
-autouse fixture makes any real HTTP request fail the test.
+The Hub tests point this process's huggingface_hub at the loopback Hub (`hub_server.point_client_at`); nothing
+leaves the machine. Every failure pull and push promise goes through the client's real requests and error answers:
+an unknown repo, a private one without a token, an unknown revision, a Hub that does not answer (within the limit
+plus a second), a download that breaks, a repo or a folder missing a file, a refused push.
 """
 
-import httpx2
+import hashlib
+import time
+
 import huggingface_hub
 import pytest
 import torch
-from hub_cache import COMMIT, hub_cache_snapshot
-from huggingface_hub import HfApi
-from huggingface_hub.errors import (
-    HfHubHTTPError,
-    LocalEntryNotFoundError,
-    RepositoryNotFoundError,
-    RevisionNotFoundError,
-)
-from huggingface_hub.hf_api import RepoUrl
-from huggingface_hub.utils import filter_repo_objects
+from hub_server import OTHER_TOKEN, READ_TOKEN, USER, WRITE_TOKEN, point_client_at
 
-from memvir import hub
 from memvir.hub import HubError, load_model, pull, push
 from memvir.models.embedding_model import EmbeddingModel
 
-REPO = "someone/glyph-model"
+REPO = f"{USER}/glyph-model"
+HUB_FILES = ["README.md", "config.json", "model.safetensors"]
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """A real HTTP request from any test here is a bug: fail loudly instead of sending it."""
+@pytest.fixture
+def hf_home(tmp_path):
+    return tmp_path / "hf-home"
 
-    def refuse(self, request):
-        raise AssertionError(f"tests must not touch the network: {request.method} {request.url}")
 
-    monkeypatch.setattr(httpx2.HTTPTransport, "handle_request", refuse)
+@pytest.fixture
+def hub(loopback_hub, monkeypatch, hf_home):
+    """The loopback Hub, with this process's client pointed at it (cache and token files in `hf_home`)."""
+    point_client_at(monkeypatch, loopback_hub.url, hf_home)
+    return loopback_hub
 
 
 @pytest.fixture
 def offline(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-
-
-@pytest.fixture
-def online(monkeypatch):
-    """Online mode, with the Hub calls themselves still replaced by each test."""
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
 
 
 def _checkpoint(folder, **model_kwargs):
@@ -53,16 +45,22 @@ def _checkpoint(folder, **model_kwargs):
     return model
 
 
-def _cached_snapshot(cache_dir, repo_id=REPO):
-    return hub_cache_snapshot(cache_dir, repo_id)
+def _files(folder, names=HUB_FILES) -> dict[str, bytes]:
+    return {name: (folder / name).read_bytes() for name in names}
 
 
-def _http_error(error_class, status, message):
-    request = httpx2.Request("GET", f"https://huggingface.co/api/models/{REPO}")
-    return error_class(message, response=httpx2.Response(status, request=request))
+def _publish(hub, folder, repo_id=REPO, private=False, extra=None) -> str:
+    """Put a checkpoint folder's Hub files (and `extra` files) on the loopback Hub as its owner would; the commit."""
+    hub.create_repo(repo_id, private=private)
+    return hub.add_commit(repo_id, {**_files(folder), **(extra or {})})
 
 
-# ---------------------------------------------------------------- pull
+def _same_weights(a: EmbeddingModel, b: EmbeddingModel) -> bool:
+    first, second = a.state_dict(), b.state_dict()
+    return first.keys() == second.keys() and all(torch.equal(first[key], second[key]) for key in first)
+
+
+# ---------------------------------------------------------------- pull: local folders and offline
 
 
 def test_pull_returns_a_local_checkpoint_folder_as_is(tmp_path):
@@ -92,91 +90,114 @@ def test_pull_unknown_repo_offline_is_a_clear_error(tmp_path, offline):
     assert "pass a local checkpoint folder" in message
 
 
-def test_pull_offline_uses_the_hub_cache(tmp_path, offline):
-    model = _checkpoint(_cached_snapshot(tmp_path))
-    folder = pull(REPO, cache_dir=tmp_path)
-    assert folder == tmp_path / "models--someone--glyph-model" / "snapshots" / COMMIT
-    loaded = load_model(REPO, cache_dir=tmp_path)
-    images = torch.randn(2, 1, 32, 32)
-    assert torch.equal(loaded.embed(images), model.embed(images))
+# ---------------------------------------------------------------- pull over HTTP
 
 
-def test_pull_of_a_cached_repo_without_weights_names_the_file(tmp_path, offline):
-    snapshot = _cached_snapshot(tmp_path)
-    _checkpoint(snapshot)
-    (snapshot / "model.safetensors").unlink()
-    with pytest.raises(HubError, match=rf"the Hub repo '{REPO}' is not a checkpoint: model.safetensors missing"):
-        pull(REPO, cache_dir=tmp_path)
+def test_pull_downloads_the_hub_files_and_nothing_else(hub, tmp_path, hf_home):
+    model = _checkpoint(tmp_path / "model")
+    commit = _publish(hub, tmp_path / "model", extra={"metrics.jsonl": b'{"step": 1}\n',
+                                                      "runs/trainer_state.pt": b"state"})
+    hub.tree_page_size = 2  # the listing comes in pages, as a large repo's does on the Hub
+
+    folder = pull(REPO)
+    assert folder == hf_home / "hub" / "models--someone--glyph-model" / "snapshots" / commit
+    assert sorted(path.name for path in folder.iterdir()) == HUB_FILES
+    assert _files(folder) == _files(tmp_path / "model")
+    assert not [path for path in hub.paths_requested() if path.endswith(("metrics.jsonl", "trainer_state.pt"))]
+    assert _same_weights(load_model(REPO), model)
 
 
-def test_pull_of_a_repo_the_hub_does_not_know(tmp_path, online, monkeypatch):
-    asked = {}
-
-    def repo_info(self, repo_id, **kwargs):
-        asked.update(kwargs, repo_id=repo_id)
-        raise _http_error(RepositoryNotFoundError, 404, "404 Repository Not Found")
-
-    monkeypatch.setattr(HfApi, "repo_info", repo_info)
-    with pytest.raises(HubError, match=r"The Hub has no model repo 'nobody/missing' .* `hf auth login`"):
-        pull("nobody/missing", timeout_s=1.5, cache_dir=tmp_path)
-    assert asked == {"repo_id": "nobody/missing", "revision": None, "timeout": 1.5}
+def test_pull_of_a_tag_gets_that_commit(hub, tmp_path):
+    first = _checkpoint(tmp_path / "first")
+    _publish(hub, tmp_path / "first")
+    hub.tag(REPO, "v1")
+    _checkpoint(tmp_path / "second")
+    hub.add_commit(REPO, _files(tmp_path / "second"))
+    assert _files(pull(REPO, revision="v1")) == _files(tmp_path / "first")
+    assert _files(pull(REPO)) == _files(tmp_path / "second")
+    assert _same_weights(EmbeddingModel.from_pretrained(REPO, revision="v1"), first)
 
 
-def test_pull_when_the_hub_does_not_answer_says_so(tmp_path, online, monkeypatch):
-    def repo_info(self, repo_id, **kwargs):
-        raise httpx2.ConnectTimeout("timed out")
-
-    monkeypatch.setattr(HfApi, "repo_info", repo_info)
-    with pytest.raises(HubError, match=r"the Hub could not be reached within 2.0 s \(ConnectTimeout: timed out\)"):
-        pull(REPO, cache_dir=tmp_path)
-    _checkpoint(_cached_snapshot(tmp_path))  # once cached, the same failure falls back to the cache
-    assert pull(REPO, cache_dir=tmp_path) == tmp_path / "models--someone--glyph-model" / "snapshots" / COMMIT
-
-
-def test_pull_online_downloads_only_the_hub_files_with_the_timeout(tmp_path, online, monkeypatch):
-    monkeypatch.setattr(HfApi, "repo_info", lambda self, repo_id, **kwargs: object())
-    download_folder = tmp_path / "snapshot"
-    _checkpoint(download_folder)
-    asked = {}
-
-    def snapshot_download(repo_id, **kwargs):
-        asked.update(kwargs, repo_id=repo_id)
-        return str(download_folder)
-
-    monkeypatch.setattr(hub, "snapshot_download", snapshot_download)
-    assert pull(REPO, revision="v1", timeout_s=3.0) == download_folder
-    assert asked["repo_id"] == REPO and asked["revision"] == "v1"
-    assert asked["allow_patterns"] == ["config.json", "model.safetensors", "README.md"]
-    assert asked["etag_timeout"] == 3.0 and asked["local_files_only"] is False
+@pytest.mark.parametrize("token", [None, WRITE_TOKEN])
+def test_pull_of_a_repo_the_hub_does_not_know(hub, monkeypatch, token):
+    if token:
+        monkeypatch.setenv("HF_TOKEN", token)
+    with pytest.raises(HubError, match=r"The Hub has no model repo 'nobody/missing' that this machine may read\. "
+                                       r"Check the spelling .* `hf auth login`"):
+        pull("nobody/missing", timeout_s=1.5)
+    assert hub.paths_requested() == ["/api/models/nobody/missing"]  # the look-up's answer ends it
 
 
-def test_pull_of_a_revision_the_repo_lacks(tmp_path, online, monkeypatch):
-    def repo_info(self, repo_id, **kwargs):
-        raise _http_error(RevisionNotFoundError, 404, "404 Revision Not Found")
+def test_pull_of_a_private_repo_needs_a_token(hub, tmp_path, monkeypatch):
+    model = _checkpoint(tmp_path / "model")
+    _publish(hub, tmp_path / "model", private=True)
+    with pytest.raises(HubError, match=r"no model repo 'someone/glyph-model' that this machine may read.*"
+                                       r"for a private or gated repo pass token="):
+        pull(REPO)
+    with pytest.raises(HubError, match=r"no model repo 'someone/glyph-model'"):  # someone else's token
+        pull(REPO, token=OTHER_TOKEN)
+    assert _same_weights(load_model(REPO, token=READ_TOKEN), model)
 
-    monkeypatch.setattr(HfApi, "repo_info", repo_info)
+
+def test_pull_of_a_revision_the_repo_lacks(hub, tmp_path):
+    _checkpoint(tmp_path)
+    _publish(hub, tmp_path)
     with pytest.raises(HubError, match=rf"'{REPO}' has no revision 'v9'; pass an existing branch, tag or commit"):
-        pull(REPO, revision="v9", cache_dir=tmp_path)
+        pull(REPO, revision="v9")
+
+
+def test_pull_of_a_repo_without_weights_names_the_file(hub, tmp_path):
+    _checkpoint(tmp_path)
+    hub.create_repo(REPO)
+    hub.add_commit(REPO, _files(tmp_path, ["config.json", "README.md"]))
+    with pytest.raises(HubError, match=rf"the Hub repo '{REPO}' is not a checkpoint: model.safetensors missing"):
+        pull(REPO)
+
+
+def test_pull_when_the_hub_does_not_answer_says_so_within_its_limit(hub, silent_server, monkeypatch, tmp_path):
+    model = _checkpoint(tmp_path / "model")
+    _publish(hub, tmp_path / "model")
+    point_client_at(monkeypatch, silent_server.url, tmp_path / "elsewhere")
+    started = time.monotonic()
+    with pytest.raises(HubError, match=r"Could not pull 'someone/glyph-model': the Hub could not be reached within "
+                                       r"1.0 s \(ReadTimeout: timed out\), and the local Hub cache"):
+        pull(REPO, timeout_s=1.0)
+    assert time.monotonic() - started < 1.0 + 1  # the limit pull promises, plus a second
+
+    cache = tmp_path / "cache"
+    point_client_at(monkeypatch, hub.url, tmp_path / "elsewhere")
+    pulled = pull(REPO, cache_dir=cache)  # cached once, online...
+    point_client_at(monkeypatch, silent_server.url, tmp_path / "elsewhere")
+    started = time.monotonic()
+    assert pull(REPO, timeout_s=1.0, cache_dir=cache) == pulled  # ...the same silence falls back to the cache
+    assert time.monotonic() - started < 1.0 + 1
+    assert _same_weights(EmbeddingModel.from_pretrained(pulled), model)
+
+
+def test_pull_offline_uses_what_an_online_pull_cached(hub, tmp_path, monkeypatch):
+    _checkpoint(tmp_path / "model")
+    _publish(hub, tmp_path / "model")
+    online = pull(REPO)
+    asked = len(hub.requests)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert pull(REPO) == online
+    assert len(hub.requests) == asked  # offline: not one request
 
 
 @pytest.mark.parametrize(
-    ("failure", "message"),
+    ("method", "message"),
     [
-        (_http_error(HfHubHTTPError, 500, "500 Server Error"), rf"Downloading '{REPO}' from the Hub failed .*500"),
-        (httpx2.ReadTimeout("read timed out"), rf"Downloading '{REPO}' from the Hub failed \(read timed out\)"),
-        (LocalEntryNotFoundError("connection dropped"),
-         rf"Could not pull '{REPO}': the download broke off \(connection dropped\), and the local Hub cache"),
+        ("GET", rf"(?s)Downloading '{REPO}' from the Hub failed \(.*500 .*\); try again"),
+        ("HEAD", rf"(?s)Could not pull '{REPO}': the download broke off \(An error happened while trying to locate the "
+                 r"file on the Hub.*\), and the local Hub cache"),
     ],
 )
-def test_pull_when_the_download_fails_after_the_look_up(tmp_path, online, monkeypatch, failure, message):
-    monkeypatch.setattr(HfApi, "repo_info", lambda self, repo_id, **kwargs: object())
-
-    def snapshot_download(repo_id, **kwargs):
-        raise failure
-
-    monkeypatch.setattr(hub, "snapshot_download", snapshot_download)
+def test_pull_when_the_download_fails_after_the_look_up(hub, tmp_path, method, message):
+    _checkpoint(tmp_path / "model")
+    _publish(hub, tmp_path / "model")
+    hub.fail(method, r"/resolve/.*/config\.json$", 500)  # the look-up and the listing answer; one file fails
     with pytest.raises(HubError, match=message):
-        pull(REPO, cache_dir=tmp_path)
+        pull(REPO)
 
 
 # ---------------------------------------------------------------- push
@@ -194,101 +215,116 @@ def run_folder(tmp_path):
     return folder
 
 
-@pytest.fixture
-def fake_hub(monkeypatch, online):
-    """Stand-ins for HfApi.create_repo / upload_folder that record their calls."""
-    calls = []
-
-    def create_repo(self, repo_id, **kwargs):
-        calls.append(("create_repo", self.token, repo_id, kwargs))
-        return RepoUrl(f"https://huggingface.co/{repo_id}")
-
-    def upload_folder(self, **kwargs):
-        calls.append(("upload_folder", self.token, kwargs["repo_id"], kwargs))
-
-    monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
-    return calls
+def test_push_uploads_only_the_hub_files(hub, run_folder):
+    url = push(run_folder, REPO, token=WRITE_TOKEN, private=True)
+    assert url == f"{hub.url}/{REPO}"
+    repo = hub.repos[REPO]
+    assert repo.private is True
+    head = repo.resolve("main")
+    assert (head.author, head.title) == (USER, "Upload MemVir embedding model")
+    assert hub.files_at(REPO) == {".gitattributes": hub.files_at(REPO, head.parent)[".gitattributes"],
+                                  **_files(run_folder, [*HUB_FILES, "metrics.jsonl"])}
+    weights = head.files["model.safetensors"]  # stored with LFS, as the Hub's .gitattributes say
+    assert weights.lfs_sha256 == hashlib.sha256((run_folder / "model.safetensors").read_bytes()).hexdigest()
+    assert head.files["config.json"].lfs_sha256 is None
+    assert "/api/validate-yaml" in hub.paths_requested("POST")  # the card was checked before the upload
 
 
-def _uploaded_files(upload_kwargs) -> set[str]:
-    """What upload_folder would send, decided by huggingface_hub's own pattern filter."""
-    folder = upload_kwargs["folder_path"]
-    relative = [str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()]
-    return set(filter_repo_objects(relative, allow_patterns=upload_kwargs["allow_patterns"]))
-
-
-def test_push_uploads_only_the_hub_files(run_folder, fake_hub):
-    url = push(run_folder, REPO, token="hf_test", private=True)
-    assert url == f"https://huggingface.co/{REPO}"
-    (create_name, create_token, create_repo_id, create_kwargs), (upload_name, upload_token, upload_repo_id, upload) = (
-        fake_hub
-    )
-    assert (create_name, create_token, create_repo_id) == ("create_repo", "hf_test", REPO)
-    assert create_kwargs["private"] is True and create_kwargs["exist_ok"] is True
-    assert (upload_name, upload_token, upload_repo_id) == ("upload_folder", "hf_test", REPO)
-    assert upload["folder_path"] == run_folder
-    assert _uploaded_files(upload) == {"config.json", "model.safetensors", "README.md", "metrics.jsonl"}
-
-
-def test_push_without_metrics_uploads_the_checkpoint_and_card(run_folder, fake_hub):
+def test_push_to_an_existing_repo_adds_a_commit(hub, run_folder):
+    push(run_folder, REPO, token=WRITE_TOKEN)
+    first = hub.repos[REPO].refs["main"]
     (run_folder / "metrics.jsonl").unlink()
-    push(run_folder, REPO, token="hf_test")
-    assert _uploaded_files(fake_hub[-1][3]) == {"config.json", "model.safetensors", "README.md"}
+    _checkpoint(run_folder)  # new weights
+    assert push(run_folder, REPO, token=WRITE_TOKEN) == f"{hub.url}/{REPO}"  # the Hub's 409 "exists" is fine
+    head = hub.repos[REPO].resolve("main")
+    assert head.parent == first
+    assert {name: hub.files_at(REPO)[name] for name in HUB_FILES} == _files(run_folder)
 
 
-def test_push_uses_the_cached_login(run_folder, fake_hub, monkeypatch):
-    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_cached")
+def test_push_without_metrics_uploads_the_checkpoint_and_card(hub, run_folder):
+    (run_folder / "metrics.jsonl").unlink()
+    push(run_folder, REPO, token=WRITE_TOKEN)
+    assert sorted(hub.files_at(REPO)) == [".gitattributes", *HUB_FILES]
+
+
+def test_push_uses_the_cached_login(hub, run_folder, hf_home):
+    hf_home.mkdir(parents=True)
+    (hf_home / "token").write_text(WRITE_TOKEN)
     push(run_folder, REPO)
-    assert [call[1] for call in fake_hub] == ["hf_cached", "hf_cached"]
+    assert hub.repos[REPO].resolve("main").author == USER
 
 
-def test_push_without_a_token_says_how_to_set_one(run_folder, fake_hub, monkeypatch):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+@pytest.mark.parametrize(
+    ("token", "repo_id", "reason"),
+    [
+        ("hf_not_a_token", REPO, "401 .*Invalid credentials in Authorization header"),
+        (READ_TOKEN, REPO, "403 .*no write access"),
+        (WRITE_TOKEN, "other/glyph-model", "403 .*rights to create a model under the namespace \"other\""),
+    ],
+)
+def test_push_refused_by_the_hub(hub, run_folder, token, repo_id, reason):
+    with pytest.raises(HubError, match=rf"(?s)The Hub refused to push {run_folder} to '{repo_id}': .*{reason}.* "
+                                       "Check that the token has write access"):
+        push(run_folder, repo_id, token=token)
+    assert hub.repos == {}
+
+
+def test_push_whose_upload_the_storage_refuses(hub, run_folder):
+    hub.fail("PUT", r"^/upload/", 403)
+    with pytest.raises(HubError, match=r"(?s)The Hub refused to push .*Error while uploading 'model.safetensors' to the "
+                                       r"Hub\..*403"):
+        push(run_folder, REPO, token=WRITE_TOKEN)
+    assert sorted(hub.files_at(REPO)) == [".gitattributes"]  # created, nothing committed
+
+
+def test_push_when_the_hub_does_not_answer_says_so_within_its_limit(silent_server, run_folder, monkeypatch,
+                                                                     hf_home):
+    point_client_at(monkeypatch, silent_server.url, hf_home)
+    started = time.monotonic()
+    with pytest.raises(HubError, match=rf"Could not reach the Hub to push {run_folder} within 1.0 s \(ReadTimeout: "
+                                       r"timed out\); check the connection"):
+        push(run_folder, REPO, token=WRITE_TOKEN, timeout_s=1.0)
+    assert time.monotonic() - started < 1.0 + 1
+
+
+def test_push_without_a_connection(run_folder, monkeypatch, hf_home):
+    point_client_at(monkeypatch, "http://127.0.0.1:9", hf_home)  # the discard port: nothing listens
+    with pytest.raises(HubError, match=r"Could not reach the Hub to push .* \(ConnectError: .*check the connection"):
+        push(run_folder, REPO, token=WRITE_TOKEN)
+
+
+# ---------------------------------------------------------------- push: refused before any request
+
+
+def test_push_without_a_token_says_how_to_set_one(hub, run_folder):
     with pytest.raises(HubError) as caught:
         push(run_folder, REPO)
     message = str(caught.value)
     assert "needs a Hugging Face token with write access" in message
     assert "token=..." in message and "HF_TOKEN" in message and "hf auth login" in message
-    assert fake_hub == []
+    assert hub.requests == []
 
 
-def test_push_names_the_missing_weights(run_folder, fake_hub):
+def test_push_names_the_missing_weights(hub, run_folder):
     (run_folder / "model.safetensors").unlink()
     with pytest.raises(HubError, match=rf"{run_folder} lacks model.safetensors: push uploads config.json, "):
-        push(run_folder, REPO, token="hf_test")
-    assert fake_hub == []
+        push(run_folder, REPO, token=WRITE_TOKEN)
+    assert hub.requests == []
 
 
-def test_push_of_a_missing_folder(tmp_path, fake_hub):
+def test_push_of_a_missing_folder(hub, tmp_path):
     with pytest.raises(HubError, match=r"is not a folder; push takes a run folder"):
-        push(tmp_path / "nowhere", REPO, token="hf_test")
+        push(tmp_path / "nowhere", REPO, token=WRITE_TOKEN)
+    assert hub.requests == []
 
 
-def test_push_to_an_invalid_repo_id(run_folder, fake_hub):
+def test_push_to_an_invalid_repo_id(hub, run_folder):
     with pytest.raises(HubError, match=r"'bad//id' is not a Hub repo id .* use 'owner/name'"):
-        push(run_folder, "bad//id", token="hf_test")
+        push(run_folder, "bad//id", token=WRITE_TOKEN)
+    assert hub.requests == []
 
 
-def test_push_refused_by_the_hub(run_folder, monkeypatch, online):
-    def create_repo(self, repo_id, **kwargs):
-        raise _http_error(HfHubHTTPError, 401, "401 Unauthorized: invalid token")
-
-    monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    with pytest.raises(HubError, match=r"The Hub refused to push .* 401 Unauthorized.* token has write access"):
-        push(run_folder, REPO, token="hf_wrong")
-
-
-def test_push_without_a_connection(run_folder, monkeypatch, online):
-    def create_repo(self, repo_id, **kwargs):
-        raise httpx2.ConnectError("[Errno -3] Temporary failure in name resolution")
-
-    monkeypatch.setattr(HfApi, "create_repo", create_repo)
-    with pytest.raises(HubError, match=r"Could not reach the Hub to push .*name resolution.*check the connection"):
-        push(run_folder, REPO, token="hf_test")
-
-
-def test_push_while_offline(run_folder, offline):
+def test_push_while_offline(hub, run_folder, offline):
     with pytest.raises(HubError, match=r"HF_HUB_OFFLINE is set, so nothing can be pushed; unset it"):
-        push(run_folder, REPO, token="hf_test")
+        push(run_folder, REPO, token=WRITE_TOKEN)
+    assert hub.requests == []
