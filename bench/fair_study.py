@@ -250,9 +250,10 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
     jobs = [Job("search", arm, trial_setting(arm, t, profile.trials), trial=t, fold=f)
             for t in range(profile.trials) for arm in ARMS for f in range(profile.folds)]
     chosen = chosen_settings(results, profile)
-    jobs += [Job("final", arm, setting, seed=s) for arm, setting in chosen.items() for s in profile.seeds]
+    # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
+    jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()]
     jobs += [Job("control", name, control_setting(name, chosen), seed=s)
-             for name, _, arm, _, _ in CONTROLS if arm in chosen for s in profile.seeds]
+             for s in profile.seeds for name, _, arm, _, _ in CONTROLS if arm in chosen]
     return [job for job in jobs if results.find(**job.keys(profile)) is None]
 
 

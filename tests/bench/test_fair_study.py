@@ -76,7 +76,8 @@ def test_finals_wait_for_their_arms_search_and_controls_start_from_the_chosen_se
     jobs = pending_jobs(_results(tmp_path, search), CPU)
     assert {job.phase for job in jobs} == {"final", "control"}
     finals = [job for job in jobs if job.phase == "final"]
-    assert sorted((job.arm, job.seed) for job in finals) == sorted((arm, s) for arm in ARMS for s in CPU.seeds)
+    # seed by seed: every arm's seed 0 before any seed 1, so a study stopped part-way has whole seeds to pair
+    assert [(job.seed, job.arm) for job in finals] == [(s, arm) for s in CPU.seeds for arm in ARMS]
     best_baseline = trial_setting("baseline", CPU.trials - 1, CPU.trials)  # the scores rise with the trial
     controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
     assert controls["baseline-class-lr-x2"].class_lr == pytest.approx(2 * best_baseline.class_lr)
