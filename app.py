@@ -12,6 +12,10 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
 
+from memvir._hub_settings import turn_off_side_requests  # noqa: E402  (before anything imports huggingface_hub)
+
+turn_off_side_requests()  # the Hub gets only the requests a visitor's pull or push makes
+
 # What request handlers (and the retrieval warm-up thread) import on first use. Imported here, before the port opens:
 # two threads importing torchvision at once (a first request and a warm-up thread, or two first requests) can each
 # see the other's partially initialised module and fail with ImportError.

@@ -271,6 +271,9 @@ def _push(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memvir._hub_settings import turn_off_side_requests
+
+    turn_off_side_requests()  # before the commands import huggingface_hub: no look-up the user did not ask for
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
