@@ -1,9 +1,28 @@
 """The model card an `EmbeddingModel` saves as README.md: what it is, how it was made, its metrics, how to use it."""
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from numbers import Integral, Real
+from pathlib import PurePath
 from typing import Any
+
+from huggingface_hub import EvalResult, ModelCardData
+
+from memvir.data.registry import FOLDER_PREFIX
+
+CARD_TAGS = ("metric-learning", "memvir", "image-retrieval")
+"""Tags every card carries in its front matter: what the Hub lists and filters models by."""
+
+MODEL_INDEX_TASK = ("image-feature-extraction", "Image retrieval")
+"""The model-index task of the card's results: the Hub's task id (the card's pipeline tag) and its name for people."""
+
+_METRIC_NAMES = {"precision@1": "Precision@1", "r_precision": "R-Precision", "map@r": "MAP@R", "nmi": "NMI"}
+_RECALL = re.compile(r"recall@([1-9][0-9]*)")
+_SPLITS = {"": "test", "val_": "validation"}
+"""Metric key prefix -> the split the metric was measured on (memvir.train.Trainer.evaluate: val_* on the held-out
+training classes)."""
 
 MODEL_CARD_TEMPLATE = """---
 {{ card_data }}
@@ -82,3 +101,47 @@ def memvir_summary(config, warmup_steps: int) -> str:
     labels = "" if config.memvir_labels == "virtual" else ", stored embeddings keep their seen labels (control)"
     return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
             f"({warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{labels}{scaled}")
+
+
+def dataset_id(dataset: str) -> str:
+    """The name a card gives a run's dataset: the registry name (`glyphs`, `cub200`, ...), or a class folder's own
+    name for `folder:PATH` (the path is this machine's, not the model's)."""
+    if dataset.startswith(FOLDER_PREFIX):
+        return PurePath(dataset.removeprefix(FOLDER_PREFIX)).name or "folder"
+    return dataset
+
+
+def metric_display_name(key: str) -> str | None:
+    """A retrieval metric's name for people (`recall@4` -> `Recall@4`), None for what is not one (epoch, step)."""
+    recall = _RECALL.fullmatch(key)
+    return f"Recall@{recall.group(1)}" if recall else _METRIC_NAMES.get(key)
+
+
+def eval_results(metrics: Mapping[str, Any] | None, dataset: str) -> list[EvalResult]:
+    """The retrieval metrics among `metrics` as model-index results: one per metric, on the test classes or, for
+    `val_*` keys, the held-out validation classes. Counts (epoch, step) and other numbers stay in the card's table."""
+    results = []
+    for key, value in (metrics or {}).items():
+        prefix = "val_" if str(key).startswith("val_") else ""
+        metric = str(key).removeprefix(prefix)
+        name = metric_display_name(metric)
+        if name is None or isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+            continue
+        results.append(EvalResult(
+            task_type=MODEL_INDEX_TASK[0], task_name=MODEL_INDEX_TASK[1],
+            dataset_type=dataset_id(dataset), dataset_name=dataset_id(dataset), dataset_split=_SPLITS[prefix],
+            metric_type=metric, metric_name=name, metric_value=float(value),  # plain floats: YAML has no numpy
+        ))
+    return results
+
+
+def describe_for_the_hub(card_data: ModelCardData, *, backbone: str, dataset: str,
+                         metrics: Mapping[str, Any] | None) -> None:
+    """Complete a card's front matter as the Hub reads it: the tags in CARD_TAGS, `datasets`, `metrics` (the names of
+    those measured) and a `model-index` holding the run's retrieval metrics (`eval_results`)."""
+    card_data.tags = sorted({*(card_data.tags or ()), *CARD_TAGS})
+    card_data.datasets = [dataset_id(dataset)]
+    results = eval_results(metrics, dataset)
+    card_data.metrics = list(dict.fromkeys(result.metric_type for result in results)) or None
+    card_data.model_name = f"memvir-{backbone}-{dataset_id(dataset)}"
+    card_data.eval_results = results or None

@@ -28,7 +28,7 @@ from memvir.data.registry import MAX_IMAGE_SIZE
 from memvir.data.transforms import eval_transform
 from memvir.models import _hub_shims
 from memvir.models.backbones import build_backbone
-from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, metric_rows
+from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, describe_for_the_hub, metric_rows
 
 MAX_IN_CHANNELS = 256
 """Most input channels a model may take (1 grayscale, 3 RGB; multispectral images have tens)."""
@@ -184,13 +184,15 @@ class EmbeddingModel(
     ) -> str | None:
         """Write config.json, model.safetensors and README.md (the model card) into `save_directory`.
 
-        `metrics` (name -> number) becomes a table in the card. `card_extra` adds facts about the run: its
+        `metrics` (name -> number) becomes a table in the card, and its retrieval metrics the front matter's
+        model-index (memvir.models.card.describe_for_the_hub). `card_extra` adds facts about the run: its
         "command" key (the command line that made the model) gets its own section, every other key a row of the
         card's summary table (mappings and lists shown as JSON). The card is rewritten on every save, so it shows
         the latest metrics.
         """
         card_kwargs = {**(model_card_kwargs or {})}
         card_kwargs.setdefault("metric_rows", metric_rows(metrics))  # checked before anything is written
+        card_kwargs.setdefault("run_metrics", dict(metrics or {}))
         extra = dict(card_extra or {})
         card_kwargs.setdefault("command", extra.pop("command", None))
         card_kwargs.setdefault("extra_rows", [(str(name), card_cell(value)) for name, value in extra.items()])
@@ -201,7 +203,9 @@ class EmbeddingModel(
             return super().save_pretrained(stage, model_card_kwargs=card_kwargs, **mixin_kwargs)
 
     def generate_model_card(self, *args, **kwargs) -> ModelCard:
-        """The mixin's card, rendered from MODEL_CARD_TEMPLATE with this model's config."""
+        """The mixin's card, rendered from MODEL_CARD_TEMPLATE with this model's config, its front matter completed
+        with the dataset and the metrics (`run_metrics`) as the Hub reads them."""
+        run_metrics = kwargs.pop("run_metrics", None)
         kwargs.setdefault("metric_rows", [])
         kwargs.setdefault("command", None)
         kwargs.setdefault("extra_rows", [])
@@ -212,7 +216,10 @@ class EmbeddingModel(
             f"mean {config['mean']}, std {config['std']}"
             + (" on the 0-255 scale (caffe)" if config["normalization"] == "caffe" else "")
         )
-        return super().generate_model_card(*args, config=config, input_summary=input_summary, **kwargs)
+        card = super().generate_model_card(*args, config=config, input_summary=input_summary, **kwargs)
+        # card.data is what the card writes as its front matter, so filling it in here shapes the saved YAML
+        describe_for_the_hub(card.data, backbone=config["backbone"], dataset=config["dataset"], metrics=run_metrics)
+        return card
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | Path, **kwargs) -> "EmbeddingModel":
