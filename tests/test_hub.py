@@ -14,6 +14,7 @@ import huggingface_hub
 import pytest
 import torch
 from hub_server import OTHER_TOKEN, READ_TOKEN, USER, WRITE_TOKEN, point_client_at
+from served_app import free_port
 
 from memvir.hub import HubError, load_model, pull, push
 from memvir.models.embedding_model import EmbeddingModel
@@ -271,8 +272,8 @@ def test_push_refused_by_the_hub(hub, run_folder, token, repo_id, reason):
 
 def test_push_whose_upload_the_storage_refuses(hub, run_folder):
     hub.fail("PUT", r"^/upload/", 403)
-    with pytest.raises(HubError, match=r"(?s)The Hub refused to push .*Error while uploading 'model.safetensors' to the "
-                                       r"Hub\..*403"):
+    with pytest.raises(HubError, match=r"(?s)The Hub refused to push .*Error while uploading 'model.safetensors' "
+                                       r"to the Hub\..*403"):
         push(run_folder, REPO, token=WRITE_TOKEN)
     assert sorted(hub.files_at(REPO)) == [".gitattributes"]  # created, nothing committed
 
@@ -288,7 +289,7 @@ def test_push_when_the_hub_does_not_answer_says_so_within_its_limit(silent_serve
 
 
 def test_push_without_a_connection(run_folder, monkeypatch, hf_home):
-    point_client_at(monkeypatch, "http://127.0.0.1:9", hf_home)  # the discard port: nothing listens
+    point_client_at(monkeypatch, f"http://127.0.0.1:{free_port()}", hf_home)  # a port nothing listens on
     with pytest.raises(HubError, match=r"Could not reach the Hub to push .* \(ConnectError: .*check the connection"):
         push(run_folder, REPO, token=WRITE_TOKEN)
 

@@ -6,6 +6,7 @@ from the Hub with the run's metrics, and `python -m memvir eval repo_id`."""
 import subprocess
 import sys
 
+import pytest
 import torch
 from hub_server import USER, WRITE_TOKEN, client_environment, point_client_at
 from huggingface_hub import ModelCard
@@ -26,6 +27,7 @@ def _memvir_online(env, *args) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow
 def test_train_push_pull_load_and_eval_by_repo_id(loopback_hub, tmp_path, monkeypatch):
     hub, run = loopback_hub, tmp_path / "run"
     trained = last_json(memvir_cli("train", "--dataset", "glyphs-mini", "--memvir-n", "1", "--memvir-m", "1",
