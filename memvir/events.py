@@ -82,6 +82,20 @@ class ControlEvent:
 
 
 @dataclass(frozen=True)
+class ControlRefused:
+    """A live change asked for was not applied before `step`: the memory of its N or M could not be allocated, say.
+    The run trains on with the settings it had; `changes` are those refused."""
+
+    step: int
+    changes: dict
+    reason: str  # why, e.g. the allocator's words
+    message: str
+
+    def record(self) -> dict:
+        return {"type": "control_refused", "step": self.step, "message": self.message, **self.changes}
+
+
+@dataclass(frozen=True)
 class StatusEvent:
     """The run's state changed: 'running', 'paused', 'stopped', 'finished', 'failed'."""
 

@@ -1,6 +1,7 @@
-"""Talking to an app a test serves: a free port to serve it on, and the page's status line, polled until it shows
-what the test waits for (shared by the app tests that start a server)."""
+"""Talking to an app a test serves: a free port to serve it on, the app served in-process, and the page's status line,
+polled until it shows what the test waits for (shared by the app tests that start a server)."""
 
+import contextlib
 import re
 import socket
 import time
@@ -10,6 +11,21 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(settings):
+    """The app of `settings` served on a free port of 127.0.0.1 while the block runs: (its URL, the App)."""
+    from demo.page import build_app
+
+    app = build_app(settings)
+    port = free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+               max_file_size=settings.max_zip_bytes)
+    try:
+        yield f"http://127.0.0.1:{port}/", app
+    finally:
+        app.close()
 
 
 def page_status(client) -> str:

@@ -91,7 +91,8 @@ class AppSettings:
         unpacked). max_uploads_bytes / max_upload_age_s: the unpacked zips kept in ``uploads/`` (the least recently
         used go first; a zip in use by a training run stays). max_downloads_bytes: the checkpoint zips kept in
         ``downloads/`` (the same age limit; the least recently used go first).
-    memory_budget: bytes MemVir's memory may take (demo.runs.memory_budget); None: half the free memory at the time.
+    memory_budget: bytes MemVir's memory may take; None: half of what the run's process may use at the time, the least
+        of free memory, cgroup and address-space headroom (demo.runs.memory_budget).
     allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
         the bundled checkpoints and the app's runs (demo.common.allowed_paths); none by default.
     train_threads: torch's threads in each run's training process; None: the machine's cores less the server's
@@ -151,7 +152,7 @@ class AppSettings:
     @classmethod
     def from_env(cls) -> AppSettings:
         """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
-        MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: half the free memory),
+        MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: see memory_budget),
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default: the
         cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none), MEMVIR_SERVER_PRIORITY
         (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores; default low)."""

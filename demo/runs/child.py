@@ -86,18 +86,21 @@ class _Outbox:
     takes several steps a second: one message per step would wake this thread, and the server's reader at the other
     end, at each, and on a machine whose every core trains each wake-up takes a core from a training thread for a
     moment (docs/benchmarks.md). A page polls once a second, so a step shown up to SEND_EVERY_S later changes
-    nothing it sees."""
+    nothing it sees. A reply to a live change cuts the rest short: a visitor waits for it, and a visitor's changes
+    are answered one at a time, so a reply held back for the rest made a flood of them wait in line for minutes."""
 
     def __init__(self, connection, run_folder: Path):
         self._connection = connection
         self._run_folder = run_folder
         self._queue = queue.SimpleQueue()
-        self._closing = threading.Event()
+        self._urgent = threading.Event()  # a reply or the close is queued: the rest ends
         self._thread = threading.Thread(target=self._send_all, name="memvir-outbox")
         self._thread.start()
 
     def put(self, item) -> None:
         self._queue.put(item)
+        if isinstance(item, Reply):
+            self._urgent.set()
 
     def _send_all(self) -> None:
         from demo.runs.snapshot_transport import to_message
@@ -119,7 +122,8 @@ class _Outbox:
                     gone = True
             if closing:
                 return
-            self._closing.wait(SEND_EVERY_S)  # the rest; a close cuts it short
+            self._urgent.wait(SEND_EVERY_S)  # the rest; a reply or a close cuts it short
+            self._urgent.clear()
 
     def _message(self, item, to_message):
         """What goes into the pipe for `item` (a snapshot's file written now); None if it could not be made."""
@@ -131,7 +135,7 @@ class _Outbox:
 
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
-        self._closing.set()
+        self._urgent.set()
         self._queue.put(_CLOSE)
         self._thread.join()
 

@@ -51,6 +51,8 @@ class LiveRun:
         self.last_step = None  # the latest StepEvent
         self.control_message: str | None = None
         self.live_values = {name: getattr(config, name) for name in LIVE_CONTROL_LABELS}
+        # what it will use once the changes asked for apply: the newest ask per setting (`asked`)
+        self.requested_values = dict(self.live_values)
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
@@ -117,7 +119,13 @@ class LiveRun:
             self.records = list(ready.history)
             self.total_steps = ready.total_steps
             self.resumable_failure = False
+            self.requested_values = dict(self.live_values)  # what a previous process was asked died with it
         self.reserved = False
+
+    def asked(self, changes: dict) -> None:
+        """Its process took these live changes (checked; they apply before its next step)."""
+        with self.lock:
+            self.requested_values.update(changes)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until its process has ended and its last event is kept."""
@@ -126,7 +134,7 @@ class LiveRun:
 
     def _on_event(self, event) -> None:
         """The Trainer's listener (its process's reader thread): copy what the page shows, quickly."""
-        from memvir.events import ControlEvent, SnapshotEvent, StatusEvent, StepEvent
+        from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent, StepEvent
 
         if isinstance(event, SnapshotEvent):
             self._add_snapshot(event)
@@ -143,6 +151,11 @@ class LiveRun:
             elif isinstance(event, ControlEvent):
                 self.control_message = self._describe_control(event)
                 self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
+            elif isinstance(event, ControlRefused):
+                self.control_message = self._describe_refusal(event)
+                for name, value in event.changes.items():
+                    if self.requested_values.get(name) == value:  # no newer ask of it since
+                        self.requested_values[name] = self.live_values.get(name)
 
     @staticmethod
     def _logged(event) -> bool:
@@ -157,6 +170,15 @@ class LiveRun:
         parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
                  for name, value in event.changes.items()]
         return f"{', '.join(parts)}: applied at step {event.step + 1}"
+
+    def _describe_refusal(self, event) -> str:
+        """'N 10 -> 50 refused at step 11: its memory could not be allocated (...); the run trains on with N = 10,
+        M = 2' in the page's names for the controls."""
+        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
+                 for name, value in event.changes.items()]
+        return (f"{', '.join(parts)} refused at step {event.step + 1}: its memory could not be allocated "
+                f"({event.reason}); the run trains on with N = {self.live_values['memvir_n']}, "
+                f"M = {self.live_values['memvir_m']}")
 
     def _add_snapshot(self, event) -> None:
         self.focus.add(event, self._snapshot_history)

@@ -32,7 +32,7 @@ from memvir.analysis.snapshots import SnapshotMaker
 from memvir.analysis.spread import class_weight_spread, virtual_spread
 from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
 from memvir.data.batches import TrainingBatches
-from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
+from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
 from memvir.memory.size import STORE_DTYPES, check_ring
@@ -45,6 +45,18 @@ from memvir.train.devices import pick_device, place_model, training_network
 from memvir.train.distributed import World
 from memvir.train.host_memory import keep_freed_memory
 from memvir.train.state import STATE_FORMAT, stored_config
+
+# What MemVir.set_hparams takes: a change of one of them may re-allocate the memory.
+MEMORY_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs")
+
+
+def _allocation_failed(error: BaseException) -> bool:
+    """Whether `error` is the allocator refusing memory: Python's MemoryError, torch's OutOfMemoryError on a GPU, or
+    the RuntimeError its CPU allocator raises ("DefaultCPUAllocator: can't allocate memory")."""
+    if isinstance(error, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(error).lower()
+    return "can't allocate memory" in text or "out of memory" in text or "cannot allocate memory" in text
 
 
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
@@ -181,7 +193,7 @@ class Trainer:
     def update(self, memvir_n=None, memvir_m=None, warmup_epochs=None, lr=None, class_lr=None,
                focus_classes=None) -> None:
         """Ask for new N, M, warm-up (epochs), learning rates or few-class view; checked now, applied before the next
-        step."""
+        step. Asks between two steps coalesce: the newest value of each setting is the one applied."""
         changes = {k: v for k, v in dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs, lr=lr,
                                          class_lr=class_lr, focus_classes=focus_classes).items() if v is not None}
         with self._lock:
@@ -224,17 +236,42 @@ class Trainer:
         return stop
 
     def _apply_changes(self, changes: dict) -> None:
+        # a setting asked back to its value before it applied (N 2 -> 4 -> 2 within a step) is no change
+        changes = {k: v for k, v in changes.items() if getattr(self.config, k) != v}
         if not changes:
             return
         old = {k: getattr(self.config, k) for k in changes}
-        self.config = dataclasses.replace(self.config, **changes)
-        self.memvir.set_hparams(num_steps=self.config.memvir_n, margin=self.config.memvir_m,
-                                warmup_steps=self._warmup_steps(self.config.warmup_epochs))
+        candidate = dataclasses.replace(self.config, **changes)
+        try:
+            self.memvir.set_hparams(num_steps=candidate.memvir_n, margin=candidate.memvir_m,
+                                    warmup_steps=self._warmup_steps(candidate.warmup_epochs))
+        except (MemoryError, RuntimeError) as error:
+            if not _allocation_failed(error):
+                raise
+            # The memory for the new N, M could not be had: the run keeps its memory and trains on, the change
+            # refused with the reason, rather than ending the run with what it trained since its last checkpoint.
+            changes = self._refuse_memory_changes(changes, error)
+            if not changes:
+                return
+            old = {k: getattr(self.config, k) for k in changes}
+            candidate = dataclasses.replace(self.config, **changes)
+        self.config = candidate
         self._set_learning_rates()
         if "focus_classes" in changes:
             self.snapshots.set_focus(self.config.focus_classes)
         described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
         self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
+
+    def _refuse_memory_changes(self, changes: dict, error: BaseException) -> dict:
+        """Tell the listeners that the changes of MemVir's settings in `changes` were not applied (set_hparams
+        changes nothing when its allocation fails); the other changes, still to apply."""
+        refused = {k: v for k, v in changes.items() if k in MEMORY_SETTINGS}
+        described = ", ".join(f"{k} {getattr(self.config, k)} -> {v}" for k, v in refused.items())
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        self._emit(ControlRefused(self.step, refused, reason, (
+            f"{described}: refused at step {self.step + 1}, the memory could not be allocated ({reason}); the run "
+            f"trains on with memvir_n {self.config.memvir_n}, memvir_m {self.config.memvir_m}")))
+        return {k: v for k, v in changes.items() if k not in MEMORY_SETTINGS}
 
     def _set_learning_rates(self) -> None:
         """The optimizer's learning rates for the next step, from the configured ones and the decay."""
