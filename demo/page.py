@@ -7,6 +7,7 @@ Every event has an explicit api_name, so the page is also a public API (gradio_c
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import gradio as gr
 
 from demo.common import shims
 from demo.common.handlers import bind
+from demo.common.inputs import InputRefused, check_text
 from demo.common.settings import AppSettings
 from demo.retrieve import tab as retrieve_tab
 from demo.retrieve.service import RetrievalService
@@ -23,6 +25,7 @@ from demo.train import tab as train_tab
 from demo.train.live_view import FigureBuilder
 from demo.train.poll import POLL_SECONDS
 
+log = logging.getLogger(__name__)
 CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
 JS = (Path(__file__).parent / "static" / "page.js").read_text(encoding="utf-8")
 THEME = gr.themes.Soft(primary_hue="blue", secondary_hue="orange")
@@ -69,6 +72,11 @@ def on_load(runs: RunManager, retrieval: RetrievalService, visitor=None, request
     # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
     # (demo.common.handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
     visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
+    try:
+        check_text(visitor, "the visitor key")
+    except InputRefused as error:  # not a key this app made (the browser's storage was edited): a fresh one
+        log.warning("load refused the page's visitor key: %s", error)
+        visitor = uuid.uuid4().hex
     return visitor, *train_tab.opened(runs, visitor), retrieve_tab.checkpoint_list(retrieval)
 
 

@@ -10,6 +10,10 @@ changes it (tests/app/test_shims.py).
   its `type`: a small PNG declaring a 12000 x 12000 canvas would cost the server gigabytes). The instance's
   preprocess is replaced rather than subclassed: every gr.Component subclass makes gradio write a .pyi stub beside
   its source file when the class is defined.
+- gradio's Dropdown and Radio: `refuse_outside_choices` checks a value sent for one (demo.common.inputs.check_text,
+  then the choices) before gradio's own check, whose error quotes the value whole (a 20 MB dataset name came back
+  in a 21 MB reply, a lone surrogate as a reply the server could not encode) and prints a traceback per refusal.
+  Replaced per instance, as the Sketchpad's.
 - plotly's Figure without per-property validation (`unvalidated_figure`): most of the cost of the app's figures,
   which are redrawn every second while a run trains; tests/app/train/test_figure_validity.py has plotly validate
   every kind of figure instead.
@@ -17,11 +21,17 @@ changes it (tests/app/test_shims.py).
 
 from __future__ import annotations
 
+import functools
+import logging
 import types
 
 import gradio as gr
 import plotly
 import plotly.graph_objects as go
+
+from demo.common.inputs import InputRefused, check_text, shown
+
+log = logging.getLogger(__name__)
 
 PINNED = {"gradio": "6.31.0", "plotly": "7.1.0"}
 
@@ -83,3 +93,26 @@ def pass_undecoded(sketch: gr.Sketchpad) -> gr.Sketchpad:
     """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded."""
     sketch.preprocess = types.MethodType(_preprocess_undecoded, sketch)
     return sketch
+
+
+def _preprocess_choice(component, name: str, original, payload):
+    """`original`(payload) once each value in `payload` is text the app reads and, unless the component takes custom
+    values, one of its choices; else a gr.Error in the app's words, logged as one line."""
+    custom = getattr(component, "allow_custom_value", False)
+    values = [value for _, value in component.choices]
+    for value in payload if isinstance(payload, list) else [payload]:
+        try:
+            check_text(value, name)
+            if value is not None and not custom and value not in values:
+                raise InputRefused(f"{name} must be one of {', '.join(map(str, values))}, got {shown(value)}")
+        except InputRefused as error:
+            log.warning("%s refused: %s", name, error)
+            raise gr.Error(str(error), print_exception=False) from None
+    return original(payload)
+
+
+def refuse_outside_choices(component, name: str):
+    """`component` (a gr.Dropdown or gr.Radio), from now on refusing a value that is not text, or not one of its
+    choices, in words naming it `name`, without quoting the value whole."""
+    component.preprocess = functools.partial(_preprocess_choice, component, name, component.preprocess)
+    return component

@@ -17,7 +17,7 @@ from PIL import Image
 
 from demo.common.handlers import bind, reporting
 from demo.common.inputs import whole_number
-from demo.common.shims import pass_undecoded
+from demo.common.shims import pass_undecoded, refuse_outside_choices
 from demo.common.uploads import load_image, load_sketch
 from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
 from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalService
@@ -144,9 +144,18 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     if not picked or picked.get("gallery") != gallery.key:
         raise ValueError("the gallery changed: press Load again, then pick an image")
-    index = picked["sample"][evt.index]
+    index = picked["sample"][picked_position(evt, len(picked["sample"]))]
     return results(retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
                    query_class=gallery.class_of(index))
+
+
+def picked_position(evt: gr.SelectData | None, shown: int) -> int:
+    """Which of the `shown` sample images the click picked; ValueError unless the event names one of them (an API
+    client sends the event's index as it likes: a list, a string, past the end)."""
+    position = getattr(evt, "index", None)
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < shown:
+        raise ValueError(f"the image picked is not one of the {shown} shown: press Load, then click one of them")
+    return position
 
 
 def checkpoint_list(retrieval: RetrievalService):
@@ -191,7 +200,8 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                 checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
                                          info="Bundled, a run of this app, or type a Hub repo id (owner/name).",
                                          elem_id="checkpoint")
-                source = gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search")
+                source = refuse_outside_choices(gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search"),
+                                                "the gallery to search")
                 gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
                                         file_count="multiple", elem_id="gallery-files")
                 load_button = gr.Button("Load checkpoint and gallery", variant="secondary", elem_id="load")

@@ -186,7 +186,10 @@ class RunProcess:
                 pending.error = message.error
                 pending.answered.set()
         elif isinstance(message, Crash):
-            log.error("training process %s failed:\n%s", self.pid, message.trace)
+            if message.refused:  # its settings, dataset or checkpoint: the handler that started it logs the refusal
+                log.info("training process %s refused its run: %s", self.pid, message.error.splitlines()[0])
+            else:
+                log.error("training process %s failed:\n%s", self.pid, message.trace)
             self._crash = message
         else:
             event = snapshot_transport.from_message(message) if isinstance(

@@ -14,6 +14,7 @@ import gradio as gr
 
 from demo.common.handlers import bind, reporting, visitor_key
 from demo.common.inputs import whole_numbers
+from demo.common.shims import refuse_outside_choices
 from demo.runs.manager import RunManager
 from demo.train import live_view, words
 from demo.train.live_view import FigureBuilder
@@ -95,7 +96,8 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
             with gr.Column(scale=2, min_width=260):
                 gr.Markdown(words.SNAPSHOT_HELP, elem_classes="small-note", padding=True)
         with gr.Row():
-            color_by = gr.Radio(PICTURE_CHOICES, value="few", label="Picture", scale=2, elem_id="picture")
+            color_by = refuse_outside_choices(gr.Radio(PICTURE_CHOICES, value="few", label="Picture", scale=2,
+                                                       elem_id="picture"), "the picture")
             follow = gr.Checkbox(True, label="Follow the latest snapshot", scale=1, elem_id="follow")
             snapshot_step = gr.Slider(0, 1, value=1, step=1, label="Scrub snapshots (step)", scale=3,
                                       elem_id="scrub")

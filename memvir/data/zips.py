@@ -23,6 +23,13 @@ DEFAULT_MAX_FILES = 50_000
 DEFAULT_MAX_RATIO = 200.0  # images barely compress; a bomb compresses a thousandfold and more
 _CHUNK_BYTES = 1024**2
 _DRIVE_LETTER = re.compile(r"^[A-Za-z]:")
+NAME_MAX_BYTES = 255  # a file or folder name, on Linux's file systems and most others
+_QUOTED_CHARS = 60
+
+
+def _quoted(name: str) -> str:
+    """An entry's name as a message quotes it: cut short, so that a refusal never hands back a name whole."""
+    return repr(name if len(name) <= _QUOTED_CHARS else name[: _QUOTED_CHARS - 1] + "…")
 
 
 def _check_entry(entry: zipfile.ZipInfo, zip_path: Path) -> None:
@@ -41,6 +48,11 @@ def _check_entry(entry: zipfile.ZipInfo, zip_path: Path) -> None:
         raise DatasetError(f"{zip_path}: entry {name!r} is a special file; only files and folders are allowed")
     if entry.flag_bits & 0x1:
         raise DatasetError(f"{zip_path}: entry {name!r} is encrypted; upload an unencrypted zip")
+    # Refused here rather than by the file system, whose error names the folder it was unpacking into.
+    longest = max((len(part.encode("utf-8", "surrogateescape")) for part in parts), default=0)
+    if longest > NAME_MAX_BYTES:
+        raise DatasetError(f"{zip_path}: entry {_quoted(name)} has a file or folder name of {longest} bytes; at most "
+                           f"{NAME_MAX_BYTES} are allowed: rename it and zip again")
 
 
 def _check_headers(
@@ -72,11 +84,11 @@ def _extract_entries(
         target = staging.joinpath(*PurePosixPath(entry.filename.replace("\\", "/")).parts)
         if not target.resolve().is_relative_to(staging_root):
             raise DatasetError(f"{zip_path}: entry {entry.filename!r} points outside the destination; rejected")
-        if entry.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if entry.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
             with archive.open(entry) as source, open(target, "xb") as destination:
                 while chunk := source.read(_CHUNK_BYTES):
                     written += len(chunk)
@@ -89,7 +101,9 @@ def _extract_entries(
         except FileExistsError:
             raise DatasetError(f"{zip_path}: entry {entry.filename!r} appears twice; paths must be unique") from None
         except (zipfile.BadZipFile, EOFError, OSError, NotImplementedError) as error:
-            raise DatasetError(f"{zip_path}: entry {entry.filename!r} cannot be unpacked: {error}") from error
+            # an OSError's own text names the staging folder, a path of the server: its reason alone
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            raise DatasetError(f"{zip_path}: entry {_quoted(entry.filename)} cannot be unpacked: {reason}") from error
 
 
 def _class_root(folder: Path) -> Path:
