@@ -41,9 +41,9 @@ from studies import (  # noqa: E402
     STUDIES,
     Row,
     chosen_on_validation,
+    paired,
     rows_of,
     study_rows,
-    paired,
     summary,
 )
 

@@ -271,5 +271,5 @@ def paired(first: list[dict], second: list[dict], key: str):
     pairs = [(100 * by_seed[r["seed"]][key], 100 * r[key]) for r in second if key in r and r["seed"] in by_seed]
     if len(pairs) < 2:
         return None
-    a, b = zip(*pairs)
+    a, b = zip(*pairs, strict=True)
     return fair_stats.paired_t(b, a)

@@ -36,6 +36,7 @@ __all__ = [
     "ProxyNCALoss",
     "SoftmaxLoss",
     "build_loss",
+    "loss_defaults",
 ]
 
 _REGISTRY: dict[str, type["MetricLoss"]] = {}
@@ -321,6 +322,16 @@ class ProxyAnchorLoss(MetricLoss):
 LOSSES: tuple[str, ...] = tuple(_REGISTRY)
 
 
+def loss_defaults(name: str) -> dict:
+    """The hyper-parameters the loss registered as ``name`` takes, with their defaults: {"scale": 23.0} for
+    norm-softmax, {} for a loss that takes none. ValueError for an unknown name."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(LOSSES)}")
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(_REGISTRY[name].__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.kind in named and p.name != "self"}
+
+
 def build_loss(name: str, **hparams) -> MetricLoss:
     """The loss registered as ``name`` (one of ``LOSSES``) with the given hyper-parameters, others at defaults.
 
@@ -329,13 +340,10 @@ def build_loss(name: str, **hparams) -> MetricLoss:
     """
     if name not in _REGISTRY:
         raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(LOSSES)}")
-    loss_class = _REGISTRY[name]
     # Named parameters only: a loss without its own __init__ shows nn.Module's (*args, **kwargs), which take none.
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    parameters = inspect.signature(loss_class.__init__).parameters.values()
-    accepted = [p.name for p in parameters if p.kind in named and p.name != "self"]
+    accepted = list(loss_defaults(name))
     unknown = sorted(set(hparams) - set(accepted))
     if unknown:
         takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no hyper-parameters"
         raise ValueError(f"loss {name!r} got unknown hyper-parameter(s) {', '.join(unknown)}; {takes}")
-    return loss_class(**hparams)
+    return _REGISTRY[name](**hparams)

@@ -730,3 +730,15 @@ def test_proxy_anchor_balanced_is_not_a_multiple_of_official():
     official = build_loss("proxy-anchor")(embeddings, labels, class_weights)
     balanced = build_loss("proxy-anchor")(embeddings, labels, class_weights, classes_per_set=NUM_CLASSES)
     assert not torch.isclose(balanced, 3 * official, rtol=1e-3)
+
+
+def test_loss_defaults_are_each_loss_s_hyper_parameters_as_written_in_the_papers_settings():
+    """Written out: the defaults the losses' docstrings and the reference settings give."""
+    from memvir.losses import loss_defaults
+
+    assert loss_defaults("norm-softmax") == {"scale": 23.0}
+    assert loss_defaults("cosface") == {"scale": 64.0, "margin": 0.35}
+    assert loss_defaults("proxy-anchor") == {"margin": 0.1, "alpha": 32.0}
+    assert loss_defaults("softmax") == {}
+    with pytest.raises(ValueError, match="unknown loss 'nope'"):
+        loss_defaults("nope")

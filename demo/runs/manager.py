@@ -288,9 +288,10 @@ class RunManager:
         run.process.update({"focus_classes": list(classes)})
         return run
 
-    def compare_with_baseline(self, run_id: str | None, visitor: str) -> LiveRun:
-        """Overlay the same configuration without MemVir (N = 0): loaded when such a run finished before, else
-        trained beside the run (it shares the run's training slot)."""
+    def compare_with_baseline(self, run_id: str | None, visitor: str, settings: dict | None = None) -> LiveRun:
+        """Overlay the same configuration without MemVir (N = 0), with `settings` (TrainConfig fields: the
+        baseline's own tuned optimiser, where the caller has one) in place of the run's: loaded when such a run
+        finished before, else trained beside the run (it shares the run's training slot)."""
         from memvir.train.trainer import TrainConfig
 
         run = self._owned(run_id, visitor)
@@ -299,7 +300,8 @@ class RunManager:
         if run.config.memvir_n == 0:
             raise RunError("this run is a baseline already (N = 0): start one with N > 0 to compare")
         # Its snapshots are not drawn: no probe embedding or projection work for them.
-        config = TrainConfig.from_dict({**run.config.to_dict(), "memvir_n": 0, "snapshot_every": 0})
+        config = TrainConfig.from_dict({**run.config.to_dict(), **(settings or {}), "memvir_n": 0,
+                                        "snapshot_every": 0})
         finished = _finished_run_with(self.settings.runs_dir, config.to_dict())
         with self._lock:
             if finished is not None:

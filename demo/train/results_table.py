@@ -1,6 +1,7 @@
 """The results table: once a run and its baseline ("Compare with baseline", N = 0) have both finished, their final
-retrieval metrics side by side, and the difference. Test classes always; validation classes too where the run held
-some out of training (docs/method.md, "Validation": the ones to choose settings on).
+retrieval metrics side by side, and the difference, with each arm's settings and how they were chosen. Test classes
+always; validation classes too where the run held some out of training (docs/method.md, "Validation": the ones to
+choose settings on).
 
 The figures are the last evaluation record of each run's metrics.jsonl, shown as percentages with two decimals.
 `expectations` is the paragraph printed under the table: what the study measured for such a run, and why.
@@ -104,6 +105,28 @@ def results_markdown(run, baseline) -> str:
         return ""
     rows = results_rows(final, base)
     lines = [f"**Final results** (step {final['step']:,}, %)", "",
-             "| metric | this run | baseline (N = 0) | difference |", "|---|---:|---:|---:|"]
+             "| metric | this run | baseline | difference |", "|---|---:|---:|---:|"]
     lines += [f"| {name} | {mine} | {theirs} | {diff} |" for name, mine, theirs, diff in rows]
-    return "\n".join(lines + ["", expectations(run.config)])
+    return "\n".join(lines + ["", arms_text(run.config, baseline.config), "", expectations(run.config)])
+
+
+def arms_text(config, baseline_config) -> str:
+    """What each column trained: MemVir's N, M and reduction, each arm's optimiser, and the search that chose them
+    (the fair comparison's, for a preset's tuned settings) or that nothing was tuned."""
+    from demo.train.presets import PRESETS, optimiser_of, tuned_baseline
+
+    preset = PRESETS.get(config.dataset)
+    tuned = tuned_baseline(config)
+    mine, theirs = optimiser_of(config), optimiser_of(baseline_config)
+    memvir = (f"MemVir(N = {config.memvir_n}, M = {config.memvir_m}), {config.memvir_reduction} reduction"
+              if config.memvir_n else "N = 0")
+    run_tuned = preset is not None and mine == preset.optimiser and tuned is not None
+    baseline_tuned = tuned is not None and theirs == tuned
+    if run_tuned and baseline_tuned:
+        how = f"Both optimisers are the fair comparison's choices, {preset.tuning}."
+    elif baseline_tuned:
+        how = (f"The baseline's optimiser is its tuned one ({preset.tuning}); this run's was set by hand, without "
+               "that search.")
+    else:
+        how = "Neither optimiser was tuned for these settings: the baseline trains this run's, with N = 0."
+    return (f"**This run**: {memvir}; {mine.describe()}. **Baseline**: N = 0; {theirs.describe()}. {how}")

@@ -25,9 +25,9 @@ from demo.train import views as train_views
 from demo.train import words
 from demo.train.live_view import FigureBuilder
 from demo.train.poll import PollState
-from demo.train.presets import PAGE_DEFAULTS, suggest_settings
+from demo.train.presets import PAGE_DEFAULTS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
-from memvir.losses import LOSSES
+from memvir.losses import LOSSES, loss_defaults
 from memvir.models.backbones import available_backbones
 
 FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"
@@ -52,9 +52,10 @@ DEFAULTS = PAGE_DEFAULTS  # the library's settings with glyphs' preset (demo.tra
 LIVE_SNAPSHOT_EVERY = 10
 # The first loss point within seconds: Recall@1 comes at the first epoch's end, not before the first step.
 EVAL_AT_START = False
-# What Reset puts back (it leaves the dataset, the model and the snapshot and evaluation cadences as they are).
+# What Reset puts back (it leaves the dataset, the backbone and the snapshot and evaluation cadences as they are);
+# the loss comes back with the optimiser, whose scale is the loss's.
 RESET_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs", "lr", "seed", "memvir_schedule",
-                  "val_classes", "memvir_store_dtype", "memvir_reduction")
+                  "val_classes", "memvir_store_dtype", "memvir_reduction", "class_lr", "adam_eps", "loss")
 
 
 # ---------------------------------------------------------------------------------------------- handlers
@@ -76,8 +77,8 @@ def dataset_name(runs: RunManager, dataset, folder_path, zip_file) -> str:
 @reporting(message_slot=1, outputs=2)
 def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
           snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
-          memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, visitor=None,
-          request: gr.Request = None):
+          memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, class_lr=None, adam_eps=None,
+          loss_scale=None, visitor=None, request: gr.Request = None):
     """Start a run with these settings, or say why not."""
     visitor = visitor_key(visitor, request)
     if memvir_reduction and memvir_reduction not in REDUCTIONS:
@@ -92,11 +93,18 @@ def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, see
         snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
         eval_every=whole_number(eval_every, "eval every", 0),
         focus_classes=whole_numbers(focus_classes, "classes shown", MAX_FOCUS_CLASSES),
+        class_lr=positive_number(DEFAULTS["class_lr"] if class_lr is None else class_lr, "class-weight learning rate"),
+        adam_eps=positive_number(DEFAULTS["adam_eps"] if adam_eps is None else adam_eps, "Adam eps"),
     )
+    if loss not in LOSSES:
+        raise ValueError(f"the loss is one of {', '.join(LOSSES)}, got {loss}")
+    # The scale box is the loss's own scale; a loss without one (softmax, proxy-anchor) ignores it.
+    takes_scale = "scale" in loss_defaults(loss)
+    loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
     chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
               "memvir_reduction": memvir_reduction}
     config = TrainConfig(dataset=dataset_name(runs, dataset, folder_path, zip_file), backbone=backbone, loss=loss,
-                         **numbers, **{name: value for name, value in chosen.items() if value},
+                         loss_params=loss_params, **numbers, **{name: value for name, value in chosen.items() if value},
                          eval_at_start=EVAL_AT_START)
     run = runs.start(config, visitor)
     return PollState(run_id=run.id), f"Started run `{run.id}`."
@@ -133,10 +141,13 @@ def resume(runs: RunManager, state: PollState, visitor=None, request: gr.Request
 def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
     visitor = visitor_key(visitor, request)
     run = runs.get(_shown_run_id(runs, state, visitor))
-    baseline = runs.compare_with_baseline(run.id if run else None, visitor)
+    # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
+    tuned = tuned_baseline(run.config) if run else None
+    baseline = runs.compare_with_baseline(run.id if run else None, visitor, tuned.settings() if tuned else None)
+    which = words.baseline_optimiser(tuned)
     if baseline.training:
-        return words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE
-    return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves."
+        return f"{words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE} {which}"
+    return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves. {which}"
 
 
 @reporting(message_slot=0, outputs=1)
@@ -156,7 +167,7 @@ def update_memvir(runs: RunManager, state: PollState, memvir_n, memvir_m, warmup
     return "Asked for the new MemVir settings; the status line says at which step they apply."
 
 
-@reporting(message_slot=1, outputs=12)
+@reporting(message_slot=1, outputs=16)
 def reset(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
     """The default settings again (RESET_SETTINGS, then the classes shown, empty), and only runs started from now on
     shown; stops the run shown if it is the visitor's."""
@@ -166,7 +177,8 @@ def reset(runs: RunManager, state: PollState, visitor=None, request: gr.Request 
     if run is not None and run.owner == visitor and run.busy:
         runs.stop(run.id, visitor)
         message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
-    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS), "")
+    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS),
+            DEFAULTS["loss_params"]["scale"], "")
 
 
 @reporting(message_slot=0, outputs=1)
@@ -182,6 +194,17 @@ def push_to_hub(runs: RunManager, state: PollState, repo_id, visitor=None, reque
         raise ValueError("the run is still training: stop it or let it finish, then push")
     url = push(run.folder, (repo_id or "").strip())
     return f"Pushed to {url}"
+
+
+def loss_scale_for(dataset, loss):
+    """The scale box for the loss just picked: the dataset preset's tuned scale for the loss it was tuned with, else
+    the loss's own default; blank for a loss that takes no scale."""
+    from demo.train.presets import PRESETS
+
+    preset = PRESETS.get(dataset)
+    if preset is not None and loss == preset.settings()["loss"]:
+        return preset.optimiser.scale
+    return loss_defaults(loss).get("scale") if loss in LOSSES else None
 
 
 def dataset_inputs(dataset):
@@ -267,6 +290,11 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     reduction = gr.Radio(REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
                                          label="MemVir loss reduction (applies at Start)", info=words.REDUCTION_INFO,
                                          elem_id="reduction")
+                    with gr.Row():
+                        class_lr = gr.Number(DEFAULTS["class_lr"], label="Class-weight learning rate")
+                        adam_eps = gr.Number(DEFAULTS["adam_eps"], label="Adam eps")
+                    loss_scale = gr.Number(DEFAULTS["loss_params"]["scale"], label="Loss scale",
+                                           info=words.SCALE_INFO, elem_id="loss-scale")
                 with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
                     repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
@@ -276,14 +304,18 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
 
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
-                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes]
+                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes,
+                class_lr, adam_eps, loss_scale]
     # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
     # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
     # demo.page.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
     dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
                    api_visibility="private", show_progress="hidden", queue=False)
-    dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, notice],
+    dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, lr,
+                                                class_lr, adam_eps, loss, loss_scale, notice],
                   api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
+    loss.input(loss_scale_for, [dataset, loss], [loss_scale], api_name="loss_scale", api_visibility="private",
+               show_progress="hidden", queue=False)
     start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
     pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")
@@ -295,7 +327,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     baseline_button.click(bind(compare, runs), [state, visitor], [notice], api_name="compare_baseline")
     reset_button.click(bind(reset, runs), [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
                                                               epochs, lr, seed, schedule, val_classes, store_dtype,
-                                                              reduction, views.focus_classes],
+                                                              reduction, class_lr, adam_eps, loss, loss_scale,
+                                                              views.focus_classes],
                        api_name="reset", api_visibility="private")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
         slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [notice],

@@ -36,13 +36,15 @@ WARMUP_INFO = ("Epochs of plain training first: nothing is stored, and the first
 REDUCTION_CHOICES = [("official: the mean over all rows (the reference code)", "official"),
                      ("balanced: the set means summed, (k+1) x official", "balanced")]
 REDUCTION_INFO = ("How the loss averages over the live batch and the virtual sets. Official: with k sets in use the "
-                  "live batch has 1/(k+1) of the gradient, which with Adam's eps 0.01 acts partly like a lower "
+                  "live batch has 1/(k+1) of the gradient, which with a large Adam eps acts partly like a lower "
                   "learning rate. Balanced: each set averaged on its own and the means summed; since every set "
                   "has a batch's rows, that is exactly k+1 times the official loss, the same direction with a "
-                  "larger step, not a different use of the virtual classes (docs/method.md, \"Reduction\"). The "
-                  "page starts with balanced: on glyphs it beat official on validation classes against an untuned "
+                  "larger step, not a different use of the virtual classes (docs/method.md, \"Reduction\"). "
+                  "glyphs' preset uses balanced: it beat official on validation classes against an untuned "
                   "baseline (docs/reproduction.md, sections 7 and 9); the fair comparison, with every arm's step "
-                  "size tuned, is in docs/reproduction.md.")
+                  "size searched alike, decides it next (docs/reproduction.md, \"A fair comparison\").")
+SCALE_INFO = ("The loss's scale s (logits = s cos): the loss's own default, or the tuned one for the preset's loss. "
+              "Softmax and Proxy-Anchor take none and ignore it.")
 
 FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read best; empty: 8 drawn with the "
               "run's seed). Press Enter to apply them to the running run from its next snapshot; at Start they "
@@ -75,3 +77,13 @@ BASELINE_BESIDE = ("Baseline (N = 0) started: it trains beside this run and appe
 BASELINE_ALONE = ("Baseline (N = 0) started: it trains now, on its own, and appears in grey on the curves; the "
                   "results table follows when it ends.")
 BASELINE_STARTING = "Starting the baseline (N = 0): loading its data and model…"
+
+
+def baseline_optimiser(tuned) -> str:
+    """Which optimiser a baseline trains with, in a sentence: the tuned baseline's (a demo.train.presets.Optimiser)
+    or, with none tuned for the run's settings, the run's own."""
+    if tuned is None:
+        return ("It trains with this run's own optimiser settings: no baseline was tuned for these settings, so the "
+                "comparison is against an untuned baseline.")
+    return (f"It trains with the baseline's own tuned settings ({tuned.describe()}), chosen with the same search as "
+            "MemVir's (docs/reproduction.md, \"A fair comparison\").")

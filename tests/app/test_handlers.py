@@ -24,6 +24,7 @@ from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train.poll import CurvesSent, EmbeddingSent, PollState, poll, recolor, show_snapshot
+from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
 from memvir.events import SnapshotEvent, StatusEvent
 from memvir.models.embedding_model import EmbeddingModel
@@ -234,10 +235,13 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
     assert reset_state.run_id is None and reset_state.after >= before
     library = TrainConfig()
-    # the library's defaults with glyphs' preset (demo.train.presets): N 2, M 50, warm-up 2, batch 128, 12 epochs
-    # (and the page's balanced reduction), then the classes shown emptied
-    assert values == [2, 50, 2.0, 128, 12, library.lr, library.seed, library.memvir_schedule, library.val_classes,
-                      library.memvir_store_dtype, "balanced", ""]
+    # the library's defaults with glyphs' preset (demo.train.presets: its N, M, warm-up, reduction and optimiser,
+    # 12 epochs), the loss it was chosen with, then the classes shown emptied
+    preset = PRESETS["glyphs"]
+    assert values == [preset.memvir_n, preset.memvir_m, preset.warmup_epochs, 128, 12, preset.optimiser.lr,
+                      library.seed, library.memvir_schedule, library.val_classes, library.memvir_store_dtype,
+                      preset.memvir_reduction, preset.optimiser.class_lr, preset.optimiser.adam_eps, "norm-softmax",
+                      preset.optimiser.scale, ""]
     run.join(60)
     assert run.state == "stopped"
 
@@ -328,7 +332,8 @@ API = {
     "/poll": ["color_by", "follow", "visitor"],
     "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
                "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
-               "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "visitor"],
+               "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
+               "loss_scale", "visitor"],
     "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
     "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
@@ -340,8 +345,8 @@ API = {
     "/download_checkpoint": ["checkpoint_choice"],
 }
 # The page's own events: wired in the browser, no endpoint a client can call.
-PRIVATE = {"load", "dataset_choice", "suggest_settings", "reset", "show_snapshot", "color_snapshot", "follow_snapshots",
-           "poll_views", "show_classes", "query_class_hint", "clear_sketch"}
+PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
+           "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):

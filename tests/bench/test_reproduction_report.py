@@ -1,5 +1,6 @@
 """bench/reproduce.py's report and bench/studies.py's definitions: the choice made on validation classes, the
-tables' mean ± sd, the paired t with Holm's correction and the PNG plots, checked on hand-made records whose answers are worked out here."""
+tables' mean ± sd, the paired t with Holm's correction and the PNG plots, checked on hand-made records whose
+answers are worked out here."""
 
 import sys
 from pathlib import Path

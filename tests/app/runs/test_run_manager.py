@@ -160,6 +160,18 @@ def test_baseline_trains_beside_the_run_when_none_finished(manager):
     assert not run.busy
 
 
+def test_a_baseline_trains_the_optimiser_settings_it_is_given_in_place_of_the_run_s(manager):
+    """The Train tab passes the tuned baseline's own optimiser (demo.train.presets): those replace the run's."""
+    run = manager.start(quick(memvir_n=3, epochs=2), "alice")
+    baseline = manager.compare_with_baseline(run.id, "alice", {"lr": 2e-3, "adam_eps": 1e-8,
+                                                                "loss_params": {"scale": 30.0}})
+    assert (baseline.config.memvir_n, baseline.config.lr, baseline.config.adam_eps, baseline.config.loss_params) == (
+        0, 2e-3, 1e-8, {"scale": 30.0})
+    assert (run.config.lr, run.config.adam_eps) == (1e-3, 1e-2)  # the run keeps its own
+    baseline.join(60)
+    run.join(60)
+
+
 def test_a_baseline_run_has_nothing_to_compare_with(manager):
     run = manager.start(quick(memvir_n=0), "alice")
     with pytest.raises(RunError, match=r"this run is a baseline already \(N = 0\)"):

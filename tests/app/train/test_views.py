@@ -92,7 +92,7 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
         figures.close()
     final = [record for record in run.records if record["type"] == "eval"][-1]
     assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in results
-    assert "baseline (N = 0)" in results
+    assert "| metric | this run | baseline | difference |" in results and "**Baseline**: N = 0;" in results
     assert [trace.name for trace in spread.data if "baseline" in (trace.name or "")] == [
         "baseline mean cos", "baseline uniformity"]
     assert any(trace.name == "from 2 steps ago" for trace in drift.data)  # M = 1: set 1 is 2 steps old
@@ -159,6 +159,8 @@ def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
     run = runs.start(quick(epochs=300), "alice")
     notice = train_tab.compare(runs, PollState(run_id=run.id), visitor="alice")
     assert "trains beside this run" in notice and "about half its speed" in notice
+    # glyphs-mini has no tuned baseline: the notice says the comparison is against the run's own optimiser
+    assert "no baseline was tuned for these settings" in notice and run.baseline.config.lr == run.config.lr
     runs.stop(run.id, "alice")
     run.join(90)
 
