@@ -160,24 +160,27 @@ class RunManager:
             self._runs[run_id] = run
             self._forget_old_runs()
         self._launch(run, self._spec(run, config.to_dict()), forget_on_failure=True,
-                     within_budget=lambda ready: self._check_memory(ready, config.memvir_n, config.memvir_m))
+                     within_budget=lambda ready: self._check_memory(ready, config.memvir_n, config.memvir_m,
+                                                                    pid=run.process.pid))
         return run
 
     def _spec(self, run: LiveRun, config: dict | None, threads: int | None = None) -> LaunchSpec:
         """How to start `run`'s process: a new run of `config`, or with None, a resume of its folder."""
         return LaunchSpec(str(run.folder), config, threads or self.threads, self.settings.run_memory_limit)
 
-    def _check_memory(self, ready: Ready, num_steps: int, margin: int, running: tuple[int, int] | None = None) -> None:
-        """Refuse N, M whose MemVir memory would exceed the budget on the run's device (MemoryBudgetExceeded);
-        checked before its process trains, or, `running` (N, M), before a live change reaches it."""
+    def _check_memory(self, ready: Ready, num_steps: int, margin: int, running: tuple[int, int] | None = None,
+                      pid: int | None = None) -> None:
+        """Refuse N, M whose MemVir memory would exceed the budget of the run's process `pid` on its device
+        (MemoryBudgetExceeded); checked before its process trains, or, `running` (N, M), before a live change
+        reaches it."""
         import torch
 
         batch_size, store_dtype, dataset = (ready.config[name] for name in ("batch_size", "memvir_store_dtype",
                                                                             "dataset"))
         shape = RingShape(ready.num_classes, ready.dim, batch_size, store_dtype)
         dataset = "the folder's classes" if dataset.startswith(FOLDER_PREFIX) else dataset
-        check_memory(shape, num_steps, margin, memory_budget(self.settings.memory_budget, torch.device(ready.device)),
-                     dataset, running=running)
+        budget = memory_budget(self.settings.memory_budget, torch.device(ready.device), pid=pid)
+        check_memory(shape, num_steps, margin, budget, dataset, running=running)
 
     def _launch(self, run: LiveRun, spec: LaunchSpec, forget_on_failure: bool, within_budget=None) -> None:
         """Start `run`'s process and wait until its Trainer is built, outside the manager's lock (pages keep
@@ -273,10 +276,14 @@ class RunManager:
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
         running = run.live_values["memvir_n"], run.live_values["memvir_m"]
-        self._check_memory(run.ready, running[0] if memvir_n is None else memvir_n,
-                           running[1] if memvir_m is None else memvir_m, running=running)
+        # the memory once every change asked for applies: a pending N with this M
+        asked = run.requested_values
+        self._check_memory(run.ready, asked["memvir_n"] if memvir_n is None else memvir_n,
+                           asked["memvir_m"] if memvir_m is None else memvir_m, running=running, pid=run.process.pid)
         changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
-        run.process.update({name: value for name, value in changes.items() if value is not None})
+        changes = {name: value for name, value in changes.items() if value is not None}
+        run.process.update(changes)
+        run.asked(changes)
         return run
 
     def show_classes(self, run_id: str | None, visitor: str, classes: list[int]) -> LiveRun:
@@ -286,6 +293,7 @@ class RunManager:
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the classes apply to the next Start")
         run.process.update({"focus_classes": list(classes)})
+        run.asked({"focus_classes": list(classes)})
         return run
 
     def compare_with_baseline(self, run_id: str | None, visitor: str, settings: dict | None = None) -> LiveRun:

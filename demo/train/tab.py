@@ -19,6 +19,7 @@ import gradio as gr
 from demo.common.allowed_paths import dataset_folder
 from demo.common.handlers import bind, reporting, visitor_key
 from demo.common.inputs import positive_number, whole_number, whole_numbers
+from demo.common.shims import refuse_outside_choices
 from demo.common.uploads import unpack_upload
 from demo.runs.manager import RunManager
 from demo.train import views as train_views
@@ -160,7 +161,8 @@ def update_memvir(runs: RunManager, state: PollState, memvir_n, memvir_m, warmup
         return "The new MemVir settings apply when you press Start."
     wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
               "warmup_epochs": float(warmup_epochs or 0)}
-    changes = {name: value for name, value in wanted.items() if run.live_values.get(name) != value}
+    # against what the run will use once the changes already asked for apply: N 2 -> 4 -> 2 must end at 2
+    changes = {name: value for name, value in wanted.items() if run.requested_values.get(name) != value}
     if not changes:
         return "The run already uses these MemVir settings."
     runs.update(run.id, visitor, **changes)
@@ -243,15 +245,18 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
         # The classes and #start-row place the status line and the loss chart under Start on a phone (page.css).
         with gr.Row(equal_height=False, elem_classes="train-layout"):
             with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
-                dataset = gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset")
+                dataset = refuse_outside_choices(gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"],
+                                                             label="Dataset"), "the dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
                                          info="One sub-folder of images per class; the first half of the "
                                               "classes (by name) trains, the rest tests.")
                 zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False,
                                    file_types=[".zip"])
                 # one per row: side by side, the names sat under the dropdowns' arrows
-                backbone = gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"], label="Backbone")
-                loss = gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss")
+                backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
+                                                              label="Backbone"), "the backbone")
+                loss = refuse_outside_choices(gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss"),
+                                              "the loss")
                 with gr.Row():
                     # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
                     batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
@@ -279,17 +284,20 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
                     eval_every = gr.Number(DEFAULTS["eval_every"],
                                            label="Recall@1 evaluation every (epochs; 0 = at the end)")
-                    schedule = gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
-                                        label="Virtual-class schedule (applies at Start)")
+                    schedule = refuse_outside_choices(gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
+                                                               label="Virtual-class schedule (applies at Start)"),
+                                                      "the schedule")
                     val_classes = gr.Number(DEFAULTS["val_classes"],
                                             label="Validation classes held out of training (0 = none)",
                                             info="Scored as validation R@1 (dashed) beside the test "
                                                  "classes: choose N and M on these, not on the test classes.")
-                    store_dtype = gr.Radio(STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
-                                           label="MemVir memory precision (applies at Start)")
-                    reduction = gr.Radio(REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
-                                         label="MemVir loss reduction (applies at Start)", info=words.REDUCTION_INFO,
-                                         elem_id="reduction")
+                    store_dtype = refuse_outside_choices(gr.Radio(
+                        STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
+                        label="MemVir memory precision (applies at Start)"), "the memory precision")
+                    reduction = refuse_outside_choices(gr.Radio(
+                        REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
+                        label="MemVir loss reduction (applies at Start)", info=words.REDUCTION_INFO,
+                        elem_id="reduction"), "the loss reduction")
                     with gr.Row():
                         class_lr = gr.Number(DEFAULTS["class_lr"], label="Class-weight learning rate")
                         adam_eps = gr.Number(DEFAULTS["adam_eps"], label="Adam eps")
