@@ -61,7 +61,10 @@ class SnapshotMaker:
             # unit vectors, as the probe and focus embeddings are, whatever the loss was handed (memvir.losses)
             embeddings=F.normalize(embeddings.detach().float(), dim=1).cpu(), labels=(labels % num_classes).cpu(),
             ages=(labels // num_classes).cpu(),  # MemVir's labels are y + j*C: the age is the quotient
-            class_weights=weights.detach().float().cpu(), class_weight_labels=weight_rows % num_classes,
+            # a copy: with no virtual set in use (a baseline, the warm-up) `weights` is the trainer's own parameter,
+            # which the optimiser changes in place after this step, and a float32 tensor on the CPU would share it
+            class_weights=weights.detach().to("cpu", torch.float32, copy=True),
+            class_weight_labels=weight_rows % num_classes,
             class_weight_ages=weight_rows // num_classes,
             probe_embeddings=probe_embeddings, probe_labels=probe_labels,
             focus_classes=self.focus_classes.clone(), focus_embeddings=focus_embeddings, focus_labels=focus_labels,
