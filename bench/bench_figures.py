@@ -66,7 +66,9 @@ def focus_view(classes: int = 8, images: int = 20) -> FocusView:
         embedding_labels=np.repeat(labels, images), weight_xy=rng.normal(size=(classes * (SETS + 1), 2)),
         weight_labels=np.tile(labels, SETS + 1), weight_ages=np.repeat(np.arange(SETS + 1), classes),
         memory_xy=rng.normal(size=(classes * 4 * SETS, 2)), memory_labels=np.tile(labels, 4 * SETS),
-        memory_ages=np.repeat(np.arange(1, SETS + 1), classes * 4))
+        memory_ages=np.repeat(np.arange(1, SETS + 1), classes * 4),
+        embedding_angles=rng.uniform(30, 70, classes * images), weight_angles=rng.uniform(0, 20, classes * (SETS + 1)),
+        memory_angles=rng.uniform(40, 90, classes * 4 * SETS))
     return FocusView(projection, (-3.0, 3.0), (-3.0, 3.0), 1, 1, 100)
 
 

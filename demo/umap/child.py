@@ -3,8 +3,8 @@
 It first has the kernel end it with the server (Linux), then says "alive" on its answer pipe: only then may the
 server stop it between layouts (UmapProcess.hold), since a stopped process the server left behind would stay for
 good. Then it lowers its priority, imports umap, pays numba's compile on a tiny layout, says "ready", and answers
-each (points, seed, init) with (xy, error, CPU seconds), pickled on pipes. This module imports little, so that the
-first two steps come within milliseconds of the start.
+each (points, seed, init, options) with (xy, error, CPU seconds), pickled on pipes. This module imports little, so
+that the first two steps come within milliseconds of the start.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def _die_with_the_server(server: int) -> None:
 
 
 def serve(requests, answers) -> None:
-    """Compile, then answer each (points, seed, init) with (xy, error, CPU seconds)."""
+    """Compile, then answer each (points, seed, init, options: umap_layout's keywords) with (xy, error, CPU
+    seconds)."""
     import numpy as np
 
     from memvir.analysis.projection import umap_layout
@@ -49,10 +50,10 @@ def serve(requests, answers) -> None:
             job = pickle.load(requests)
         except EOFError:  # the app closed the pipe, or is gone
             return
-        points, seed, init = job
+        points, seed, init, options = job
         started = time.process_time()
         try:
-            xy, error = umap_layout(points, seed, init), None
+            xy, error = umap_layout(points, seed, init, **options), None
         except Exception as exc:  # noqa: BLE001 - a failed layout is an answer; the child serves on
             xy, error = None, f"{type(exc).__name__}: {exc}"
         send(answers, (xy, error, time.process_time() - started))

@@ -112,8 +112,9 @@ class UmapProcess:
             with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
                 os.kill(process.pid, signal.SIGSTOP if stop else signal.SIGCONT)
 
-    def layout(self, points: np.ndarray, seed: int, init: np.ndarray | None = None) -> np.ndarray:
-        """UMAP of `points` [n, D] to [n, 2] in the child (memvir.analysis.projection.umap_layout's arguments)."""
+    def layout(self, points: np.ndarray, seed: int, init: np.ndarray | None = None, **options) -> np.ndarray:
+        """UMAP of `points` [n, D] to [n, 2] in the child (memvir.analysis.projection.umap_layout's arguments, its
+        keyword options such as n_neighbors among them)."""
         with self._lock:
             self._ensure_started()
             process = self._process
@@ -122,7 +123,7 @@ class UmapProcess:
             try:
                 if self.compile_cpu_s is None:
                     _, _, self.compile_cpu_s = pickle.load(process.stdout)
-                send(process.stdin, (np.ascontiguousarray(points, dtype=np.float64), seed, init))
+                send(process.stdin, (np.ascontiguousarray(points, dtype=np.float64), seed, init, options))
                 xy, error, self.last_cpu_s = pickle.load(process.stdout)
                 self.layouts += 1
                 self.layout_cpu_s += self.last_cpu_s

@@ -60,7 +60,8 @@ def focus_view() -> FocusView:
         embedding_xy=np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0]]), embedding_labels=np.array([3, 3, 7]),
         weight_xy=np.arange(12.0).reshape(6, 2), weight_labels=np.array([3, 7] * 3),
         weight_ages=np.repeat([0, 1, 2], 2), memory_xy=np.ones((3, 2)), memory_labels=np.array([3, 7, 3]),
-        memory_ages=np.array([1, 1, 2]))
+        memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
+        weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]))
     return FocusView(projection, (-1.0, 12.0), (-1.0, 12.0), 3, 5, 70)
 
 

@@ -146,7 +146,9 @@ def hand_view(margin=10):
         weight_xy=np.array([[0.0, 0.5], [1.0, 1.5], [0.1, 0.6], [1.1, 1.4], [0.2, 0.7], [1.2, 1.3]]),
         weight_labels=np.array([3, 7, 3, 7, 3, 7]), weight_ages=np.array([0, 0, 1, 1, 2, 2]),
         memory_xy=np.array([[0.3, 0.1], [0.9, 0.8], [0.4, 0.2]]), memory_labels=np.array([3, 7, 3]),
-        memory_ages=np.array([1, 1, 2]))
+        memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
+        weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]),
+        drift_scale=0.02)
     return FocusView(projection, (-1.0, 2.0), (-1.0, 2.0), 3, 5, 120)
 
 
@@ -164,7 +166,14 @@ def test_each_kind_and_age_is_one_trace_in_plain_words():
         ("weights", 2): "class weights from 22 steps ago"}
     np.testing.assert_array_equal(traces["weights", 1].x, [0.1, 1.1])
     np.testing.assert_array_equal(traces["embeddings", 2].y, [0.2])
-    np.testing.assert_array_equal(traces["embeddings", 0].customdata, [3, 3, 7])
+    # each point's class, its angle to its class's live weight and that angle's cosine, for the hover text
+    np.testing.assert_allclose(traces["embeddings", 0].customdata,
+                               [[3, 50, np.cos(np.radians(50))], [3, 55, np.cos(np.radians(55))],
+                                [7, 60, np.cos(np.radians(60))]])
+    np.testing.assert_allclose(traces["weights", 2].customdata[:, 1], [14.0, 15.0])
+    assert "%{customdata[1]:.1f}° from the class weight now" in traces["weights", 1].hovertemplate
+    assert "from its class weight now" in traces["embeddings", 1].hovertemplate
+    assert "°" not in traces["weights", 0].hovertemplate
     assert traces["weights", 0].marker.symbol == "diamond" and traces["weights", 0].marker.line.width > 0
     assert traces["embeddings", 1].marker.symbol == "circle-open"
     # the legend shows each kind once, in grey; the points wear their classes' colours
@@ -172,6 +181,11 @@ def test_each_kind_and_age_is_one_trace_in_plain_words():
               and trace.mode == "markers"]
     assert len(legend) == 6 and all(trace.x == (None,) for trace in legend)
     assert legend[0].marker.color == LEGEND_GREY
+    # listed embeddings first, then weights, each from now back, whatever order they are drawn in
+    assert [trace.name for trace in sorted(legend, key=lambda trace: trace.legendrank)] == [
+        "embeddings now (the classes' training images)", "embeddings from 11 steps ago",
+        "embeddings from 22 steps ago", "class weights now", "class weights from 11 steps ago",
+        "class weights from 22 steps ago"]
     assert figure.layout.xaxis.range == (-1.0, 2.0) and figure.layout.yaxis.scaleanchor == "x"
     assert "2 classes at step 120, PCA" in figure.layout.title.text
 
@@ -192,7 +206,7 @@ def test_a_class_keeps_its_colour_and_age_pales_it():
     assert lightness(colors[3]) < lightness(older[0]) < lightness(oldest[0]) < 3 * 255
 
 
-def test_a_faint_line_joins_each_stored_weight_to_its_class_s_live_weight():
+def test_a_line_joins_each_stored_weight_to_its_class_s_live_weight():
     lines = [trace for trace in few_class_figure(hand_view()).data if trace.mode == "lines"]
     assert len(lines) == 1
     xs, ys = list(lines[0].x), list(lines[0].y)
@@ -200,6 +214,19 @@ def test_a_faint_line_joins_each_stored_weight_to_its_class_s_live_weight():
     assert segments == [((0.1, 0.6), (0.0, 0.5)), ((1.1, 1.4), (1.0, 1.5)), ((0.2, 0.7), (0.0, 0.5)),
                         ((1.2, 1.3), (1.0, 1.5))]
     assert xs[2::3] == [None] * 4
+
+
+def test_a_bar_in_the_corner_states_the_drift_scale():
+    figure = few_class_figure(hand_view())
+    bar, = figure.layout.shapes
+    # 10 degrees at 0.02 map units a degree, 5% of the 3-unit span in from the lower left corner
+    assert (bar.type, bar.xref, bar.yref) == ("line", "x", "y")
+    assert (bar.x0, bar.x1, bar.y0, bar.y1) == pytest.approx((-0.85, -0.65, -0.85, -0.85))
+    words, = figure.layout.annotations
+    assert (words.x, words.y, words.xanchor) == (pytest.approx(-0.65), pytest.approx(-0.85), "left")
+    assert words.text == "10° (cos 0.985) between a stored and a live weight"
+    assert ("stored class weights drawn around their live weight to the bar's scale; the rest as the map places it"
+            in figure.layout.title.text)
 
 
 def test_no_view_gives_a_message():

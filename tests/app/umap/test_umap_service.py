@@ -15,6 +15,7 @@ import torch
 from demo.common.settings import REPO_ROOT
 from demo.train.focus_view import FocusTrack
 from demo.umap.service import Pacer, UmapFailed, UmapProcess, UmapService
+from memvir.analysis.projection import umap_layout
 from memvir.events import SnapshotEvent
 
 
@@ -32,7 +33,7 @@ class StandInProcess:
     def hold(self, held):
         self.held = held
 
-    def layout(self, points, seed, init=None):
+    def layout(self, points, seed, init=None, **options):
         self.calls.append((len(points), init is not None))
         self.last_cpu_s = self.cost
         if self.fail:
@@ -91,7 +92,9 @@ def test_while_training_the_pacer_holds_layouts_back_and_at_rest_all_are_made(se
     service.watch(track)
     assert track.umap_expected
     wait_for(lambda: track.view(10, umap=True).projection.method == "umap")
-    assert process.calls == [(len(track.view(10).projection.embedding_xy) + 6 + 4, True)]  # PCA as the start
+    # the images, the 2 live weights and the 4 stored embeddings, from the PCA picture (the stored weights are drawn
+    # around their live weight, not laid out)
+    assert process.calls == [(len(track.view(10).projection.embedding_xy) + 2 + 4, True)]
     track.add(snapshot(20), 60)
     track.add(snapshot(30), 60)
     time.sleep(1.2)  # more than the service's idle wait: it looked, and the pacer said no
@@ -209,6 +212,9 @@ def test_the_real_child_lays_points_out_and_ends_with_the_pipe():
         with pytest.raises(UmapFailed, match="at least 4 points"):
             process.layout(points[:3], seed=0)
         np.testing.assert_allclose(process.layout(points, seed=0), xy)  # seeded: the same layout again
+        # umap_layout's keywords reach the child: the layout is the one made here with them
+        wide = process.layout(points, seed=0, n_neighbors=39, min_dist=0.99)
+        np.testing.assert_allclose(wide, umap_layout(points, 0, n_neighbors=39, min_dist=0.99))
     finally:
         process.close()
     with pytest.raises(UmapFailed, match="closed"):

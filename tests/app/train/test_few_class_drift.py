@@ -1,0 +1,137 @@
+"""The few-class picture of a real glyphs-mini run (its preset: N = 3, M = 10, warm-up 1 epoch; sets arrive at steps
+21, 32 and 43) shows each virtual class's drift as a length: read from the plotly figure the page draws, every stored
+class weight's distance from its class's live weight is its true angle to it at the scale the bar states, so it grows
+with 1 - cos, and no two of a class's weights share one point. In PCA always; in UMAP (real umap-learn, which also keeps
+each class's images apart from one another) in the opt-in slow test. The expectations come from the snapshots' own
+tensors, computed here."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from demo.train.focus_figure import SCALE_BAR_DEGREES, few_class_figure
+from demo.train.focus_view import FocusTrack
+from demo.train.presets import PRESETS
+from memvir.config import TrainConfig
+from memvir.events import SnapshotEvent
+from memvir.train.trainer import Trainer
+
+pytestmark = pytest.mark.slow  # a real run of 54 steps
+
+KEPT = 60  # snapshots a LiveRun keeps, as the page's FocusTrack does
+
+
+@pytest.fixture(scope="module")
+def run():
+    """(snapshots by step, the FocusTrack the page would keep of them)."""
+    preset = PRESETS["glyphs-mini"]
+    trainer = Trainer(TrainConfig(dataset="glyphs-mini", **{**preset.settings(), "epochs": 6}, snapshot_every=3,
+                                  eval_every=0, eval_at_start=False))
+    snapshots = {}
+    track = FocusTrack(lambda: True)
+
+    def keep(event):
+        if isinstance(event, SnapshotEvent):
+            snapshots[event.step] = event
+            track.add(event, KEPT)
+
+    trainer.add_listener(keep)
+    trainer.run()
+    return snapshots, track
+
+
+def true_cosines(snapshot: SnapshotEvent) -> dict[tuple[int, int], float]:
+    """(class, age) -> cos between the class's stored weight of that age and its live weight, from the snapshot."""
+    weights = torch.nn.functional.normalize(snapshot.class_weights.double(), dim=1)
+    labels, ages = snapshot.class_weight_labels.tolist(), snapshot.class_weight_ages.tolist()
+    live = {label: weights[row] for row, (label, age) in enumerate(zip(labels, ages, strict=True)) if age == 0}
+    return {(label, age): float(weights[row] @ live[label])
+            for row, (label, age) in enumerate(zip(labels, ages, strict=True)) if age > 0}
+
+
+def drawn_weights(figure) -> dict[tuple[int, int], np.ndarray]:
+    """(class, age) -> where the figure draws that class weight, read from its traces' points."""
+    drawn = {}
+    for trace in figure.data:
+        if trace.meta and trace.meta["kind"] == "weights":
+            for x, y, data in zip(trace.x, trace.y, trace.customdata, strict=True):
+                drawn[int(data[0]), trace.meta["age"]] = np.array([x, y])
+    return drawn
+
+
+def units_per_degree(figure) -> float:
+    bar, = figure.layout.shapes
+    return (bar.x1 - bar.x0) / SCALE_BAR_DEGREES
+
+
+def rank_correlation(a, b) -> float:
+    """Spearman's rank correlation of two samples without ties."""
+    ranks = [np.argsort(np.argsort(values)) for values in (a, b)]
+    return float(np.corrcoef(*ranks)[0, 1])
+
+
+def check_drift_is_drawn_true(figures: dict, snapshots: dict, least_pairs: int) -> dict:
+    """The figures' (step -> figure) stored weights, at least `least_pairs` of them, against the snapshots' cosines;
+    what was measured, for the messages."""
+    one_minus_cos, distances, ratios, closest = [], [], [], []
+    for step, figure in figures.items():
+        drawn = drawn_weights(figure)
+        scale = units_per_degree(figure)
+        span = figure.layout.xaxis.range[1] - figure.layout.xaxis.range[0]
+        for (label, age), cosine in true_cosines(snapshots[step]).items():
+            if (label, age) not in drawn:  # not a focus class
+                continue
+            distance = np.linalg.norm(drawn[label, age] - drawn[label, 0])
+            one_minus_cos.append(1 - cosine)
+            distances.append(distance)
+            ratios.append(distance / scale / np.degrees(np.arccos(min(cosine, 1.0))))
+        for label in {label for label, _ in drawn}:
+            points = np.array([xy for (other, _), xy in drawn.items() if other == label])
+            gaps = np.linalg.norm(points[:, None] - points[None], axis=2)[~np.eye(len(points), dtype=bool)]
+            closest.append(gaps.min() / span if len(gaps) else np.inf)
+    measured = {"pairs": len(distances), "rank correlation": rank_correlation(distances, one_minus_cos),
+                "closest ages / axis span": min(closest), "distance / (scale x angle)": (min(ratios), max(ratios))}
+    assert measured["pairs"] >= least_pairs, measured
+    assert measured["rank correlation"] > 0.9, measured
+    # lengths true to the bar: the distance is the angle in degrees at the bar's units per degree
+    np.testing.assert_allclose(ratios, 1.0, rtol=1e-6, err_msg=str(measured))
+    # no two of a class's weights (its live one and each stored one) on one point: at least 0.5% of the axis apart
+    assert measured["closest ages / axis span"] > 0.005, measured
+    return measured
+
+
+def test_in_pca_each_stored_weight_lies_at_its_true_angle_from_its_live_weight(run):
+    snapshots, track = run
+    figures = {step: few_class_figure(track.view(step)) for step in track.steps()
+               if step in snapshots and snapshots[step].class_weight_ages.max() > 0}
+    assert len(figures) >= 10  # from step 21 on, a snapshot every 3 steps
+    assert {trace.meta["age"] for trace in figures[max(figures)].data if trace.meta} == {0, 1, 2, 3}
+    # 8 classes in 12 snapshots with 1 to 3 stored weights each
+    print("PCA:", check_drift_is_drawn_true(figures, snapshots, least_pairs=150))
+
+
+@pytest.mark.skipif(os.environ.get("MEMVIR_SLOW") != "1", reason="real UMAP (numba compiles ~15 s); set MEMVIR_SLOW=1")
+def test_in_umap_too_and_no_class_collapses_onto_one_point(run):
+    from memvir.analysis.projection import focus_points, project_focus
+
+    snapshots, track = run
+    steps = [step for step in track.steps() if step >= 24][::3]  # some snapshots with each number of sets
+    figures, reference = {}, None
+    for step in steps:
+        projection = project_focus(focus_points(snapshots[step]), "umap", reference)
+        track.set_umap(step, projection)
+        reference = projection
+        figures[step] = few_class_figure(track.view(step, umap=True))
+    assert all(", UMAP<br>" in figure.layout.title.text for figure in figures.values())
+    print("UMAP:", check_drift_is_drawn_true(figures, snapshots, least_pairs=40))
+    # each class's images spread over the picture, not onto one mark (with umap-learn's 15 neighbours and every point
+    # laid out, the smallest class spanned 1.2 to 2.5% of the picture in such a run)
+    for step, figure in figures.items():
+        span = figure.layout.xaxis.range[1] - figure.layout.xaxis.range[0]
+        images, = [trace for trace in figure.data if trace.meta == {"kind": "embeddings", "age": 0}]
+        xy, labels = np.column_stack([images.x, images.y]), images.customdata[:, 0]
+        extents = [np.ptp(xy[labels == label], axis=0).max() / span for label in np.unique(labels)]
+        print(f"UMAP step {step}: smallest class extent / axis span {min(extents):.3f}")
+        assert min(extents) > 0.04, (step, extents)
