@@ -52,25 +52,34 @@ FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read
 
 # docs/method.md, "What the app shows"
 SNAPSHOT_HELP = """**What you are seeing.** A few training classes (the caption names them; pick others below), each \
-in its own colour, the same in every snapshot.
+in its own colour, the same in every snapshot. The map, PCA or UMAP, squeezes the embedding space into two \
+dimensions: it keeps where the classes lie beside one another and shortens most distances.
 
 - **Dots**: the network's embeddings of the class's training images now.
 - **Outlined diamonds**: the class weights now, which the loss compares embeddings with.
-- **Pale diamonds** and **rings**: the class weights and embeddings of these classes stored j(M+1) steps ago, \
-*virtual classes* that count as classes of their own; paler is older. A faint line joins each stored weight to its \
-class's weight now: its length is how far that virtual class has moved away.
+- **Rings**: the class's embeddings stored j(M+1) steps ago, placed by the map like the dots; paler is older. Where \
+they sit apart from the dots, the network has moved those images on since.
+- **Pale diamonds**, each joined to its class's outlined one by a line: the class weights stored j(M+1) steps ago. \
+With the rings they are the *virtual classes*, which count as classes of their own. A stored weight differs from the \
+live one in directions a map leaves out, so a map would draw it on top of it; it is drawn around its live weight \
+instead, **to the scale of the bar in the corner**: the line's length is the true angle between the two (hover a \
+point for the angle and its cosine). Compare lines with one another and with the bar, not with the map's \
+distances; they point away from the middle only to cover less.
 
-Right after a set arrives its copies sit on the real classes; as training moves the network on, they drift (the \
-cosines are in the curves above, which say how far). The paper's Fig. 7 shows a model trained far longer, real and \
-virtual classes all told apart. **All classes** draws every class at once, where this detail \
-drowns in the crowd."""
+Right after a set arrives its weights sit a few degrees from the live ones; as training moves the network on, they \
+drift further, older ones mostly further (the curves above give the mean cosines). The paper's Fig. 7 shows a model \
+trained far longer, real and virtual classes all told apart. **All classes** draws every class at once, where this \
+detail drowns in the crowd."""
 
 SPREAD_HELP = """**The drift, as numbers.** Left: for each virtual set in use, the mean cosine between a class's \
 stored weight and its weight now (solid; 1 is an exact copy), and between stored embeddings and their class's weight \
 now (dotted), beside the live embeddings' own (black). The lower a set's lines, the more its virtual classes differ \
 from the real ones. Right: the mean cosine between two real class weights (near 0: spread over the sphere; towards 1: \
 crowded) and their uniformity (lower: more evenly spread); **Compare with baseline** adds the same run without \
-MemVir, in grey."""
+MemVir, in grey. **With MemVir the real class weights grow more crowded than the baseline's** once the virtual sets \
+are in use. This is measured, not explained: the runs we measured show only how it happens, the classes' weights \
+moving together in one shared direction, towards where the live embeddings lie on average, where the baseline's \
+move each its own way (docs/method.md, "What the app shows")."""
 
 BASELINE_BESIDE = ("Baseline (N = 0) started: it trains beside this run and appears in grey on the curves. The two "
                    "runs share the machine, so each trains at about half its speed until the baseline ends.")
