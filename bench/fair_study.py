@@ -286,6 +286,13 @@ def per_query(run: Path, profile: Profile, job: Job, env: dict, output: Path) ->
     return str(target.relative_to(output))
 
 
+def shown_command(args: list[str], job: Job, profile: Profile) -> str:
+    """The command as a reader reruns it: its run folder where the default --runs puts it (where it was written
+    changes nothing it computes, and a machine's own paths do not belong in the results)."""
+    at = args.index("--out")
+    return "python " + " ".join([*args[:at], "--out", f"runs/fair/{profile.name}/{job.name}", *args[at + 2:]])
+
+
 def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: int, device: str) -> None:
     output = results.path.parent
     from memvir.run_folder import RunFolder
@@ -305,7 +312,7 @@ def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: i
     if finished.returncode:
         raise RuntimeError(f"{job.name} failed (exit {finished.returncode}); its output is in {log}")
     record = {**job.keys(profile), "setting": asdict(job.setting), "device": device,
-              "command": "python " + " ".join(args).replace(str(ROOT) + "/", ""),
+              "command": shown_command(args, job, profile),
               **read_run(out, test=job.phase != "search")}
     if job.phase != "search":
         record["per_query"] = per_query(out, profile, job, env, output)

@@ -12,7 +12,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import fair_study  # noqa: E402
-from fair_study import ARMS, PROFILES, Results, chosen_settings, pending_jobs, trial_setting  # noqa: E402
+from fair_study import (  # noqa: E402
+    ARMS,
+    PROFILES,
+    Results,
+    chosen_settings,
+    pending_jobs,
+    shown_command,
+    trial_setting,
+)
 
 CPU = PROFILES["cpu"]
 OPTIMISER = ("lr", "class_lr", "adam_eps", "scale")
@@ -132,3 +140,10 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     raw = sorted(row["t"].p for row in rows)
     assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * len(rows)))
     assert all(row["holm"] >= row["t"].p for row in rows)
+
+
+def test_a_recorded_command_names_the_default_run_folder_not_where_this_machine_wrote_it(tmp_path):
+    job = pending_jobs(_results(tmp_path, []), CPU)[0]
+    args = job.args(CPU) + ["--out", "/somewhere/else/cpu/" + job.name, "--device", "cuda"]
+    command = shown_command(args, job, CPU)
+    assert command == "python " + " ".join(job.args(CPU)) + f" --out runs/fair/cpu/{job.name} --device cuda"
