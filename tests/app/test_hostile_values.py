@@ -22,26 +22,6 @@ HUGE = 20_000_000  # characters: the attack's 20 MB strings
 SMALL_REPLY = 5_000  # characters: a refusal and its frame, far from the 21 MB replies it answered before
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoints(tmp_path_factory):
-    """A checkpoints folder holding one glyphs-mini checkpoint trained for 5 steps."""
-    from memvir.train.trainer import TrainConfig, Trainer
-
-    root = tmp_path_factory.mktemp("checkpoints")
-    Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,
-                        embedding_dim=32), root / "glyphs-mini-tiny").run()
-    return root
-
-
-@pytest.fixture(scope="module")
-def glyph_query(tmp_path_factory):
-    from memvir.data import load_dataset
-
-    path = tmp_path_factory.mktemp("query") / "query.png"
-    load_dataset("glyphs-mini").test.image(40).save(path)
-    return path
-
-
 def _serving(tmp_path, checkpoints, **limits):
     from demo.common.settings import AppSettings
 

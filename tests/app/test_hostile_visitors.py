@@ -23,26 +23,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 90.0
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoints(tmp_path_factory):
-    """A checkpoints folder holding one glyphs-mini checkpoint trained for 5 steps."""
-    from memvir.train.trainer import TrainConfig, Trainer
-
-    root = tmp_path_factory.mktemp("checkpoints")
-    Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,
-                        embedding_dim=32), root / "glyphs-mini-tiny").run()
-    return root
-
-
-@pytest.fixture(scope="module")
-def glyph_query(tmp_path_factory):
-    from memvir.data import load_dataset
-
-    path = tmp_path_factory.mktemp("query") / "query.png"
-    load_dataset("glyphs-mini").test.image(40).save(path)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------- a fresh start
 def _wait_for_port(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + DEADLINE_S
