@@ -122,10 +122,24 @@ class LiveRun:
             self.requested_values = dict(self.live_values)  # what a previous process was asked died with it
         self.reserved = False
 
-    def asked(self, changes: dict) -> None:
-        """Its process took these live changes (checked; they apply before its next step)."""
+    def asked(self, changes: dict) -> dict:
+        """Its process is being asked for these live changes (they apply before its next step). Recorded before the
+        ask is sent: the process may refuse them (ControlRefused) before the ask returns, and a refusal only undoes
+        what was recorded. Returns what they replace, for `withdraw`."""
         with self.lock:
+            previous = {name: self.requested_values[name] for name in changes if name in self.requested_values}
             self.requested_values.update(changes)
+        return previous
+
+    def withdraw(self, changes: dict, previous: dict) -> None:
+        """Its process did not take `changes` (refused or gone): what was asked before them stands again."""
+        with self.lock:
+            for name, value in changes.items():
+                if self.requested_values.get(name) == value:  # no newer ask of it since
+                    if name in previous:
+                        self.requested_values[name] = previous[name]
+                    else:
+                        del self.requested_values[name]
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until its process has ended and its last event is kept."""

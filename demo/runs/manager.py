@@ -282,9 +282,18 @@ class RunManager:
                            asked["memvir_m"] if memvir_m is None else memvir_m, running=running, pid=run.process.pid)
         changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
         changes = {name: value for name, value in changes.items() if value is not None}
-        run.process.update(changes)
-        run.asked(changes)
+        self._ask(run, changes)
         return run
+
+    @staticmethod
+    def _ask(run: LiveRun, changes: dict) -> None:
+        """Send live changes to a run's process, recorded as asked first (its refusal may arrive before the reply)."""
+        previous = run.asked(changes)
+        try:
+            run.process.update(changes)
+        except BaseException:
+            run.withdraw(changes, previous)
+            raise
 
     def show_classes(self, run_id: str | None, visitor: str, classes: list[int]) -> LiveRun:
         """Ask the running trainer for another few-class view (its snapshots' focus classes; [] = its own pick),
@@ -292,8 +301,7 @@ class RunManager:
         run = self._owned(run_id, visitor)
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the classes apply to the next Start")
-        run.process.update({"focus_classes": list(classes)})
-        run.asked({"focus_classes": list(classes)})
+        self._ask(run, {"focus_classes": list(classes)})
         return run
 
     def compare_with_baseline(self, run_id: str | None, visitor: str, settings: dict | None = None) -> LiveRun:

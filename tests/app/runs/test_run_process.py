@@ -23,7 +23,7 @@ from demo.runs import snapshot_transport
 from demo.runs.manager import RunManager
 from demo.runs.messages import LaunchSpec
 from demo.runs.process import RunProcess, TrainingRefused
-from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StepEvent
+from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StepEvent
 from memvir.train.trainer import TrainConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -315,6 +315,48 @@ def test_a_live_change_that_allocates_past_the_memory_limit_is_refused_and_the_r
         assert run.state == "stopped"
     finally:
         manager.close()
+
+
+class _RefusesBeforeItReplies:
+    """A run's process at its quickest: the Trainer refuses the change (its memory could not be had) and the
+    refusal reaches the listener before the reply to the ask does, as the reader thread can deliver it."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def update(self, changes):
+        self.run._on_event(ControlRefused(step=7, changes=changes, reason="can't allocate memory", message=""))
+
+
+class _Gone:
+    def update(self, changes):
+        raise TrainingRefused("the run is no longer training")
+
+
+def _live_run(tmp_path):
+    from demo.runs.live_run import LiveRun
+
+    return LiveRun("r", "alice", tmp_path, TrainConfig.from_dict(quick(memvir_n=2, memvir_m=2)))
+
+
+def test_a_refusal_that_arrives_before_the_reply_is_not_undone_by_the_ask(tmp_path):
+    """The CI failure of stop 34: N 2 -> 50 was refused, yet the page kept 50 as asked for, because the ask was
+    recorded after its reply returned and the refusal came in between."""
+    run = _live_run(tmp_path)
+    run.process = _RefusesBeforeItReplies(run)
+    RunManager._ask(run, {"memvir_n": 50, "memvir_m": 6000})
+    assert run.requested_values["memvir_n"] == 2 and run.requested_values["memvir_m"] == 2
+    assert run.control_message.startswith("N 2 -> 50, M 2 -> 6000 refused at step 8")
+
+
+def test_an_ask_the_process_never_took_is_withdrawn(tmp_path):
+    run = _live_run(tmp_path)
+    run.process = _Gone()
+    run.asked({"memvir_n": 4})
+    with pytest.raises(TrainingRefused):
+        RunManager._ask(run, {"memvir_n": 8, "focus_classes": [1, 2]})
+    assert run.requested_values["memvir_n"] == 4
+    assert run.requested_values["focus_classes"] == run.live_values["focus_classes"]
 
 
 def test_the_server_keeps_torch_and_faiss_to_one_thread():
