@@ -40,15 +40,18 @@ gallery-index: venv
 	$(PY) -m memvir.retrieval.shipped_gallery checkpoints/*/
 
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
-# files in, then index their galleries. The settings are the app's glyphs preset, chosen on validation classes
-# (docs/reproduction.md, section 9; demo/train/presets.py), and its baseline at the same seed and budget.
+# files in, then index their galleries. They are the fair comparison's seed-0 finals (docs/reproduction.md, "A fair
+# comparison"; bench/fair_study.py): the app's glyphs preset, MemVir balanced with its tuned optimiser, and the
+# baseline with its own, each chosen by the same search on validation classes.
 BUNDLED := glyphs-norm-softmax-baseline glyphs-norm-softmax-memvir
 checkpoints: venv
 	rm -rf $(addprefix runs/,$(BUNDLED))
-	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 0 --memvir-m 50 --warmup-epochs 2 \
-	    --epochs 12 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-baseline
-	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --memvir-n 2 --memvir-m 50 --warmup-epochs 2 \
-	    --memvir-reduction balanced --epochs 12 --batch-size 128 --seed 0 --out runs/glyphs-norm-softmax-memvir
+	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --scale 13.3 --memvir-n 0 --memvir-m 50 \
+	    --warmup-epochs 2 --epochs 12 --batch-size 128 --lr 0.000351 --class-lr 0.00443 --adam-eps 1e-08 --seed 0 \
+	    --eval-every 3 --out runs/glyphs-norm-softmax-baseline
+	$(PY) -m memvir train --dataset glyphs --loss norm-softmax --scale 21.1 --memvir-n 4 --memvir-m 10 \
+	    --warmup-epochs 2 --epochs 12 --batch-size 128 --lr 0.00133 --class-lr 0.00801 --adam-eps 0.0001 \
+	    --memvir-reduction balanced --seed 0 --eval-every 3 --out runs/glyphs-norm-softmax-memvir
 	for name in $(BUNDLED); do \
 	  cp runs/$$name/config.json runs/$$name/model.safetensors runs/$$name/README.md checkpoints/$$name/ || exit 1; \
 	done

@@ -117,7 +117,7 @@ def test_the_expectations_come_from_the_study_row_that_matches_the_runs_settings
     assert "921 training classes" in balanced and "not tuned" in balanced
     official = expectations(TrainConfig(**{**studied, "memvir_n": 1}))
     assert "1/(k+1)" in official and "0.92 Recall@1" in official and "sections 7 and 9" in official
-    # the page's own run trains all 1,021 classes, which no study did; so does any one setting changed
+    # section 9 held 100 classes out: a run on all 1,021 matches neither row, nor does any one setting changed
     for unmatched in (TrainConfig(memvir_reduction="balanced", **{**studied, "val_classes": 0}),
                       TrainConfig(memvir_reduction="balanced", **{**studied, "memvir_m": 25}),
                       TrainConfig(memvir_reduction="balanced", adam_eps=1e-8, **studied),
@@ -161,12 +161,16 @@ def test_each_arm_s_settings_and_how_they_were_chosen_are_named(monkeypatch):
             "Neither optimiser was tuned for these settings: the baseline trains this run's, with N = 0.")
 
 
-def test_the_page_s_own_run_matches_no_study_yet():
-    """The page trains all 1,021 glyph classes on the CPU, which the section 9 study (921 classes, a GPU) did not; the
-    fair comparison's finals are what will match it."""
+def test_the_page_s_own_run_is_the_fair_comparison_s_final():
+    """The page trains the glyphs preset on all training classes, which is what the fair comparison's finals train:
+    its expectation is that study's, and a run one setting away (the section 9 preset's N and M) matches none."""
     from demo.train.presets import PAGE_DEFAULTS
+    from demo.train.results_table import FAIR_ON_GLYPHS
 
-    assert expectations(TrainConfig.from_dict(PAGE_DEFAULTS)).startswith("No study matches these settings")
+    page = TrainConfig.from_dict(PAGE_DEFAULTS)
+    assert expectations(page).startswith(FAIR_ON_GLYPHS)
+    assert expectations(TrainConfig.from_dict({**PAGE_DEFAULTS, "memvir_n": 2, "memvir_m": 50})).startswith(
+        "No study matches these settings")
 
 
 def test_the_study_rows_are_the_settings_of_the_studys_own_commands():
@@ -185,6 +189,32 @@ def test_the_study_rows_are_the_settings_of_the_studys_own_commands():
         args = vars(build_parser().parse_args(words[1:]))
         ran = {name: args[name] for name in MATCHED if args.get(name) is not None}
         assert {name: TrainConfig(**flags).to_dict()[name] for name in ran} == ran, label
+
+
+def test_the_fair_study_row_is_the_settings_of_the_fair_comparison_s_balanced_final(monkeypatch):
+    """The third row's settings, read back through the CLI's parser from the command the fair comparison trains
+    MemVir balanced's choice with (bench/fair_study.py, on docs/reproduction/fair/results.json's search)."""
+    import importlib
+    from pathlib import Path
+
+    from demo.train.results_table import FAIR_ON_GLYPHS, MATCHED, STUDY_ROWS
+    from memvir.cli import build_parser
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    study = importlib.import_module("fair_study")
+    profile = study.PROFILES["cpu"]
+    chosen = study.chosen_settings(study.Results(root / "docs/reproduction/fair/results.json"), profile)
+    words = study.Job("final", "memvir-balanced", chosen["memvir-balanced"], seed=0).args(profile)[2:] + ["--out", "unused"]
+    args = vars(build_parser().parse_args(words))
+    flags, text = STUDY_ROWS[2]
+    assert text == FAIR_ON_GLYPHS
+    studied = TrainConfig(**flags).to_dict()
+    ran = TrainConfig(**{name: args[name] for name in ("memvir_n", "memvir_m", "warmup_epochs", "epochs",
+                                                        "batch_size", "memvir_reduction", "lr", "class_lr",
+                                                        "adam_eps", "loss")},
+                      loss_params={"scale": args["scale"]}).to_dict()
+    assert {name: studied[name] for name in MATCHED} == {name: ran[name] for name in MATCHED}
 
 
 # ---------------------------------------------------------------------------------------------- presets
@@ -236,37 +266,9 @@ def test_a_folder_or_zip_keeps_the_settings_the_controls_hold():
     assert suggest_settings("folder") == (gr.skip(),) * 12
 
 
-def test_glyphs_preset_is_the_preset_study_s_best_validation_map_at_r():
-    """The page's default for glyphs is the configuration the preset study (docs/reproduction.md, section 9) measured
-    best on validation MAP@R, read from the stored results and their commands, never from test metrics."""
-    import json
-    import shlex
-    import statistics
-    from pathlib import Path
-
-    records = json.loads((Path(__file__).resolve().parents[3] / "docs/reproduction/results.json").read_text())
-    by_command = {}
-    for record in records:
-        if record["study"] == "preset":
-            by_command.setdefault(record["label"], []).append(record)
-    assert len(by_command) >= 2 and all(len(group) == 3 for group in by_command.values())
-    best = max(by_command.values(), key=lambda group: statistics.mean(r["val_map@r"] for r in group))
-    words = shlex.split(best[0]["command"])
-
-    def flag(name, default=None):
-        return words[words.index(name) + 1] if name in words else default
-
-    preset = PRESETS["glyphs"]
-    assert (int(flag("--memvir-n")), int(flag("--memvir-m")), float(flag("--warmup-epochs")), int(flag("--epochs")),
-            int(flag("--batch-size")), flag("--memvir-reduction", "official")) == (
-        preset.memvir_n, preset.memvir_m, preset.warmup_epochs, preset.epochs, preset.batch_size,
-        preset.memvir_reduction)
-
-
 def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_validation(monkeypatch):
-    """The page's glyphs preset is (once its seed-0 finals are the bundled checkpoints) the MemVir arm whose chosen
-    trial scored the higher validation MAP@R in the fair comparison's search, and "Compare with baseline" trains the
-    baseline arm's choice: read back from
+    """The page's glyphs preset is the MemVir arm whose chosen trial scored the higher validation MAP@R in the fair
+    comparison's search, and "Compare with baseline" trains the baseline arm's choice: read back from
     docs/reproduction/fair/results.json through the study's own choice rule, never from test metrics. The learning
     rates are those the study's commands ran (three significant figures)."""
     import importlib
@@ -287,11 +289,8 @@ def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_val
         return max(study.search_score(results, profile, arm, t) for t in range(profile.trials))
 
     memvir_arm = max(("memvir-official", "memvir-balanced"), key=best_score)
-    # The preset moves to the choice together with the bundled checkpoints, which are the study's seed-0 finals of
-    # the two chosen arms: until both are in, the preset claims no tuning and Compare trains the run's optimiser.
-    if not all(results.find(profile="cpu", phase="final", arm=arm, seed=0) for arm in ("baseline", memvir_arm)):
-        assert preset.baseline is None and not preset.tuning and "fair comparison" not in preset.note
-        return
+    # The preset moved to the choice together with the bundled checkpoints, the two chosen arms' seed-0 finals.
+    assert all(results.find(profile="cpu", phase="final", arm=arm, seed=0) for arm in ("baseline", memvir_arm))
 
     def ran(setting):
         return Optimiser(float(f"{setting.lr:.3g}"), float(f"{setting.class_lr:.3g}"), setting.adam_eps,
