@@ -173,6 +173,15 @@ class GalleryIndex:
             }
         return {}
 
+    def vectors(self) -> np.ndarray:
+        """The gallery's L2-normalised vectors, [N, D] float32 in row order (read back from faiss where they live
+        there): what an exact ranking of every item (memvir.retrieval.ranking) searches."""
+        if not self.uses_faiss:
+            return self._vectors
+        if self.kind == "ivf":
+            self._vectors.make_direct_map()  # an IVF index finds a row's vector only through this map
+        return self._vectors.reconstruct_n(0, self._vectors.ntotal)
+
     def set_search_options(self, **options):
         """Change how an approximate index searches: nprobe (ivf) or ef_search (hnsw); more is slower and finds
         more of the exact neighbours. The options are saved with the index."""

@@ -402,3 +402,15 @@ def test_approximate_kinds_without_faiss_say_what_is_needed(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)
     with pytest.raises(ImportError, match="kind='ivf' needs the faiss-cpu package; install it or use kind='exact'"):
         GalleryIndex.build(gallery, kind="ivf")
+
+
+@pytest.mark.parametrize(("kind", "backend"), [("exact", "torch"), pytest.param("exact", "faiss", marks=needs_faiss),
+                                               pytest.param("ivf", "faiss", marks=needs_faiss),
+                                               pytest.param("hnsw", "faiss", marks=needs_faiss)])
+def test_vectors_are_the_rows_normalised_in_order(gallery, kind, backend):
+    embeddings, labels, _, _ = gallery
+    options = {"nlist": 1} if kind == "ivf" else {}
+    vectors = GalleryIndex.build(embeddings, labels=labels, backend=backend, kind=kind, **options).vectors()
+    expected = embeddings.astype(np.float64) / np.linalg.norm(embeddings.astype(np.float64), axis=1, keepdims=True)
+    assert vectors.dtype == np.float32 and vectors.shape == (40, 8)
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
