@@ -9,7 +9,21 @@
 // reached the page's state, so the server got the previous value (issue 31); and any Tab out of a box sent a live
 // change. Here Enter hands the typed value to the slider's range input and releases that, the way a drag ends (gradio
 // waits a tick there, so the new value goes out), and neither a blur of the box nor a click in it sends anything.
+//
+// Start and Compare with baseline bring the status line and the loss chart into view (the run's buttons stay in sight
+// while the visitor scrolls through the settings, page.css): what the click started, or why it was refused, is there.
 () => {
+    document.addEventListener("click", (event) => {
+        if (!(event.target instanceof Element) || !event.target.closest("#start, #baseline")) return;
+        const status = document.querySelector("#run-status");
+        const chart = document.querySelector("#curves-plot");
+        if (!status) return;
+        const top = status.getBoundingClientRect().top;
+        const chartTop = chart ? chart.getBoundingClientRect().top : top;
+        if (top < 0 || top > window.innerHeight / 2 || chartTop > window.innerHeight * 0.75) {
+            status.scrollIntoView({block: "start", behavior: "smooth"});
+        }
+    });
     const rangeOf = (box) => box instanceof HTMLInputElement && box.matches('input[data-testid="number-input"]')
         ? box.closest(".wrap")?.querySelector('input[data-testid="range-input"]') : null;
     document.addEventListener("keydown", (event) => {
@@ -57,6 +71,22 @@
         if (Object.keys(edits).length) window.Plotly.relayout(chart, edits);
     }
 
+    // The answers that appear beside what sent them (a live change's under the sliders, the classes box's beside it)
+    // are scrolled to, the least that shows them, when they change: the slider typed into may sit far above.
+    const besideNotices = ["#memvir-notice", "#classes-notice"];
+    const shownNotices = new Map();
+
+    function showNewNotices() {
+        for (const selector of besideNotices) {
+            const notice = document.querySelector(selector);
+            const text = notice ? notice.innerText.trim() : "";
+            if (text && shownNotices.has(selector) && shownNotices.get(selector) !== text) {
+                notice.scrollIntoView({block: "nearest"});
+            }
+            shownNotices.set(selector, text);
+        }
+    }
+
     let scheduled = false;
     new MutationObserver(() => {
         if (scheduled) return;
@@ -64,6 +94,7 @@
         requestAnimationFrame(() => {
             scheduled = false;
             document.querySelectorAll(".js-plotly-plot").forEach(fit);
+            showNewNotices();
         });
-    }).observe(document.body, {childList: true, subtree: true});
+    }).observe(document.body, {childList: true, subtree: true, characterData: true});
 }

@@ -242,9 +242,20 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     """The Train tab, inside the page's gr.Tabs, with its events; `timer` drives its live view."""
     with gr.Tab("Train", id="train"):
         state = gr.State(PollState())
-        # The classes and #start-row place the status line and the loss chart under Start on a phone (page.css).
+        # The classes and #run-buttons place the status line and the loss chart under Start on a phone (page.css).
         with gr.Row(equal_height=False, elem_classes="train-layout"):
             with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
+                # The run's buttons above the settings, and kept in sight while the visitor scrolls through them
+                # (page.css): Start is on the first screen beside the status line, whatever the settings' height.
+                with gr.Column(elem_id="run-buttons"):
+                    with gr.Row(elem_id="start-row"):
+                        start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
+                        pause_button = gr.Button("Pause", min_width=80, elem_id="pause")
+                        resume_button = gr.Button("Resume", min_width=80, elem_id="resume")
+                    with gr.Row():
+                        stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
+                        reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
+                    baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
                 dataset = refuse_outside_choices(gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"],
                                                              label="Dataset"), "the dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
@@ -272,15 +283,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                          label="M: steps between the past steps used")
                     warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5, info=words.WARMUP_INFO,
                                        label="Warm-up (epochs) before virtual classes")
-                with gr.Row(elem_id="start-row"):
-                    start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
-                    pause_button = gr.Button("Pause", min_width=80, elem_id="pause")
-                    resume_button = gr.Button("Resume", min_width=80, elem_id="resume")
-                with gr.Row():
-                    stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
-                    reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
-                baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
-                with gr.Accordion("Advanced", open=False):
+                    # a live change's answer beside the sliders that sent it, not at the top of the page
+                    memvir_notice = gr.Markdown("", elem_id="memvir-notice", elem_classes="small-note", padding=True)
+                with gr.Accordion("Advanced", open=False, elem_classes="train-later"):
                     snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
                     eval_every = gr.Number(DEFAULTS["eval_every"],
                                            label="Recall@1 evaluation every (epochs; 0 = at the end)")
@@ -303,7 +308,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                         adam_eps = gr.Number(DEFAULTS["adam_eps"], label="Adam eps")
                     loss_scale = gr.Number(DEFAULTS["loss_params"]["scale"], label="Loss scale",
                                            info=words.SCALE_INFO, elem_id="loss-scale")
-                with gr.Accordion("Push the run to the Hugging Face Hub", open=False):
+                with gr.Accordion("Push the run to the Hugging Face Hub", open=False, elem_classes="train-later"):
                     repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
                     push_note = gr.Markdown("", elem_classes="small-note")
@@ -339,7 +344,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                                               views.focus_classes],
                        api_name="reset", api_visibility="private")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
-        slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [notice],
+        slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
                        api_name=name, show_progress="hidden")
     push_button.click(bind(push_to_hub, runs), [state, repo_id, visitor], [push_note], api_name="push_to_hub")
     return TrainTab(state, push_button, push_note)

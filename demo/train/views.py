@@ -105,8 +105,11 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
             focus_classes = gr.Textbox("", label="Classes shown (few-class picture)", info=words.FOCUS_INFO,
                                        placeholder="e.g. 3, 17, 40, 112, 250, 301, 509, 777", scale=2,
                                        elem_id="focus-classes")
-            snapshot_caption = gr.Markdown("No snapshot yet.", elem_id="snapshot-caption",
-                                           elem_classes="small-note", padding=True)
+            with gr.Column(scale=3):
+                snapshot_caption = gr.Markdown("No snapshot yet.", elem_id="snapshot-caption",
+                                               elem_classes="small-note", padding=True)
+                # the answer to the classes box beside it, not at the top of the page
+                classes_notice = gr.Markdown("", elem_id="classes-notice", elem_classes="small-note", padding=True)
     views_sent = gr.State(None)
     # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
     views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
@@ -133,7 +136,7 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
                     api_name="color_snapshot", api_visibility="private", show_progress="hidden")
     follow.input(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
                  api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
-    focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [notice], api_name="show_classes",
-                         api_visibility="private", show_progress="hidden")
+    focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [classes_notice],
+                         api_name="show_classes", api_visibility="private", show_progress="hidden")
     return Views(status, notice, follow, focus_classes)
 
