@@ -1,5 +1,6 @@
 """RetrievalService: the checkpoints to search with, a cached index of each gallery (demo.retrieve.galleries), queries,
-and which checkpoint and query class to offer first."""
+each gallery item's ranking (memvir.retrieval.ranking, for the views that show where a checkpoint fails), and which
+checkpoints and query class to offer first."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ from memvir.data.glyphs.query import flatten_alpha, glyph_query
 
 EMBED_BATCH = 512
 SAMPLE_SIZE = 48
+# The rankings of a gallery's own items keep the top RANKED_K of each query (the hardest-queries view shows them) and
+# its MISSED_KEPT nearest same-class items ranked after them.
+RANKED_K = 8
+MISSED_KEPT = 4
 _CACHE_ENTRIES = 4
 # A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train.trainer writes the
 # row).
@@ -109,6 +114,7 @@ class RetrievalService:
         self._models = _Cache(_CACHE_ENTRIES)
         self._galleries = _Cache(_CACHE_ENTRIES)
         self._indexes = _Cache(_CACHE_ENTRIES)
+        self._rankings = _Cache(_CACHE_ENTRIES)
         self._builds = IndexBuilds()
 
     # ------------------------------------------------------------------------------------------ checkpoints
@@ -129,6 +135,20 @@ class RetrievalService:
                 return str(folder)
         choices = self.checkpoint_choices()
         return choices[0][1] if choices else None
+
+    def comparison_checkpoint(self, first: str | None = None) -> str | None:
+        """The checkpoint to compare `first` (default: `default_checkpoint`) with: the first bundled one whose model
+        card names no MemVir (its baseline), else the first other listed; None when there is no other."""
+        first = first or self.default_checkpoint()
+        others = [folder for folder in _checkpoint_folders(self.settings.checkpoints_dir, need_weights=True)
+                  if str(folder) != first]
+        for folder in others:
+            card = folder / "README.md"
+            text = card.read_text(encoding="utf-8", errors="replace") if card.is_file() else ""
+            if not _MEMVIR_CARD_ROW.search(text):
+                return str(folder)
+        listed = [choice for _, choice in self.checkpoint_choices() if choice != first]
+        return listed[0] if listed else None
 
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
         """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
@@ -262,6 +282,12 @@ class RetrievalService:
                 checkpoint = self.load_checkpoint(choice)
                 gallery = self.test_split_gallery(checkpoint)
                 self.search(checkpoint, gallery, gallery.image(0), k=1)
+                # The hardest-queries and per-class views of the default pair, ready before a visitor opens them.
+                self.rankings(checkpoint, gallery)
+                comparison = self.comparison_checkpoint(choice)
+                if comparison is not None:
+                    other = self.load_checkpoint(comparison)
+                    self.rankings(other, self.test_split_gallery(other))
             except Exception:
                 log.exception("warming up retrieval with %s failed", choice)
 
@@ -384,6 +410,53 @@ class RetrievalService:
             same = None if query_class is None or class_name is None else class_name == query_class
             results.append(Hit(hit.index, hit.score, class_name, same))
         return results
+
+    # ------------------------------------------------------------------------------------------ where it fails
+    def rankings(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """Every item of a labelled gallery querying the others (memvir.retrieval.ranking.rank_gallery, top RANKED_K
+        and MISSED_KEPT missed items), ranked once per gallery index and kept: the hardest-queries and per-class views
+        read it, so a click costs no search. A request for rankings being computed waits for them."""
+        from memvir.retrieval.ranking import rank_gallery
+
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes, so no query can be right or wrong: choose the test "
+                                 "split or upload a zip of class folders")
+        key = ("rankings", checkpoint.key, gallery.key)
+
+        def rank(report):
+            with self._lock:
+                if key in self._rankings:
+                    return self._rankings[key]
+            indexed = self.index(checkpoint, gallery)
+            try:
+                ranked = rank_gallery(indexed.index.vectors(), gallery.labels, k=RANKED_K, missed=MISSED_KEPT)
+            except ValueError as error:  # no class with two items
+                raise RetrievalError(f"the gallery's queries cannot be ranked: {error}") from None
+            with self._lock:
+                return self._rankings.get_or_make(key, lambda: ranked)
+
+        with self._lock:
+            if key in self._rankings:
+                self._rankings.move_to_end(key)
+                return self._rankings[key]
+        return self._builds.run(key, rank)
+
+    def query_ranking(self, checkpoint: LoadedCheckpoint, gallery: Gallery, image: Image.Image, k: int,
+                      query_class: str, drawn: bool = False, exclude: int | None = None):
+        """One query's ranking of the gallery (memvir.retrieval.ranking.rank_queries): its top k marked, its AP@R
+        and first correct rank for `query_class` (a class name of the gallery), the nearest same-class items it
+        missed. exclude: a gallery item left out (the clicked item itself)."""
+        from memvir.retrieval.ranking import rank_queries
+
+        if not isinstance(k, int) or k < 1:
+            raise RetrievalError(f"k must be a whole number of at least 1, got {k!r}")
+        if gallery.labels is None or query_class not in (gallery.class_names or []):
+            raise RetrievalError(f"the gallery has no class {query_class!r} to rank the query by")
+        indexed = self.index(checkpoint, gallery)
+        query = checkpoint.model.embed(self.model_input(checkpoint, image, fit_ink=drawn))
+        largest = gallery.size - (exclude is not None)
+        return rank_queries(query, indexed.index.vectors(), gallery.labels, [gallery.class_names.index(query_class)],
+                            k=min(k, largest), missed=MISSED_KEPT, exclude=[-1 if exclude is None else exclude])
 
     def match_class(self, gallery: Gallery, text: str | None) -> str | None:
         """The gallery class a visitor named ("Ж", "Ж U+0416" or a folder name), None when blank.

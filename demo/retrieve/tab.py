@@ -1,5 +1,7 @@
 """The Retrieve tab: choose a checkpoint and a gallery, then search with an uploaded, drawn or clicked query; download
-a checkpoint as a zip.
+a checkpoint as a zip. Three views teach what a checkpoint gets wrong: one query side by side for two checkpoints
+(demo.retrieve.side_by_side), the hardest queries of the gallery (demo.retrieve.hardest) and a table per class
+(demo.retrieve.per_class_table), all from memvir.retrieval's rankings, which the service computes once per index.
 
 Handlers are module-level functions of the `RetrievalService` (bound in by `build`), so tests call them directly.
 They read the widgets, ask the service (demo.retrieve.service) and turn its results into tiles (demo.retrieve.tiles)
@@ -19,8 +21,9 @@ from demo.common.handlers import bind, reporting
 from demo.common.inputs import whole_number
 from demo.common.shims import pass_undecoded, refuse_outside_choices
 from demo.common.uploads import load_image, load_sketch
+from demo.retrieve import hardest, per_class_table, side_by_side
 from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
-from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalService
+from demo.retrieve.service import RANKED_K, LoadedCheckpoint, RetrievalError, RetrievalService
 from demo.retrieve.tiles import Tile, tiles_html
 
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
@@ -149,6 +152,121 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
                    query_class=gallery.class_of(index))
 
 
+def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+                         query, files, progress, drawn=False):
+    """(summary, the two checkpoints' answers side by side, the query as the first model sees it)."""
+    k = whole_number(k, "results (k)", 1)
+    first, first_gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    second = side_by_side.second_checkpoint(retrieval, first, second_choice)
+    _, second_gallery = searchable(retrieval, second_choice, source, files, progress)
+    columns = [side_by_side.answer(retrieval, checkpoint, gallery, query, k,
+                                   retrieval.match_class(gallery, query_class), drawn=drawn)
+               for checkpoint, gallery in ((first, first_gallery), (second, second_gallery))]
+    lines = [f"**Side by side**: the {k} nearest of {first_gallery.size:,} images in {first_gallery.description} "
+             f"for each checkpoint, marked same or other class."]
+    for column in columns:
+        figures = side_by_side.figures_text(column)
+        lines.append(f"`{column.name}`: {figures}" if figures else f"`{column.name}`")
+    if query_class is None or not str(query_class).strip():
+        lines.append("Name the query's class to see each checkpoint's AP@R and first correct rank for it.")
+    shown = thumbnail(retrieval.model_input(first, query, fit_ink=drawn), first.is_glyph_model, 128)
+    return "  \n".join(lines), side_by_side.side_by_side_html(*columns), shown
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def compare_upload(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+                   query_file=None, files=None, progress=PROGRESS):
+    """The uploaded query searched by both checkpoints, side by side."""
+    if not query_file:
+        raise ValueError("upload a query image first")
+    settings = retrieval.settings
+    image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
+    return side_by_side_results(retrieval, checkpoint_choice, second_choice, source, k, query_class, image, files,
+                                progress)
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+                    sketch=None, files=None, progress=PROGRESS):
+    """The drawing searched by both checkpoints, side by side."""
+    settings = retrieval.settings
+    composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
+    if composite is None:
+        raise ValueError("draw a character on the sketchpad first")
+    return side_by_side_results(retrieval, checkpoint_choice, second_choice, source, k, query_class, composite,
+                                files, progress, drawn=True)
+
+
+def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_choice, source, files, progress, compare):
+    """[(checkpoint, gallery, rankings)] for the first checkpoint, and the second when `compare`; the two must rank
+    the same gallery."""
+    first, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    ranked = [(first, gallery, retrieval.rankings(first, gallery))]
+    if compare:
+        second = side_by_side.second_checkpoint(retrieval, first, second_choice)
+        _, second_gallery = searchable(retrieval, second_choice, source, files, progress)
+        if second_gallery.key != gallery.key:
+            raise RetrievalError(f"the two checkpoints search different galleries ({gallery.description} and "
+                                 f"{second_gallery.description}): compare checkpoints of the same dataset")
+        ranked.append((second, second_gallery, retrieval.rankings(second, second_gallery)))
+    return ranked
+
+
+@reporting(message_slot=0, outputs=2, cleared={1: ""})
+def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_choice, source, order, compare=False,
+                 files=None, progress=PROGRESS):
+    """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most."""
+    from memvir.retrieval.failures import hardest_queries, largest_differences
+
+    ranked = _ranked_pair(retrieval, checkpoint_choice, second_choice, source, files, progress, compare)
+    checkpoint, gallery, rankings = ranked[0]
+    how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
+           "class it missed, greyed, at their ranks")
+    if not compare:
+        order_label = dict((value, label) for label, value in hardest.ORDERS).get(order, order)
+        positions = hardest_queries(rankings, by=order, count=hardest.ROWS)
+        summary = (f"**The {len(positions)} hardest** of {len(rankings):,} queries of {gallery.description} for "
+                   f"`{checkpoint.name}`, by {order_label}: {how}.")
+        return summary, hardest.hardest_html(gallery, rankings, positions)
+    second, _, second_rankings = ranked[1]
+    better = largest_differences(rankings, second_rankings, count=hardest.ROWS)
+    names = (checkpoint.name, second.name)
+    summary = (f"**Where they differ most**: the queries of {gallery.description} whose AP@R differs most between "
+               f"`{names[0]}` and `{names[1]}`, both ways; {how}.")
+    return summary, hardest.differences_html(gallery, names, (rankings, second_rankings), better)
+
+
+@reporting(message_slot=0, outputs=4, cleared={1: None, 2: None, 3: None})
+def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_choice, source, compare=False,
+                   files=None, progress=PROGRESS):
+    """Recall@1, R-Precision and MAP@R per class (and the difference of two checkpoints), the most-confused pairs,
+    and the table as a CSV."""
+    import pandas as pd
+
+    from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
+
+    ranked = _ranked_pair(retrieval, checkpoint_choice, second_choice, source, files, progress, compare)
+    gallery = ranked[0][1]
+    names = [checkpoint.name for checkpoint, _, _ in ranked]
+    tables = [per_class_metrics(rankings) for _, _, rankings in ranked]
+    difference = per_class_difference(*tables) if compare else None
+    frame = per_class_table.table(gallery, names, tables, difference)
+    confusions = [per_class_table.confusions_table(gallery, confused_class_pairs(rankings, gallery.labels,
+                                                                                 per_class_table.CONFUSED_PAIRS))
+                  for _, _, rankings in ranked]
+    if compare:
+        for name, one in zip(names, confusions, strict=True):
+            one.insert(0, "checkpoint", name)
+    keys = tuple(checkpoint.key for checkpoint, _, _ in ranked) + (gallery.key,)
+    csv = per_class_table.write_csv(frame, retrieval.settings.downloads_dir, keys, "per-class-" + "-vs-".join(names))
+    overall = [table.overall() for table in tables]
+    means = "; ".join(f"`{name}`: Recall@1 {one['recall@1']:.3f}, R-Precision {one['r_precision']:.3f}, MAP@R "
+                      f"{one['map@r']:.3f}" for name, one in zip(names, overall, strict=True))
+    summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}; click a column's header to sort. "
+               f"Over all queries: {means}." + (" Δ is the second minus the first." if compare else ""))
+    return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
+
+
 def picked_position(evt: gr.SelectData | None, shown: int) -> int:
     """Which of the `shown` sample images the click picked; ValueError unless the event names one of them (an API
     client sends the event's index as it likes: a list, a string, past the end)."""
@@ -200,6 +318,10 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                 checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
                                          info="Bundled, a run of this app, or type a Hub repo id (owner/name).",
                                          elem_id="checkpoint")
+                second_checkpoint = gr.Dropdown(choices, value=retrieval.comparison_checkpoint(default),
+                                                allow_custom_value=True, label="Compare with",
+                                                info="A second checkpoint, for Side by side and the views.",
+                                                elem_id="second-checkpoint")
                 source = refuse_outside_choices(gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search"),
                                                 "the gallery to search")
                 gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
@@ -212,34 +334,66 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                 download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
                 download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
                 checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
-            with gr.Column(scale=2):
-                about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
-                                    elem_id="retrieval-summary")
-                # Short tab names: longer ones fold into a "..." menu on a phone.
-                with gr.Tabs(elem_id="query-tabs"):
-                    with gr.Tab("Upload", elem_id="query-upload"):
-                        query_file = gr.File(label="Query image (PNG, JPEG, BMP, WebP or GIF)", file_count="single",
-                                             elem_id="query-file")
-                        search_upload_button = gr.Button("Search with this image", variant="primary",
-                                                         elem_id="search-upload")
-                    with gr.Tab("Draw", elem_id="query-draw"):
-                        sketch = pass_undecoded(gr.Sketchpad(
-                            PAPER, image_mode="RGBA", canvas_size=(SKETCH_SIZE, SKETCH_SIZE),
-                            label="Draw one character", elem_id="sketch",
-                            brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
-                        search_drawing_button = gr.Button("Search with this drawing", variant="primary",
-                                                          elem_id="search-drawing")
-                    with gr.Tab("Pick", elem_id="query-pick"):
-                        sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
-                                                    allow_preview=False, elem_id="sample")
-                with gr.Row(equal_height=False):
-                    with gr.Column(scale=0, min_width=176):
-                        seen_query = gr.Image(label="Model input", height=160, width=160, interactive=False, buttons=[])
-                    with gr.Column(scale=1, min_width=240):
-                        result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
+            with gr.Column(scale=2), gr.Tabs(elem_id="retrieve-views"):
+                with gr.Tab("Search", elem_id="view-search"):
+                    about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
+                                        elem_id="retrieval-summary")
+                    # Short tab names: longer ones fold into a "..." menu on a phone.
+                    with gr.Tabs(elem_id="query-tabs"):
+                        with gr.Tab("Upload", elem_id="query-upload"):
+                            query_file = gr.File(label="Query image (PNG, JPEG, BMP, WebP or GIF)", file_count="single",
+                                                 elem_id="query-file")
+                            search_upload_button = gr.Button("Search with this image", variant="primary",
+                                                             elem_id="search-upload")
+                            compare_upload_button = gr.Button("Side by side with the second checkpoint",
+                                                              elem_id="compare-upload")
+                        with gr.Tab("Draw", elem_id="query-draw"):
+                            sketch = pass_undecoded(gr.Sketchpad(
+                                PAPER, image_mode="RGBA", canvas_size=(SKETCH_SIZE, SKETCH_SIZE),
+                                label="Draw one character", elem_id="sketch",
+                                brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
+                            search_drawing_button = gr.Button("Search with this drawing", variant="primary",
+                                                              elem_id="search-drawing")
+                            compare_drawing_button = gr.Button("Side by side with the second checkpoint",
+                                                               elem_id="compare-drawing")
+                        with gr.Tab("Pick", elem_id="query-pick"):
+                            sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
+                                                        allow_preview=False, elem_id="sample")
+                    with gr.Row(equal_height=False):
+                        with gr.Column(scale=0, min_width=176):
+                            seen_query = gr.Image(label="Model input", height=160, width=160, interactive=False,
+                                                  buttons=[])
+                        with gr.Column(scale=1, min_width=240):
+                            result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
+                with gr.Tab("Hardest", elem_id="view-hardest"):
+                    gr.Markdown("The gallery's own images as queries, worst first: what the checkpoint gets wrong, "
+                                "and the images of the query's class it should have found. With **Compare with**, "
+                                "the queries where the two checkpoints differ most.", elem_classes="small-note")
+                    with gr.Row():
+                        hardest_order = refuse_outside_choices(
+                            gr.Radio(hardest.ORDERS, value="map@r", label="Hardest by", elem_id="hardest-order"),
+                            "the order of the hardest queries")
+                        hardest_compare = gr.Checkbox(False, label="Where the two checkpoints differ",
+                                                      elem_id="hardest-compare")
+                    hardest_button = gr.Button("Show the hardest queries", variant="primary", elem_id="show-hardest")
+                    hardest_summary = gr.Markdown("", elem_id="hardest-summary")
+                    hardest_rows = gr.HTML("", js_on_load=None, elem_id="hardest")
+                with gr.Tab("Per class", elem_id="view-per-class"):
+                    per_class_compare = gr.Checkbox(False, label="With the second checkpoint and the difference",
+                                                    elem_id="per-class-compare")
+                    per_class_button = gr.Button("Show the table per class", variant="primary",
+                                                 elem_id="show-per-class")
+                    per_class_summary = gr.Markdown("", elem_id="per-class-summary")
+                    per_class_frame = gr.Dataframe(label="Each class's metrics (click a header to sort)",
+                                                   interactive=False, max_height=420, elem_id="per-class-table")
+                    per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
+                    confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
+                                                  max_height=320, elem_id="confused-pairs")
 
     retrieve_tab.select(bind(checkpoint_list, retrieval), None, [checkpoint], api_name="list_checkpoints",
                         show_progress="hidden")
+    retrieve_tab.select(bind(checkpoint_list, retrieval), None, [second_checkpoint],
+                        api_name="list_second_checkpoints", api_visibility="private", show_progress="hidden")
     load_button.click(bind(prepare, retrieval), [checkpoint, source, gallery_files], [about, sample_gallery, picked],
                       api_name="prepare_retrieval")
     gr.on([checkpoint.change, source.change, load_button.click], bind(query_class_hint, retrieval),
@@ -259,4 +413,17 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                 api_name="search_drawing")
     sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files],
                           search_outputs, api_name="search_gallery_item")
+    compare_upload_button.click(bind(compare_upload, retrieval),
+                                [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files],
+                                search_outputs, api_name="compare_upload")
+    compare_drawing_button.click(bind(compare_drawing, retrieval),
+                                 [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files],
+                                 search_outputs, api_name="compare_drawing")
+    hardest_button.click(bind(show_hardest, retrieval),
+                         [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files],
+                         [hardest_summary, hardest_rows], api_name="hardest_queries")
+    per_class_button.click(bind(show_per_class, retrieval),
+                           [checkpoint, second_checkpoint, source, per_class_compare, gallery_files],
+                           [per_class_summary, per_class_frame, confused_frame, per_class_csv],
+                           api_name="per_class_metrics")
     return checkpoint

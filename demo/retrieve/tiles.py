@@ -4,8 +4,9 @@ class, the cosine similarity and whether the class is the query's.
 A gr.Gallery writes its caption over the bottom of each square thumbnail on one line cut to the tile's width, which
 hid the class and the mark; here the caption sits under the image and wraps. The images travel inside the HTML as
 data URIs (a thumbnail is a few kB), so a search leaves no files behind. The mark is a word in a coloured badge whose
-tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. Class names can come
-from a visitor's zip, so every text is escaped.
+tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. A same-class item the
+query missed (ranked after the top k) is shown greyed, at its rank, marked "missed". Class names can come from a
+visitor's zip, so every text is escaped.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from PIL import Image
 
 # Hit.same_class -> (CSS class, the words shown); None (no class to compare) shows no mark.
 MARKS = {True: ("same", "same class"), False: ("other", "other class")}
+MISSED = ("missed", "missed")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class Tile:
     score: float
     class_name: str | None
     same_class: bool | None
+    missed: bool = False  # a same-class item ranked after the top k: shown greyed
+
+
+def _mark(tile: Tile) -> tuple[str, str | None]:
+    return MISSED if tile.missed else MARKS.get(tile.same_class, ("", None))
 
 
 def data_uri(image: Image.Image) -> str:
@@ -46,12 +53,12 @@ def data_uri(image: Image.Image) -> str:
 
 def caption(tile: Tile) -> str:
     """The caption as plain text, '#1 0.979 A U+0041 same class': the image's alternative text."""
-    parts = [f"#{tile.rank}", f"{tile.score:.3f}", tile.class_name, MARKS.get(tile.same_class, (None, None))[1]]
+    parts = [f"#{tile.rank}", f"{tile.score:.3f}", tile.class_name, _mark(tile)[1]]
     return " ".join(part for part in parts if part)
 
 
 def tile_html(tile: Tile) -> str:
-    kind, words = MARKS.get(tile.same_class, ("", None))
+    kind, words = _mark(tile)
     name = html.escape(tile.class_name) if tile.class_name else None
     lines = [f'<span class="hit-rank">#{tile.rank}</span> '
              f'<span class="hit-score" title="cosine similarity to the query">{tile.score:.3f}</span>']

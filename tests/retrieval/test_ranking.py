@@ -107,7 +107,9 @@ def test_each_gallery_item_ranked_as_brute_force(make, backend, k, missed):
 def test_gallery_rankings_are_the_metrics_query_by_query(make):
     vectors, labels = make(seed=3)
     rankings = rank_gallery(torch.from_numpy(vectors), torch.from_numpy(labels))
-    per_query = per_query_metrics(vectors, labels, ks=(1,))
+    # The torch search settles ties by lower index throughout; faiss may keep another of the items tied at the last
+    # place it returns (memvir.retrieval.knn), which the +-1 gallery's exact ties reach.
+    per_query = per_query_metrics(vectors, labels, ks=(1,), backend="torch")
     assert np.array_equal(rankings.query, per_query["query"])
     np.testing.assert_allclose(rankings.average_precision, per_query["map@r"], rtol=0, atol=1e-12)
     np.testing.assert_allclose(rankings.r_precision, per_query["r_precision"], rtol=0, atol=1e-12)
@@ -216,7 +218,7 @@ def test_per_class_table_against_grouped_reference_and_the_metrics(make):
                                    np.mean([row["r_precision"] for row in members]), atol=1e-12)
         np.testing.assert_allclose(table.values["map@r"][position],
                                    np.mean([row["average_precision"] for row in members]), atol=1e-12)
-    overall = retrieval_metrics(vectors, labels, ks=(1,))
+    overall = retrieval_metrics(vectors, labels, ks=(1,), backend="torch")  # ties by index, as above
     for name, value in table.overall().items():
         assert value == pytest.approx(overall[name], abs=1e-12)
 

@@ -1,0 +1,208 @@
+"""The Retrieve tab's views of what a checkpoint gets wrong (side by side, hardest queries, per class), through the
+service and the handlers, against brute-force references written here: the glyphs-mini test split embedded by the
+dataset's own test transform, every query's whole gallery sorted in numpy by (similarity, index). Nothing is timed."""
+
+import csv
+import html
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from demo.common.settings import AppSettings
+from demo.retrieve import tab
+from demo.retrieve.service import RetrievalError, RetrievalService
+from demo.retrieve.tiles import Tile, caption
+from memvir.data import load_dataset
+from memvir.models.embedding_model import EmbeddingModel
+from memvir.retrieval.metrics import retrieval_metrics
+
+
+def clustered_sign_vectors(labels, seed):
+    """Distinct +-1 vectors in 16 dimensions, each its class's pattern with some signs flipped: their cosines are
+    exact multiples of 1/8 in float32 and float64 alike, so the many exact ties are ties for the app and the
+    reference, and no two are 1 ulp apart."""
+    rng = np.random.default_rng(seed)
+    patterns = rng.choice([-1.0, 1.0], size=(int(labels.max()) + 1, 16))
+    while True:
+        flips = np.where(rng.random((len(labels), 16)) < 0.3, -1.0, 1.0)
+        vectors = patterns[labels] * flips
+        if len(np.unique(vectors, axis=0)) == len(labels):
+            return (vectors / 4).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory):
+    """A service over two untrained glyphs-mini checkpoints, "memvir" (its card says MemVir) and "baseline", each
+    with its test split's gallery index shipped beside it (memvir.retrieval.shipped_gallery) holding
+    `clustered_sign_vectors` in place of the model's embeddings (an untrained model's are within an ulp of one
+    another, and the order of such near-ties is the float arithmetic's, not the ranking's)."""
+    from memvir.retrieval import shipped_gallery
+
+    root = tmp_path_factory.mktemp("teaching-views")
+    split = load_dataset("glyphs-mini").test
+    folders = {}
+    for seed, name in ((0, "memvir"), (1, "baseline")):
+        torch.manual_seed(seed)
+        folder = root / "checkpoints" / name
+        model = EmbeddingModel(embedding_dim=16, in_channels=1, image_size=32, mean=(0.096,), std=(0.272,),
+                               dataset="glyphs-mini")
+        model.save_pretrained(folder)
+        shipped_gallery.build(folder, split, "glyphs-mini", model=model)
+        np.save(folder / "gallery" / "vectors.npy", clustered_sign_vectors(np.asarray(split.labels), seed))
+        folders[name] = str(folder)
+    card = Path(folders["memvir"]) / "README.md"
+    card.write_text(card.read_text(encoding="utf-8") + "\n| MemVir | N=5, M=100 |\n", encoding="utf-8")
+    service = RetrievalService(AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False))
+    return service, folders
+
+
+def reference_embeddings(service, choice):
+    """The gallery vectors the checkpoint's shipped index holds, in float64, and the test split's labels."""
+    vectors = np.load(Path(choice) / "gallery" / "vectors.npy").astype(np.float64)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True), np.asarray(load_dataset("glyphs-mini").test.labels)
+
+
+def reference_figures(vectors, labels, query, query_label, exclude=None):
+    """(AP@R, first correct rank, R) of one query from its whole ranking."""
+    similarity = vectors @ (query / np.linalg.norm(query))
+    order = np.lexsort((np.arange(len(labels)), -similarity))
+    order = order[order != exclude] if exclude is not None else order
+    correct = labels[order] == query_label
+    same = int(correct.sum())
+    ranks = np.arange(1, same + 1)
+    average_precision = float((np.cumsum(correct[:same]) / ranks * correct[:same]).sum() / same)
+    return average_precision, int(np.argmax(correct)) + 1, same
+
+
+def reference_all(vectors, labels):
+    return np.array([reference_figures(vectors, labels, vectors[i], labels[i], exclude=i) for i in range(len(labels))])
+
+
+def test_the_comparison_starts_on_the_bundled_baseline(two):
+    service, folders = two
+    assert service.default_checkpoint() == folders["memvir"]
+    assert service.comparison_checkpoint() == folders["baseline"]
+    assert service.comparison_checkpoint(folders["baseline"]) == folders["memvir"]
+
+
+def test_rankings_are_each_items_brute_force_figures_and_computed_once(two):
+    service, folders = two
+    checkpoint = service.load_checkpoint(folders["memvir"])
+    gallery = service.test_split_gallery(checkpoint)
+    rankings = service.rankings(checkpoint, gallery)
+    vectors, labels = reference_embeddings(service, folders["memvir"])
+    expected = reference_all(vectors, labels)
+    np.testing.assert_allclose(rankings.average_precision, expected[:, 0], atol=1e-9)
+    np.testing.assert_array_equal(rankings.first_correct_rank, expected[:, 1])
+    assert service.rankings(checkpoint, gallery) is rankings  # kept: a second view costs no search
+
+
+def test_an_unlabelled_gallery_cannot_be_ranked(two, tmp_path):
+    service, folders = two
+    checkpoint = service.load_checkpoint(folders["memvir"])
+    paths = []
+    for index in range(3):
+        paths.append(tmp_path / f"{index}.png")
+        load_dataset("glyphs-mini").test.image(index).save(paths[-1])
+    with pytest.raises(RetrievalError, match="this gallery has no classes"):
+        service.rankings(checkpoint, service.uploaded_gallery(paths))
+
+
+def _shown_figures(summary):
+    return {name: (float(ap), int(rank)) for name, ap, rank in
+            re.findall(r"`([^`]+)`: AP@R ([0-9.]+) · first correct #(\d+)", summary)}
+
+
+def test_side_by_side_shows_each_checkpoints_figures_for_an_uploaded_query(two, tmp_path):
+    service, folders = two
+    split = load_dataset("glyphs-mini").test
+    query_path = tmp_path / "query.png"
+    split.image(40).save(query_path)
+    class_name = split.class_names[split.labels[40]]
+    summary, columns, shown = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
+                                                 class_name.split(" ")[0], str(query_path))
+    figures = _shown_figures(summary)
+    assert set(figures) == {"memvir", "baseline"}
+    for name in ("memvir", "baseline"):
+        checkpoint = service.load_checkpoint(folders[name])
+        query = checkpoint.model.embed(service.model_input(checkpoint, split.image(40), fit_ink=False))[0].numpy()
+        vectors, labels = reference_embeddings(service, folders[name])
+        average_precision, first_correct, same = reference_figures(vectors, labels, query.astype(np.float64),
+                                                                   int(split.labels[40]))
+        assert figures[name] == (round(average_precision, 3), first_correct)
+    assert columns.count('class="side-column"') == 2
+    assert columns.count('class="result-tile same"') + columns.count('class="result-tile other"') == 12
+    assert shown is not None
+
+
+@pytest.mark.parametrize(("second", "message"), [("", "choose a second checkpoint"),
+                                                 (None, "the two checkpoints are the same")])
+def test_side_by_side_refuses_a_missing_or_repeated_checkpoint(two, tmp_path, second, message):
+    service, folders = two
+    query_path = tmp_path / "query.png"
+    load_dataset("glyphs-mini").test.image(3).save(query_path)
+    summary, columns, _ = tab.compare_upload(service, folders["memvir"],
+                                             folders["memvir"] if second is None else second, tab.TEST_SPLIT, 4, "",
+                                             str(query_path))
+    assert message in summary and columns == ""
+
+
+def test_the_hardest_queries_are_the_brute_force_worst(two):
+    service, folders = two
+    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
+    vectors, labels = reference_embeddings(service, folders["memvir"])
+    expected = reference_all(vectors, labels)
+    worst = sorted(range(len(labels)), key=lambda i: (expected[i, 0], -expected[i, 1], i))[:8]
+    shown = [int(item) for item in re.findall(r'class="result-tile hard-query" data-item="(\d+)"', rows)]
+    assert shown == worst
+    first = re.search(r'class="hard-figures">AP@R ([0-9.]+) · first correct #(\d+)<', rows)
+    assert (float(first.group(1)), int(first.group(2))) == (round(expected[worst[0], 0], 3), expected[worst[0], 1])
+    assert "The 8 hardest" in summary and rows.count('class="result-tile missed"') > 0
+
+
+def test_where_two_checkpoints_differ_both_ways(two):
+    service, folders = two
+    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
+    first = reference_all(*reference_embeddings(service, folders["memvir"]))[:, 0]
+    second = reference_all(*reference_embeddings(service, folders["baseline"]))[:, 0]
+    difference = first - second
+    first_better = sorted(np.flatnonzero(difference > 1e-9), key=lambda i: (-difference[i], i))[:8]
+    sections = rows.split('<section class="hard-section">')[1:]
+    assert len(sections) == 2 and "memvir finds more than baseline" in html.unescape(sections[0])
+    shown = [int(item) for item in re.findall(r'data-item="(\d+)"', sections[0])]
+    assert shown == first_better
+
+
+def test_the_per_class_table_against_grouped_brute_force_and_its_csv(two):
+    service, folders = two
+    summary, frame, confused, csv_path = tab.show_per_class(service, folders["memvir"], folders["baseline"],
+                                                            tab.TEST_SPLIT, True)
+    split = load_dataset("glyphs-mini").test
+    for name in ("memvir", "baseline"):
+        vectors, labels = reference_embeddings(service, folders[name])
+        expected = reference_all(vectors, labels)
+        for code, class_name in enumerate(split.class_names):
+            row = frame[frame["class"] == class_name].iloc[0]
+            members = labels == code
+            assert row["MAP@R " + name] == pytest.approx(expected[members, 0].mean(), abs=6e-5)
+            assert row["Recall@1 " + name] == pytest.approx((expected[members, 1] == 1).mean(), abs=6e-5)
+        weighted = (frame["MAP@R " + name] * frame["queries"]).sum() / frame["queries"].sum()
+        # The torch search settles every tie by lower index; faiss may keep another of the items tied at the last
+        # place it returns (memvir.retrieval.knn), which these exact ties reach.
+        assert weighted == pytest.approx(retrieval_metrics(vectors, labels, backend="torch")["map@r"], abs=1e-4)
+    np.testing.assert_allclose(frame["Δ MAP@R"], frame["MAP@R baseline"] - frame["MAP@R memvir"], atol=2e-4)
+    with open(csv_path, newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    assert len(rows) == len(split.class_names) and rows[0]["class"] == frame["class"].iloc[0]
+    assert set(confused["checkpoint"]) == {"memvir", "baseline"} and (confused["confusions"] > 0).all()
+    assert "Over all queries" in summary
+
+
+def test_a_missed_tile_says_so_in_its_caption():
+    from PIL import Image
+
+    tile = Tile(Image.new("L", (4, 4)), 37, 0.5, "A U+0041", True, missed=True)
+    assert caption(tile) == "#37 0.500 A U+0041 missed"
