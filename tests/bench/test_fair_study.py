@@ -147,3 +147,14 @@ def test_a_recorded_command_names_the_default_run_folder_not_where_this_machine_
     args = job.args(CPU) + ["--out", "/somewhere/else/cpu/" + job.name, "--device", "cuda"]
     command = shown_command(args, job, CPU)
     assert command == "python " + " ".join(job.args(CPU)) + f" --out runs/fair/cpu/{job.name} --device cuda"
+
+
+def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
+    """Every figure of docs/reproduction.md's fair comparison is the report's, recomputed from results.json."""
+    root = Path(__file__).resolve().parents[2]
+    results = Results(root / "docs" / "reproduction" / "fair" / "results.json")
+    doc = (root / "docs" / "reproduction.md").read_text()
+    assert len(pending_jobs(results, CPU)) == 0, "the CPU study is complete"
+    for table in (fair_study.search_table(results, CPU), fair_study.final_table(results, CPU),
+                  fair_study.comparison_table(fair_study.comparisons(results, CPU))):
+        assert table in doc

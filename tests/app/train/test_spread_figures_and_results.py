@@ -301,3 +301,29 @@ def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_val
             preset.batch_size) == (memvir.n, memvir.m, memvir.reduction, profile.warmup, profile.epochs, 128)
     assert preset.optimiser == ran(memvir)
     assert preset.baseline == ran(chosen["baseline"])
+
+
+def test_the_fair_expectation_quotes_the_study_s_test_figures(monkeypatch):
+    """Every figure FAIR_ON_GLYPHS gives is the fair study's paired comparison, recomputed here from
+    docs/reproduction/fair/results.json (differences in points, Holm-corrected p as the report prints them)."""
+    import importlib
+    from pathlib import Path
+
+    from demo.train.results_table import FAIR_ON_GLYPHS
+
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    study, stats = importlib.import_module("fair_study"), importlib.import_module("fair_stats")
+    rows = study.comparisons(study.Results(root / "docs" / "reproduction" / "fair" / "results.json"),
+                             study.PROFILES["cpu"])
+    lead = {row["metric"]: row for row in rows if (row["reference"], row["other"]) == ("baseline", "memvir-balanced")}
+    assert all(lead[m]["seeds"] == 5 for m in study.METRICS)
+    diff = {m: f"{lead[m]['t'].mean_diff:.2f}" for m in study.METRICS}
+    assert (f"by {diff['recall@1']} Recall@1, {diff['r_precision']} R-Precision and {diff['map@r']} MAP@R"
+            in FAIR_ON_GLYPHS)
+    holm = [stats.format_p(lead[m]["holm"]).removeprefix("p ") for m in study.METRICS]
+    assert f"p {holm[0]}, {holm[1]} and {holm[2]}" in FAIR_ON_GLYPHS
+    assert all(lead[m]["holm"] < 0.05 and lead[m]["t"].mean_diff > 0 for m in study.METRICS)  # "led" is a gain
+    (step,) = [row for row in rows if (row["reference"], row["other"], row["metric"])
+               == ("baseline", "baseline-loss-x2", "map@r")]
+    assert f"gains {step['t'].mean_diff:.2f} MAP@R" in FAIR_ON_GLYPHS
