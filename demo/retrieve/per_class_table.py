@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from demo.retrieve.galleries import Gallery
@@ -17,6 +18,9 @@ from demo.retrieve.galleries import Gallery
 # memvir.retrieval.per_class metric -> column name.
 COLUMNS = {"recall@1": "Recall@1", "r_precision": "R-Precision", "map@r": "MAP@R"}
 CONFUSED_PAIRS = 15
+# Two checkpoints' columns are headed by these letters on the page (the summary names them; their names are long),
+# and by the checkpoints' names in the CSV.
+LETTERS = ("A", "B")
 DIGITS = 4
 
 
@@ -25,7 +29,8 @@ def _class_names(gallery: Gallery, labels) -> list[str]:
 
 
 def table(gallery: Gallery, names: list[str], per_class: list, difference: dict | None) -> pd.DataFrame:
-    """One row per class: its queries, then each metric for each checkpoint (and second minus first)."""
+    """One row per class, the first checkpoint's worst MAP@R first: its queries, then each metric for each
+    checkpoint (columns named after `names`) and, for two, second minus first."""
     first = per_class[0]
     frame = {"class": _class_names(gallery, first.classes), "queries": first.queries.tolist()}
     for metric, column in COLUMNS.items():
@@ -35,7 +40,8 @@ def table(gallery: Gallery, names: list[str], per_class: list, difference: dict 
         for name, one in zip(names, per_class, strict=True):
             frame[f"{column} {name}"] = one.values[metric].round(DIGITS)
         frame[f"Δ {column}"] = difference[metric].round(DIGITS)
-    return pd.DataFrame(frame)
+    worst_first = np.lexsort((np.arange(len(first.classes)), first.values["map@r"]))
+    return pd.DataFrame(frame).iloc[worst_first].reset_index(drop=True)
 
 
 def confusions_table(gallery: Gallery, pairs) -> pd.DataFrame:

@@ -250,20 +250,23 @@ def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_choice
     names = [checkpoint.name for checkpoint, _, _ in ranked]
     tables = [per_class_metrics(rankings) for _, _, rankings in ranked]
     difference = per_class_difference(*tables) if compare else None
-    frame = per_class_table.table(gallery, names, tables, difference)
+    letters = per_class_table.LETTERS[:len(names)]
+    frame = per_class_table.table(gallery, list(letters), tables, difference)
     confusions = [per_class_table.confusions_table(gallery, confused_class_pairs(rankings, gallery.labels,
                                                                                  per_class_table.CONFUSED_PAIRS))
                   for _, _, rankings in ranked]
     if compare:
-        for name, one in zip(names, confusions, strict=True):
-            one.insert(0, "checkpoint", name)
+        for letter, one in zip(letters, confusions, strict=True):
+            one.insert(0, "checkpoint", letter)
     keys = tuple(checkpoint.key for checkpoint, _, _ in ranked) + (gallery.key,)
-    csv = per_class_table.write_csv(frame, retrieval.settings.downloads_dir, keys, "per-class-" + "-vs-".join(names))
+    csv = per_class_table.write_csv(per_class_table.table(gallery, names, tables, difference),
+                                    retrieval.settings.downloads_dir, keys, "per-class-" + "-vs-".join(names))
     overall = [table.overall() for table in tables]
-    means = "; ".join(f"`{name}`: Recall@1 {one['recall@1']:.3f}, R-Precision {one['r_precision']:.3f}, MAP@R "
-                      f"{one['map@r']:.3f}" for name, one in zip(names, overall, strict=True))
-    summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}; click a column's header to sort. "
-               f"Over all queries: {means}." + (" Δ is the second minus the first." if compare else ""))
+    means = "; ".join(f"{letter + ' = ' if compare else ''}`{name}`: Recall@1 {one['recall@1']:.3f}, R-Precision "
+                      f"{one['r_precision']:.3f}, MAP@R {one['map@r']:.3f}"
+                      for letter, name, one in zip(letters, names, overall, strict=True))
+    summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}, the worst MAP@R first; click a "
+               f"column's header to sort. Over all queries: {means}." + (" Δ is B minus A." if compare else ""))
     return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
 
 
