@@ -218,15 +218,17 @@ def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_choice, 
     """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most."""
     from memvir.retrieval.failures import hardest_queries, largest_differences
 
+    orders = dict((value, label) for label, value in hardest.ORDERS)
+    if not compare and order not in orders:
+        raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
     ranked = _ranked_pair(retrieval, checkpoint_choice, second_choice, source, files, progress, compare)
     checkpoint, gallery, rankings = ranked[0]
     how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
            "class it missed, greyed, at their ranks")
     if not compare:
-        order_label = dict((value, label) for label, value in hardest.ORDERS).get(order, order)
         positions = hardest_queries(rankings, by=order, count=hardest.ROWS)
         summary = (f"**The {len(positions)} hardest** of {len(rankings):,} queries of {gallery.description} for "
-                   f"`{checkpoint.name}`, by {order_label}: {how}.")
+                   f"`{checkpoint.name}`, by {orders[order]}: {how}.")
         return summary, hardest.hardest_html(gallery, rankings, positions)
     second, _, second_rankings = ranked[1]
     better = largest_differences(rankings, second_rankings, count=hardest.ROWS)

@@ -209,3 +209,35 @@ def test_a_missed_tile_says_so_in_its_caption():
 
     tile = Tile(Image.new("L", (4, 4)), 37, 0.5, "A U+0041", True, missed=True)
     assert caption(tile) == "#37 0.500 A U+0041 missed"
+
+
+def test_side_by_side_without_the_query_class_marks_nothing_and_says_what_to_name(two, tmp_path):
+    service, folders = two
+    query_path = tmp_path / "query.png"
+    load_dataset("glyphs-mini").test.image(7).save(query_path)
+    summary, columns, _ = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 5, "",
+                                             str(query_path))
+    assert "Name the query's class" in summary and "AP@R" not in columns
+    assert columns.count('class="result-tile"') == 10  # five a checkpoint, unmarked
+
+
+def test_an_order_the_hardest_view_does_not_know_is_refused(two):
+    service, folders = two
+    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "recall")
+    assert "order the hardest queries by lowest AP@R or by latest first correct" in summary and rows == ""
+
+
+def test_a_clicked_gallery_item_is_ranked_without_itself(two):
+    service, folders = two
+    checkpoint = service.load_checkpoint(folders["baseline"])
+    gallery = service.test_split_gallery(checkpoint)
+    item = 100
+    ranking = service.query_ranking(checkpoint, gallery, gallery.image(item), 5, gallery.class_of(item), exclude=item)
+    query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0].numpy()
+    vectors, labels = reference_embeddings(service, folders["baseline"])
+    expected = reference_figures(vectors, labels, query.astype(np.float64), labels[item], exclude=item)
+    row = ranking.row(0)
+    assert item not in row["neighbours"] + row["missed"]
+    assert (row["average_precision"], row["first_correct_rank"], row["same_class"]) == pytest.approx(expected)
+    with pytest.raises(RetrievalError, match="has no class 'no such class'"):
+        service.query_ranking(checkpoint, gallery, gallery.image(item), 5, "no such class")
