@@ -73,7 +73,7 @@ def side_by_side_html(first: Column, second: Column) -> str:
     return f'<div class="side-by-side">{column_html(first)}{column_html(second)}</div>'
 
 
-def second_checkpoint(retrieval: RetrievalService, first: LoadedCheckpoint, choice) -> LoadedCheckpoint:
+def load_second(retrieval: RetrievalService, first: LoadedCheckpoint, choice) -> LoadedCheckpoint:
     """The checkpoint to compare with; RetrievalError when none is chosen or it is the first one again."""
     if not (choice or "").strip():
         raise RetrievalError("choose a second checkpoint to compare with")

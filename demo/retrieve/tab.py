@@ -152,13 +152,13 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
                    query_class=gallery.class_of(index))
 
 
-def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
                          query, files, progress, drawn=False):
     """(summary, the two checkpoints' answers side by side, the query as the first model sees it)."""
     k = whole_number(k, "results (k)", 1)
     first, first_gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    second = side_by_side.second_checkpoint(retrieval, first, second_choice)
-    _, second_gallery = searchable(retrieval, second_choice, source, files, progress)
+    second = side_by_side.load_second(retrieval, first, second_checkpoint)
+    _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
     columns = [side_by_side.answer(retrieval, checkpoint, gallery, query, k,
                                    retrieval.match_class(gallery, query_class), drawn=drawn)
                for checkpoint, gallery in ((first, first_gallery), (second, second_gallery))]
@@ -174,37 +174,37 @@ def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_
 
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def compare_upload(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+def compare_upload(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
                    query_file=None, files=None, progress=PROGRESS):
     """The uploaded query searched by both checkpoints, side by side."""
     if not query_file:
         raise ValueError("upload a query image first")
     settings = retrieval.settings
     image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
-    return side_by_side_results(retrieval, checkpoint_choice, second_choice, source, k, query_class, image, files,
+    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, image, files,
                                 progress)
 
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_choice, source, k, query_class,
+def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
                     sketch=None, files=None, progress=PROGRESS):
     """The drawing searched by both checkpoints, side by side."""
     settings = retrieval.settings
     composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
     if composite is None:
         raise ValueError("draw a character on the sketchpad first")
-    return side_by_side_results(retrieval, checkpoint_choice, second_choice, source, k, query_class, composite,
+    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, composite,
                                 files, progress, drawn=True)
 
 
-def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_choice, source, files, progress, compare):
+def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, files, progress, compare):
     """[(checkpoint, gallery, rankings)] for the first checkpoint, and the second when `compare`; the two must rank
     the same gallery."""
     first, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     ranked = [(first, gallery, retrieval.rankings(first, gallery))]
     if compare:
-        second = side_by_side.second_checkpoint(retrieval, first, second_choice)
-        _, second_gallery = searchable(retrieval, second_choice, source, files, progress)
+        second = side_by_side.load_second(retrieval, first, second_checkpoint)
+        _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
         if second_gallery.key != gallery.key:
             raise RetrievalError(f"the two checkpoints search different galleries ({gallery.description} and "
                                  f"{second_gallery.description}): compare checkpoints of the same dataset")
@@ -213,7 +213,7 @@ def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_choice, 
 
 
 @reporting(message_slot=0, outputs=2, cleared={1: ""})
-def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_choice, source, order, compare=False,
+def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, order, compare=False,
                  files=None, progress=PROGRESS):
     """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most."""
     from memvir.retrieval.failures import hardest_queries, largest_differences
@@ -221,7 +221,7 @@ def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_choice, 
     orders = dict((value, label) for label, value in hardest.ORDERS)
     if not compare and order not in orders:
         raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
-    ranked = _ranked_pair(retrieval, checkpoint_choice, second_choice, source, files, progress, compare)
+    ranked = _ranked_pair(retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
     checkpoint, gallery, rankings = ranked[0]
     how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
            "class it missed, greyed, at their ranks")
@@ -239,7 +239,7 @@ def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_choice, 
 
 
 @reporting(message_slot=0, outputs=4, cleared={1: None, 2: None, 3: None})
-def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_choice, source, compare=False,
+def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, compare=False,
                    files=None, progress=PROGRESS):
     """Recall@1, R-Precision and MAP@R per class (and the difference of two checkpoints), the most-confused pairs,
     and the table as a CSV."""
@@ -247,7 +247,7 @@ def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_choice
 
     from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
 
-    ranked = _ranked_pair(retrieval, checkpoint_choice, second_choice, source, files, progress, compare)
+    ranked = _ranked_pair(retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
     gallery = ranked[0][1]
     names = [checkpoint.name for checkpoint, _, _ in ranked]
     tables = [per_class_metrics(rankings) for _, _, rankings in ranked]

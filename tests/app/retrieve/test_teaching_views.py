@@ -241,3 +241,18 @@ def test_a_clicked_gallery_item_is_ranked_without_itself(two):
     assert (row["average_precision"], row["first_correct_rank"], row["same_class"]) == pytest.approx(expected)
     with pytest.raises(RetrievalError, match="has no class 'no such class'"):
         service.query_ranking(checkpoint, gallery, gallery.image(item), 5, "no such class")
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda service, folders: tab.show_per_class(service, folders["memvir"], "\ud800", tab.TEST_SPLIT, True),
+     "the second checkpoint holds a broken character"),
+    (lambda service, folders: tab.show_hardest(service, folders["memvir"], "x" * 2000, tab.TEST_SPLIT, "map@r", True),
+     "the second checkpoint is 2,000 characters long"),
+    (lambda service, folders: tab.show_per_class(service, folders["memvir"], "/etc", tab.TEST_SPLIT, True),
+     "neither an existing folder nor a Hub repo id this app may load"),
+])
+def test_hostile_second_checkpoints_are_refused_in_words(two, call, message):
+    service, folders = two
+    answer = call(service, folders)
+    assert answer[0].startswith("⚠️") and message in answer[0] and "/etc" not in answer[0], answer[0]
+    assert all(value is None or value == "" for value in answer[1:])
