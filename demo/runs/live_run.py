@@ -154,7 +154,7 @@ class LiveRun:
             self._add_snapshot(event)
             return
         with self.lock:
-            if self._logged(event):
+            if self._logged(event) or self._turning_point(event):
                 self.records.append(event.record())
             if isinstance(event, StepEvent):
                 self.last_step = event
@@ -174,10 +174,22 @@ class LiveRun:
     @staticmethod
     def _logged(event) -> bool:
         """Whether the trainer wrote this event's record to metrics.jsonl, so that the page draws what the file holds
-        (and a run loaded from its folder draws alike): every event but steps, and the steps that say so."""
+        (and a run loaded from its folder draws alike), and the turning points besides (`_turning_point`): every
+        event but steps, and the steps that say so."""
         from memvir.events import StepEvent
 
         return not isinstance(event, StepEvent) or event.logged
+
+    def _turning_point(self, event) -> bool:
+        """Whether this step is one the charts mark, the first after the warm-up or one where the number of virtual
+        sets in use changed, which the trainer's log may leave out (it writes every log_every-th step): kept, the
+        marks stand at the steps where these happened, not at the next logged step. A run read back from its folder,
+        or resumed (its history is its log's), has only the logged steps before then."""
+        from memvir.events import StepEvent
+
+        last = self.last_step
+        return isinstance(event, StepEvent) and last is not None and (
+            event.warmup != last.warmup or event.num_virtual_sets != last.num_virtual_sets)
 
     def _describe_control(self, event) -> str:
         """'N 5 -> 10: applied at step 124' in the page's names for the controls."""

@@ -36,10 +36,14 @@ AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
 _AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
 _AGE_STOPS = go.scatter.Marker(colorscale=AGE_COLORSCALE).colorscale  # the scale's colour stops, as plotly sends them
 COLOR_BY = ("age", "class")
-# Live-change notes: a 32-character note at 9 px is about a fifth of the chart's width, so notes closer than that
-# stack in rows this many pixels apart.
-CONTROL_NOTE_SHARE = 0.22
-CONTROL_LANES = 4
+# Live-change notes ("N 2 -> 3 at step 429"), 9 px text: each is given the width of its characters on a plot area of
+# CONTROL_PLOT_PX (the loss chart's at the narrowest desktop page; wider pages only spread them more), and a note that
+# would overlap one in its row goes to the row above, CONTROL_LANE_PX higher. Past CONTROL_LANES rows a note keeps
+# its arrow and gives its words to the hover only, rather than print over another.
+CONTROL_NOTE_CHARS = 34
+CONTROL_CHAR_PX = 5.4
+CONTROL_PLOT_PX = 600
+CONTROL_LANES = 6
 CONTROL_LANE_PX = 14
 # The house look: plotly's "plotly_white" for 2-D charts, set directly. Naming the template instead makes plotly copy
 # all of it (the defaults of every trace type) into each figure, 6 KB of its JSON; plotly's empty template ("none", as
@@ -163,22 +167,36 @@ def baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **more) -> d
                           hovertemplate=f"{name}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"), more)
 
 
-def control_lanes(steps: list[int], span: int) -> list[int]:
-    """The row (0 = lowest) of each live-change note, so that notes closer than CONTROL_NOTE_SHARE of the x span
-    stack instead of printing over each other; past CONTROL_LANES rows they cycle from the lowest again."""
-    last_in_lane: list[int] = []
+def control_note(record: dict) -> tuple[int, str, str]:
+    """(the step it applied at, the note, the hover) of a live change's record in the controls' words
+    (demo.train.words.plain_control_message): the Trainer's 'memvir_n 2 -> 3: applied at step 429' becomes the note
+    'N 2 -> 3 at step 429', drawn at step 429. The record's own step is the last one trained before the change
+    (memvir.events.ControlEvent), so the change applies at the next. A long list of changes is cut, never its step."""
+    message = words.plain_control_message(str(record.get("message", "")))
+    applied = int(record["step"]) + 1
+    changes = message.split(": applied")[0]
+    where = f" at step {applied:,}"
+    room = CONTROL_NOTE_CHARS - len(where)
+    if len(changes) > room:
+        changes = changes[:room - 1] + "…"
+    return applied, changes + where, message
+
+
+def control_lanes(steps: list[int], texts: list[str], span: int) -> list[int | None]:
+    """The row (0 = lowest) of each live-change note, `steps` in order, so that no two notes' words overlap: each
+    is as wide as its characters (CONTROL_CHAR_PX a character on CONTROL_PLOT_PX for the `span` of steps) and goes in
+    the lowest row where it clears the notes already there; None past CONTROL_LANES rows (an arrow, words on hover)."""
+    steps_per_px = max(span, 1) / CONTROL_PLOT_PX
+    right_edges: list[float] = []  # per row, where its rightmost note ends, in steps
     lanes = []
-    gap = CONTROL_NOTE_SHARE * span
-    for step in steps:
-        free = [lane for lane, last in enumerate(last_in_lane) if step - last >= gap]
-        if free:
-            lane = free[0]
-        elif len(last_in_lane) < CONTROL_LANES:
-            lane = len(last_in_lane)
-            last_in_lane.append(step)
-        else:
-            lane = len(lanes) % CONTROL_LANES
-        last_in_lane[lane] = step
+    for step, text in zip(steps, texts, strict=True):
+        half = (len(text) * CONTROL_CHAR_PX / 2 + 3) * steps_per_px  # 3 px of the note's background either side
+        lane = next((row for row, edge in enumerate(right_edges) if edge <= step - half), None)
+        if lane is None and len(right_edges) < CONTROL_LANES:
+            lane = len(right_edges)
+            right_edges.append(0.0)
+        if lane is not None:
+            right_edges[lane] = step + half
         lanes.append(lane)
     return lanes
 
@@ -189,8 +207,8 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
     the validation classes' Recall@1 dashed when the run holds some out.
 
     Marks where warm-up ends (dashed line), where each virtual set arrives (a triangle on the loss where
-    ``num_virtual_sets`` grows, labelled "k=..."), and live control changes (small notes at the bottom, stacked
-    where they would overlap; the full message on hover).
+    ``num_virtual_sets`` grows, labelled "k=..."), both at the steps the records say, and live changes (notes at the
+    bottom, "N 2 -> 3 at step 429", stacked where they would overlap; the full message on hover).
     ``baseline``, the records of the same configuration with N=0, is drawn in grey behind.
     """
     columns = step_columns(records, "loss", "num_virtual_sets")
@@ -239,16 +257,15 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
                               hovertemplate="step %{x}: %{text}<extra>+ virtual set</extra>"))
 
     shapes, annotations = warmup_marks(records)
-    controls = [record for record in records if record.get("type") == "control"]
+    notes = [control_note(record) for record in records if record.get("type") == "control"]
     span = max([int(record["step"]) for record in records if "step" in record] + [1])
-    for record, lane in zip(controls, control_lanes([int(record["step"]) for record in controls], span), strict=True):
-        message = words.plain_control_message(str(record.get("message", "")))
-        label = message.split(": applied")[0]  # the arrow shows the step
-        annotations.append(dict(name="control", text=label if len(label) <= 32 else label[:31] + "…",
-                               hovertext=message, x=record["step"], xref="x", y=0, yref="paper", yanchor="bottom",
-                               showarrow=True, arrowhead=2, arrowsize=0.8, ax=0, ay=-22 - CONTROL_LANE_PX * lane,
-                               font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8",
-                               bgcolor="rgba(255,255,255,0.8)"))
+    lanes = control_lanes([step for step, _, _ in notes], [text for _, text, _ in notes], span)
+    for (step, text, message), lane in zip(notes, lanes, strict=True):
+        annotations.append(dict(name="control", text=text if lane is not None else "", hovertext=message, x=step,
+                                xref="x", y=0, yref="paper", yanchor="bottom", showarrow=True, arrowhead=2,
+                                arrowsize=0.8, ax=0, ay=-22 - CONTROL_LANE_PX * (lane if lane is not None else 0),
+                                font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8",
+                                bgcolor="rgba(255,255,255,0.8)"))
 
     recall_axis = dict(title=dict(text="Recall@1"), overlaying="y", side="right", range=[0, 1], tickmode="linear",
                        tick0=0, dtick=0.2, tickformat=".0%", showgrid=False)

@@ -104,12 +104,12 @@ def _last_spread_step(run: LiveRun) -> int | None:
 
 def spread_key(run: LiveRun | None) -> tuple | None:
     """Changes when the spread figures would: a new spread measure in the run or its baseline (at each snapshot step,
-    every few seconds, so that they are not drawn and sent to every page anew with each record), or a live change of
-    M (which names the virtual sets' ages). The warm-up's end mark joins them with the next measure."""
+    every few seconds, so that they are not drawn and sent to every page anew with each record). The warm-up's end
+    mark and a live change of M (which names the virtual sets' ages from then on) join them with the next measure."""
     if run is None:
         return None
     baseline = run.baseline
-    return (run.id, id(run.records), _last_spread_step(run), run.live_values.get("memvir_m"),
+    return (run.id, id(run.records), _last_spread_step(run),
             None if baseline is None else (baseline.id, id(baseline.records), _last_spread_step(baseline)))
 
 
@@ -133,7 +133,7 @@ def build_spread(run: LiveRun):
 
     with run.lock:
         records = list(run.records)
-        margin = run.live_values.get("memvir_m", run.config.memvir_m)
+    margin = run.config.memvir_m  # the M it started with: its records hold each live change of it
     baseline_records = None
     if run.baseline is not None:
         with run.baseline.lock:

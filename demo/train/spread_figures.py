@@ -59,10 +59,22 @@ def _two_panels() -> dict:
     return {key: layout[key] for key in ("xaxis", "xaxis2", "yaxis", "yaxis2", "annotations")}
 
 
+def margins_at(records: list[dict] | None, steps: np.ndarray, margin: int) -> np.ndarray:
+    """The M each of `steps` was trained with: the run's starting `margin`, then each live change of M from the step
+    it applied at (a control record's step is the last trained before it: memvir.events.ControlEvent)."""
+    margins = np.full(len(steps), margin, dtype=np.int64)
+    for record in records or ():
+        if record.get("type") == "control" and "memvir_m" in record:
+            margins[steps > int(record["step"])] = int(record["memvir_m"])
+    return margins
+
+
 def drift_figure(records: list[dict], margin: int) -> go.Figure:
     """Cosines of the virtual sets to the live class weights, per set j, over steps, in two panels with their own
     scales: the stored class weights (near 1: copies) above, the stored embeddings with the live ones below.
-    `margin` is the run's M, which names set j by its age, j(M+1) steps."""
+    `margin` is the M the run started with; set j is named by its age, j(M+1) steps, with the M each point was
+    trained with: after a live change of M a set's curve goes on under its new age, and its earlier points keep
+    theirs (with M named in the legend, as the same set j is then of two ages)."""
     ages = virtual_ages(records)
     if not ages:
         return empty_figure("No virtual set yet: the first arrives M+1 steps<br>after the warm-up, and its drift "
@@ -70,21 +82,32 @@ def drift_figure(records: list[dict], margin: int) -> go.Figure:
     fields = [f"virtual_{kind}_cos_{age}" for age in ages for kind in ("weight", "embedding")]
     columns = _spread_columns(records, "mean_target_cosine", *fields)
     steps = columns["step"]
+    margins = margins_at(records, steps, margin)
+    # one stretch per run of the same M, in step order: its points, and M
+    changed = np.flatnonzero(margins[1:] != margins[:-1]) + 1
+    stretches = [(rows, int(margins[rows[0]])) for rows in np.split(np.arange(len(steps)), changed) if len(rows)]
+    name_margin = len({m for _, m in stretches}) > 1
     traces = []
     oldest = ages[-1]
     for age in ages:
-        ago = f"{age * (margin + 1):,} steps ago"
         color = age_color(age, oldest)
-        traces.append(scatter(x=steps, y=columns[f"virtual_weight_cos_{age}"], name=f"from {ago}",
-                              mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2),
-                              legendgroup=f"set{age}", xaxis="x", yaxis="y",
-                              hovertemplate=f"step %{{x}}<br>class weights from {ago} · the live ones: "
-                                            "cos %{y:.4f}<extra></extra>"))
-        traces.append(scatter(x=steps, y=columns[f"virtual_embedding_cos_{age}"], name=f"from {ago}",
-                              mode="lines+markers", marker=dict(size=4), line=dict(color=color, width=2, dash="dot"),
-                              legendgroup=f"set{age}", showlegend=False, xaxis="x2", yaxis="y2",
-                              hovertemplate=f"step %{{x}}<br>embeddings from {ago} · their class weight now: "
-                                            "cos %{y:.3f}<extra></extra>"))
+        for rows, stretch_margin in stretches:
+            weight = columns[f"virtual_weight_cos_{age}"][rows]
+            embedding = columns[f"virtual_embedding_cos_{age}"][rows]
+            if np.isnan(weight).all() and np.isnan(embedding).all():
+                continue  # set j not in use while this M trained
+            ago = f"{age * (stretch_margin + 1):,} steps ago"
+            name = f"from {ago}" + (f" (M = {stretch_margin})" if name_margin else "")
+            group = f"set{age}-m{stretch_margin}"
+            traces.append(scatter(x=steps[rows], y=weight, name=name, mode="lines+markers", marker=dict(size=4),
+                                  line=dict(color=color, width=2), legendgroup=group, xaxis="x", yaxis="y",
+                                  hovertemplate=f"step %{{x}}<br>class weights from {ago} · the live ones: "
+                                                "cos %{y:.4f}<extra></extra>"))
+            traces.append(scatter(x=steps[rows], y=embedding, name=name, mode="lines+markers", marker=dict(size=4),
+                                  line=dict(color=color, width=2, dash="dot"), legendgroup=group, showlegend=False,
+                                  xaxis="x2", yaxis="y2",
+                                  hovertemplate=f"step %{{x}}<br>embeddings from {ago} · their class weight now: "
+                                                "cos %{y:.3f}<extra></extra>"))
     traces.append(scatter(x=steps, y=columns["mean_target_cosine"], name="now (the live batch)", mode="lines",
                           xaxis="x2", yaxis="y2", line=dict(color=LIVE_COLOR, width=1.5),
                           hovertemplate="step %{x}<br>embeddings now · their class weight now: cos %{y:.3f}"

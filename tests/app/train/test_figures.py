@@ -122,25 +122,34 @@ def test_no_arrival_trace_without_virtual_sets():
     assert "virtual set arrives" not in [data.name for data in curves_figure(records).data]
 
 
-def test_control_events_are_small_annotations_at_their_step():
+def test_control_events_are_small_annotations_at_the_step_they_applied_at():
     fig = curves_figure(RUN)
     notes = [annotation for annotation in fig.layout.annotations if annotation.name == "control"]
-    assert [(note.x, note.text) for note in notes] == [(95, "N 4 -> 3")]
-    long_message = "learning rate 0.0001 -> 0.00005 and margin 10 -> 25 at once"
+    # the record's step, 95, is the last trained before the change: it applies at step 96
+    assert [(note.x, note.text) for note in notes] == [(96, "N 4 -> 3 at step 96")]
+    long_message = "learning rate 0.0001 -> 0.00005 and margin 10 -> 25 at once: applied at step 21"
     fig = curves_figure(RUN[:3] + [{"type": "control", "step": 20, "message": long_message}])
     note = [annotation for annotation in fig.layout.annotations if annotation.name == "control"][0]
-    assert len(note.text) == 32 and note.text.endswith("…") and note.hovertext == long_message
+    assert note.text == "learning rate 0.0001 -… at step 21"  # cut to 34 characters, never its step
+    assert len(note.text) == 34 and note.hovertext == long_message
 
 
-def test_live_change_notes_close_together_stack_instead_of_printing_over_each_other():
-    # 22% of the span (x up to 1,000) is 220 steps: notes closer than that take the next row, up to four rows
-    assert control_lanes([100, 150, 200, 400, 420, 900], 1000) == [0, 1, 2, 0, 1, 0]
-    assert control_lanes([10, 11, 12, 13, 14, 15], 1000) == [0, 1, 2, 3, 0, 1]  # past four rows: cycle
+def test_live_change_notes_in_the_controls_words_stack_instead_of_printing_over_each_other():
+    # span 1,000 steps on 600 px: 1.67 steps a pixel. "N 2 -> 3 at step 101" (20 characters) is 108 px wide plus
+    # 3 px either side: 114 px, 190 steps, so notes less than 190 steps apart need another row.
+    texts = ["N 2 -> 3 at step 101"] * 6
+    assert control_lanes([100, 150, 200, 400, 420, 900], texts, 1000) == [0, 1, 2, 0, 1, 0]
+    # six rows, then an arrow without words (None)
+    assert control_lanes([10, 11, 12, 13, 14, 15, 16], texts + texts[:1], 1000) == [0, 1, 2, 3, 4, 5, None]
+    # a narrow note clears a wide one where the wide one would not: widths are the notes' own
+    assert control_lanes([100, 260], ["N 2 -> 3 at step 101", "N 3 -> 4, M 10 -> 5 at step 261"], 1000) == [0, 1]
+    assert control_lanes([100, 260], ["M 1 -> 2 at step 9", "N 3 at 5"], 1000) == [0, 0]
     records = RUN[:4] + [{"type": "control", "step": 35, "message": "memvir_n 2 -> 3: applied at step 36"},
                          {"type": "control", "step": 38, "message": "memvir_m 50 -> 10: applied at step 39"}]
     notes = [note for note in curves_figure(records).layout.annotations if note.name == "control"]
     # in the controls' words, not the settings' names
-    assert [(note.text, note.ay) for note in notes] == [("N 2 -> 3", -22), ("M 50 -> 10", -36)]
+    assert [(note.text, note.x, note.ay) for note in notes] == [("N 2 -> 3 at step 36", 36, -22),
+                                                                 ("M 50 -> 10 at step 39", 39, -36)]
     assert notes[1].hovertext == "M 50 -> 10: applied at step 39"
 
 
