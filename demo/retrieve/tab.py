@@ -153,14 +153,17 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
 
 
 def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                         query, files, progress, drawn=False):
-    """(summary, the two checkpoints' answers side by side, the query as the first model sees it)."""
+                         query, files, progress, drawn=False, picked_item: tuple[str, int] | None = None):
+    """(summary, the two checkpoints' answers side by side, the query as the first model sees it).
+
+    picked_item: (gallery key, item) of a query clicked in a gallery, left out of each gallery that holds it."""
     k = whole_number(k, "results (k)", 1)
     first, first_gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     second = side_by_side.load_second(retrieval, first, second_checkpoint)
     _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
     columns = [side_by_side.answer(retrieval, checkpoint, gallery, query, k,
-                                   retrieval.match_class(gallery, query_class), drawn=drawn)
+                                   retrieval.match_class(gallery, query_class), drawn=drawn,
+                                   exclude=picked_item[1] if picked_item and picked_item[0] == gallery.key else None)
                for checkpoint, gallery in ((first, first_gallery), (second, second_gallery))]
     lines = [f"**Side by side**: the {k} nearest of {first_gallery.size:,} images in {first_gallery.description} "
              f"for each checkpoint, marked same or other class."]
@@ -195,6 +198,30 @@ def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_check
         raise ValueError("draw a character on the sketchpad first")
     return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, composite,
                                 files, progress, drawn=True)
+
+
+def remember_pick(picked, evt: gr.SelectData = None):
+    """Which sample image was clicked last (its place among those shown), for Side by side; None for a click that
+    names none of them."""
+    try:
+        return picked_position(evt, len((picked or {}).get("sample") or []))
+    except (ValueError, TypeError):
+        return None
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def compare_gallery_item(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, picked,
+                         pick_position=None, files=None, progress=PROGRESS):
+    """The sample image clicked last, searched by both checkpoints side by side, its own class known."""
+    _, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    if not picked or picked.get("gallery") != gallery.key:
+        raise ValueError("the gallery changed: press Load again, then pick an image")
+    sample = picked["sample"]
+    if isinstance(pick_position, bool) or not isinstance(pick_position, int) or not 0 <= pick_position < len(sample):
+        raise ValueError("click an image of the Pick tab first, then ask for it side by side")
+    item = sample[pick_position]
+    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, gallery.class_of(item),
+                                gallery.image(item), files, progress, picked_item=(gallery.key, item))
 
 
 def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, files, progress, compare):
@@ -318,6 +345,7 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
     default = retrieval.default_checkpoint()
     with gr.Tab("Retrieve", id="retrieve") as retrieve_tab:
         picked = gr.State(None)
+        pick_position = gr.State(None)  # the sample image clicked last, for Side by side
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
                 checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
@@ -364,6 +392,8 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                         with gr.Tab("Pick", elem_id="query-pick"):
                             sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
                                                         allow_preview=False, elem_id="sample")
+                            compare_pick_button = gr.Button("Side by side with the second checkpoint (the image "
+                                                            "clicked last)", elem_id="compare-pick")
                     with gr.Row(equal_height=False):
                         with gr.Column(scale=0, min_width=176):
                             seen_query = gr.Image(label="Model input", height=160, width=160, interactive=False,
@@ -418,6 +448,11 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                 api_name="search_drawing")
     sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files],
                           search_outputs, api_name="search_gallery_item")
+    sample_gallery.select(remember_pick, [picked], [pick_position], api_name="remember_pick",
+                          api_visibility="private", show_progress="hidden")
+    compare_pick_button.click(bind(compare_gallery_item, retrieval),
+                              [checkpoint, second_checkpoint, source, k, picked, pick_position, gallery_files],
+                              search_outputs, api_name="compare_gallery_item")
     compare_upload_button.click(bind(compare_upload, retrieval),
                                 [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files],
                                 search_outputs, api_name="compare_upload")

@@ -345,13 +345,14 @@ API = {
     "/download_checkpoint": ["checkpoint_choice"],
     "/compare_upload": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "query_file", "files"],
     "/compare_drawing": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "sketch", "files"],
+    "/compare_gallery_item": ["checkpoint_choice", "second_checkpoint", "source", "k", "files"],
     "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files"],
     "/per_class_metrics": ["checkpoint_choice", "second_checkpoint", "source", "compare", "files"],
 }
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
            "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
-           "list_second_checkpoints"}
+           "list_second_checkpoints", "remember_pick"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):

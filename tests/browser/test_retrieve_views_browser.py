@@ -57,6 +57,24 @@ def test_an_uploaded_query_side_by_side_with_both_ap_at_r(open_page, bundled_app
     screenshot("retrieve-side-by-side", page)
 
 
+def test_a_clicked_gallery_image_side_by_side(open_page, bundled_app_url, screenshot):
+    """Load, click a sample image (its class is the gallery's), then ask for it side by side: both AP@R values, the
+    query left out of the galleries (R = its class's other 11 images)."""
+    page = open_page(bundled_app_url, 1400, 900)
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    page.locator("#load").click()
+    page.get_by_role("tab", name="Pick").click()
+    page.locator("#sample img").nth(5).wait_for(timeout=WAIT_MS)
+    page.locator("#sample img").nth(5).click()
+    page.wait_for_function("() => document.querySelectorAll('#results .result-tile').length >= 8", timeout=WAIT_MS)
+    page.locator("#compare-pick").click()
+    page.wait_for_function("() => document.querySelectorAll('#results .side-figures').length === 2",
+                           timeout=WAIT_MS)
+    for text in page.locator("#results .side-figures").all_inner_texts():
+        assert re.search(r"AP@R [01]\.\d{3} · first correct #\d+ · 11 of its class", text), text
+
+
 def test_side_by_side_on_a_phone(open_page, bundled_app_url, glyph_query, screenshot):
     page = open_page(bundled_app_url, *PHONE)
     page.wait_for_selector("#start")

@@ -256,3 +256,38 @@ def test_hostile_second_checkpoints_are_refused_in_words(two, call, message):
     answer = call(service, folders)
     assert answer[0].startswith("⚠️") and message in answer[0] and "/etc" not in answer[0], answer[0]
     assert all(value is None or value == "" for value in answer[1:])
+
+
+def test_a_clicked_sample_image_side_by_side_is_ranked_without_itself(two):
+    service, folders = two
+    _, _, picked = tab.prepare(service, folders["memvir"], tab.TEST_SPLIT)
+    position = 3
+    item = picked["sample"][position]
+    summary, columns, _ = tab.compare_gallery_item(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT,
+                                                   4, picked, position)
+    figures = _shown_figures(summary)
+    for name in ("memvir", "baseline"):
+        checkpoint = service.load_checkpoint(folders[name])
+        gallery = service.test_split_gallery(checkpoint)
+        query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0]
+        vectors, labels = reference_embeddings(service, folders[name])
+        average_precision, first_correct, same = reference_figures(vectors, labels, query.numpy().astype(np.float64),
+                                                                   labels[item], exclude=item)
+        assert figures[name] == (round(average_precision, 3), first_correct)
+        assert f"{same} of its class in the gallery" in summary
+    unclicked = tab.compare_gallery_item(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 4, picked,
+                                         None)
+    assert "click an image of the Pick tab first" in unclicked[0]
+
+
+def test_remembering_a_click_names_a_shown_image_or_nothing():
+    picked = {"sample": [5, 9, 12], "gallery": "g"}
+
+    class Event:
+        def __init__(self, index):
+            self.index = index
+
+    assert tab.remember_pick(picked, Event(2)) == 2
+    assert tab.remember_pick(picked, Event(3)) is None
+    assert tab.remember_pick(picked, Event("1")) is None
+    assert tab.remember_pick(None, Event(0)) is None
