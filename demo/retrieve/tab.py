@@ -228,14 +228,19 @@ def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoi
     """[(checkpoint, gallery, rankings)] for the first checkpoint, and the second when `compare`; the two must rank
     the same gallery."""
     first, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    ranked = [(first, gallery, retrieval.rankings(first, gallery))]
+    pairs = [(first, gallery)]
     if compare:
         second = side_by_side.load_second(retrieval, first, second_checkpoint)
         _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
         if second_gallery.key != gallery.key:
             raise RetrievalError(f"the two checkpoints search different galleries ({gallery.description} and "
                                  f"{second_gallery.description}): compare checkpoints of the same dataset")
-        ranked.append((second, second_gallery, retrieval.rankings(second, second_gallery)))
+        pairs.append((second, second_gallery))
+    ranked = []
+    for done, (checkpoint, one) in enumerate(pairs):
+        # Seconds the first time for a checkpoint (the default pair is ranked as the app starts), then kept.
+        progress(done / len(pairs), desc="Ranking every image of the gallery against the others (once per checkpoint)")
+        ranked.append((checkpoint, one, retrieval.rankings(checkpoint, one)))
     return ranked
 
 
