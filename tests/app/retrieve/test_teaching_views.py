@@ -291,3 +291,32 @@ def test_remembering_a_click_names_a_shown_image_or_nothing():
     assert tab.remember_pick(picked, Event(3)) is None
     assert tab.remember_pick(picked, Event("1")) is None
     assert tab.remember_pick(None, Event(0)) is None
+
+
+def test_an_uploaded_zip_of_class_folders_gets_the_views_too(two, tmp_path):
+    """A labelled upload is ranked like a test split: its per-class table has its folders, and the queries' mean is
+    the metrics' on the embeddings the service indexed. The metrics search in torch: an untrained model's
+    embeddings lie so close that some similarities tie exactly, and faiss may keep another of the items tied at the
+    last place it returns (memvir.retrieval.knn), where the rankings settle every tie by lower index."""
+    import zipfile
+
+    service, folders = two
+    split = load_dataset("glyphs-mini").test
+    archive = tmp_path / "classes.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        for item in range(0, 60, 2):
+            image_path = tmp_path / f"{item}.png"
+            split.image(item).save(image_path)
+            handle.write(image_path, f"folder {item % 3}/{item}.png")
+    summary, frame, confused, _ = tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.UPLOADED,
+                                                     False, [str(archive)])
+    assert sorted(frame["class"]) == ["folder 0", "folder 1", "folder 2"] and frame["queries"].tolist() == [10] * 3
+    checkpoint = service.load_checkpoint(folders["memvir"])
+    gallery = service.uploaded_gallery([str(archive)])
+    vectors = service.index(checkpoint, gallery).index.vectors()
+    expected = retrieval_metrics(vectors, np.asarray(gallery.labels), backend="torch")
+    ranked = service.rankings(checkpoint, gallery)
+    assert ranked.average_precision.mean() == pytest.approx(expected["map@r"], abs=1e-12)
+    _, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.UPLOADED, "map@r", False,
+                               [str(archive)])
+    assert rows.count('class="hard-row"') == 8
