@@ -250,6 +250,8 @@ class LiveRun:
         run = cls(folder.name, owner, folder, config, kind)
         run.records = read_records(folder / METRICS_LOG)
         run.state, run.message = "finished", f"loaded from {folder.name}"
+        # finished: it trained every step it had, the last one its records name
+        run.total_steps = max((record["step"] for record in run.records if record.get("type") == "step"), default=0)
         return run
 
 

@@ -54,11 +54,13 @@ def progress_line(run: LiveRun) -> str:
         last = done[-1]["step"] if done else 0
         return f"step {last:,} of {run.total_steps:,}"
     parts = [f"epoch {step.epoch + 1} of {epochs}", f"step {step.step:,} of {run.total_steps:,}",
-             f"classes in use s(i) {step.num_classes:,}",
-             f"virtual sets {step.num_virtual_sets} of {run.live_values['memvir_n']}"
-             + (" (warm-up)" if step.warmup else "") if run.live_values["memvir_n"]
-             else "baseline (N = 0): no virtual classes",
-             f"{step.images_per_s:,.0f} images/s"]
+             f"classes in use s(i) {step.num_classes:,}"]
+    if run.live_values["memvir_n"]:
+        parts.append(f"virtual sets {step.num_virtual_sets} of {run.live_values['memvir_n']}"
+                     + (" (warm-up)" if step.warmup else ""))
+    elif run.kind != "baseline":  # a baseline's own line says what it is (`baseline_line`)
+        parts.append("baseline (N = 0): no virtual classes")
+    parts.append(f"{step.images_per_s:,.0f} images/s")
     if run.state == "running" and step.images_per_s > 0:
         left = (run.total_steps - step.step) * run.config.batch_size / step.images_per_s
         parts.append(f"about {format_duration(left)} left")
@@ -78,12 +80,21 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
             lines.append(f"Live change: {run.control_message}")
         baseline = run.baseline
     if baseline is not None:
-        with baseline.lock:
-            lines.append(f"Baseline (N = 0): {STATE_LABELS.get(baseline.state, baseline.state).lower()} · "
-                         f"{progress_line(baseline)}")
+        lines.append(baseline_line(baseline))
     if run.owner != visitor:
         lines.append("You are watching a run started by another visitor (read-only).")
     return "  \n".join(lines)
+
+
+def baseline_line(baseline: LiveRun) -> str:
+    """The status line's words on a run's baseline: what it is (the same settings without MemVir), whether it trains
+    now or was loaded as a finished run of those settings, and its progress."""
+    with baseline.lock:
+        what = "**Baseline** (the same settings with N = 0: no virtual classes)"
+        if baseline.process is None and baseline.state == "finished":  # not trained here: read from its folder
+            return f"{what}: a finished run of these settings, loaded from `{baseline.id}` · {progress_line(baseline)}"
+        progress = STARTING_NOTE if baseline.state == "starting" else progress_line(baseline)
+        return f"{what}: {STATE_LABELS.get(baseline.state, baseline.state).lower()} · {progress}"
 
 
 def curve_key(run: LiveRun | None) -> tuple | None:

@@ -145,10 +145,10 @@ def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Reques
     # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
     tuned = tuned_baseline(run.config) if run else None
     baseline = runs.compare_with_baseline(run.id if run else None, visitor, tuned.settings() if tuned else None)
-    which = words.baseline_optimiser(tuned)
     if baseline.training:
-        return f"{words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE} {which}"
-    return f"Baseline (N = 0): {baseline.message}; it appears in grey on the curves. {which}"
+        return f"{words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE} {words.baseline_optimiser(tuned)}"
+    return (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained again; "
+            f"it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
 
 @reporting(message_slot=0, outputs=1)
@@ -343,6 +343,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                                               reduction, class_lr, adam_eps, loss, loss_scale,
                                                               views.focus_classes],
                        api_name="reset", api_visibility="private")
+    # the answers beside the sliders and the classes box were about the run Reset leaves
+    reset_button.click(None, None, [memvir_notice, views.classes_notice], js="() => ['', '']")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
         slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
                        api_name=name, show_progress="hidden")

@@ -73,6 +73,7 @@ class Views:
     notice: gr.Markdown
     follow: gr.Checkbox
     focus_classes: gr.Textbox
+    classes_notice: gr.Markdown  # the answer to the classes box, beside it
 
 
 def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
@@ -138,5 +139,5 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
                  api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
     focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [classes_notice],
                          api_name="show_classes", api_visibility="private", show_progress="hidden")
-    return Views(status, notice, follow, focus_classes)
+    return Views(status, notice, follow, focus_classes, classes_notice)
 

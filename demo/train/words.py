@@ -88,11 +88,13 @@ BASELINE_ALONE = ("Baseline (N = 0) started: it trains now, on its own, and appe
 BASELINE_STARTING = "Starting the baseline (N = 0): loading its data and model…"
 
 
-def baseline_optimiser(tuned) -> str:
-    """Which optimiser a baseline trains with, in a sentence: the tuned baseline's (a demo.train.presets.Optimiser)
-    or, with none tuned for the run's settings, the run's own."""
+def baseline_optimiser(tuned, trained_before: bool = False) -> str:
+    """Which optimiser a baseline trains with (`trained_before`: was trained with, one loaded from its folder), in a
+    sentence: the tuned baseline's (a demo.train.presets.Optimiser) or, with none tuned for the run's settings, the
+    run's own."""
+    trains = "It was trained with" if trained_before else "It trains with"
     if tuned is None:
-        return ("It trains with this run's own optimiser settings: no baseline was tuned for these settings, so the "
+        return (f"{trains} this run's own optimiser settings: no baseline was tuned for these settings, so the "
                 "comparison is against an untuned baseline.")
-    return (f"It trains with the baseline's own tuned settings ({tuned.describe()}), chosen with the same search as "
+    return (f"{trains} the baseline's own tuned settings ({tuned.describe()}), chosen with the same search as "
             "MemVir's (docs/reproduction.md, \"A fair comparison\").")
