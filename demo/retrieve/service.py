@@ -4,6 +4,7 @@ checkpoints and query class to offer first."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -32,6 +33,7 @@ SAMPLE_SIZE = 48
 # its MISSED_KEPT nearest same-class items ranked after them.
 RANKED_K = 8
 MISSED_KEPT = 4
+_WARM_UP_EXIT_WAIT_S = 60.0
 _CACHE_ENTRIES = 4
 # A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train.trainer writes the
 # row).
@@ -277,22 +279,33 @@ class RetrievalService:
         if choice is None:
             return None
 
+        stopping = threading.Event()
+
         def work():
             try:
                 checkpoint = self.load_checkpoint(choice)
                 gallery = self.test_split_gallery(checkpoint)
                 self.search(checkpoint, gallery, gallery.image(0), k=1)
                 # The hardest-queries and per-class views of the default pair, ready before a visitor opens them.
-                self.rankings(checkpoint, gallery)
                 comparison = self.comparison_checkpoint(choice)
-                if comparison is not None:
-                    other = self.load_checkpoint(comparison)
-                    self.rankings(other, self.test_split_gallery(other))
+                for other in [choice] + ([comparison] if comparison else []):
+                    if stopping.is_set():
+                        return
+                    ranked = self.load_checkpoint(other)
+                    self.rankings(ranked, self.test_split_gallery(ranked))
             except Exception:
                 log.exception("warming up retrieval with %s failed", choice)
 
         thread = threading.Thread(target=work, name="warm-up-retrieval", daemon=True)
         thread.start()
+
+        def finish():
+            # A thread still inside torch when the interpreter shuts down aborts the process (exit status 134):
+            # at exit the warm-up ends the step it is in (a ranking takes seconds) and starts no other.
+            stopping.set()
+            thread.join(timeout=_WARM_UP_EXIT_WAIT_S)
+
+        atexit.register(finish)
         return thread
 
     def index_in_background(self, choice: str) -> threading.Thread:

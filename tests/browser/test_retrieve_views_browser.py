@@ -161,3 +161,24 @@ def test_the_per_class_table(open_page, bundled_app_url, screenshot):
     page.locator("#per-class-csv a").first.wait_for(timeout=WAIT_MS)
     assert int(page.locator("#confused-pairs [role=grid]").get_attribute("aria-rowcount")) > 1
     screenshot("retrieve-per-class", page)
+
+
+def test_hardest_and_per_class_on_a_phone(open_page, bundled_app_url, screenshot):
+    page = open_page(bundled_app_url, *PHONE)
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    page.get_by_role("tab", name="Hardest").click()
+    page.locator("#show-hardest").click()
+    page.wait_for_function("() => document.querySelectorAll('#hardest .hard-row').length >= 8", timeout=WAIT_MS)
+    widest = page.evaluate("""() => Math.max(...[...document.querySelectorAll('#hardest .result-tile')]
+        .map(t => t.getBoundingClientRect().right))""")
+    assert widest <= PHONE[0] + 1  # every tile on the screen: the rows wrap
+    page.evaluate("document.querySelector('#hardest').scrollIntoView({block: 'start'})")
+    screenshot("retrieve-hardest-phone", page, full_page=False)
+    page.get_by_role("tab", name="Per class").click()
+    page.locator("#show-per-class").click()
+    page.wait_for_function("() => document.querySelector('#per-class-summary').innerText.includes('classes of')",
+                           timeout=WAIT_MS)
+    box = page.locator("#per-class-table").bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE[0] + 1  # the table scrolls inside its box
+    screenshot("retrieve-per-class-phone", page)

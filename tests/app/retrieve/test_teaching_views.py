@@ -320,3 +320,21 @@ def test_an_uploaded_zip_of_class_folders_gets_the_views_too(two, tmp_path):
     _, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.UPLOADED, "map@r", False,
                                [str(archive)])
     assert rows.count('class="hard-row"') == 8
+
+
+def test_warming_up_ranks_the_default_pair_so_the_views_rank_nothing(two, monkeypatch):
+    import memvir.retrieval.ranking
+
+    _, folders = two
+    ranked = []
+    real = memvir.retrieval.ranking.rank_gallery
+    monkeypatch.setattr(memvir.retrieval.ranking, "rank_gallery",
+                        lambda *args, **kwargs: ranked.append(args[0].shape) or real(*args, **kwargs))
+    checkpoints = Path(folders["memvir"]).parent
+    service = RetrievalService(AppSettings(data_dir=checkpoints.parent / "fresh-data", checkpoints_dir=checkpoints,
+                                           umap=False))
+    service.warm_up().join(120)
+    assert ranked == [(288, 16), (288, 16)]  # the MemVir checkpoint and its baseline
+    tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
+    tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
+    assert len(ranked) == 2
