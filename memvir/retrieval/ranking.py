@@ -62,7 +62,7 @@ class QueryRankings:
         found = self.missed[position] >= 0
         return {
             "query": int(self.query[position]),
-            "label": self.label[position].item() if hasattr(self.label[position], "item") else self.label[position],
+            "label": self.label[position].item(),  # a numpy scalar as the plain int or str it holds
             "same_class": int(self.same_class[position]),
             "neighbours": self.neighbours[position, : self.k].tolist(),
             "scores": self.scores[position, : self.k].tolist(),
