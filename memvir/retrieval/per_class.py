@@ -2,8 +2,8 @@
 
 Each class's Recall@1, R-Precision and MAP@R are the means over its queries of what docs/method.md, "Evaluation"
 defines per query (memvir.retrieval.ranking gives them), so the mean of a column over all queries (each class weighted
-by its queries) is `retrieval_metrics`' value. A confusion is a neighbour of another class among a query's first R:
-what R-Precision counts against it.
+by its queries) is `retrieval_metrics`' value (its torch search's, which settles ties as the rankings do). A confusion
+is a neighbour of another class among a query's first R: what R-Precision counts against it.
 """
 
 from __future__ import annotations
