@@ -62,6 +62,7 @@ def test_typed_numbers_left_in_their_boxes_are_what_start_trains_and_the_status_
     n_box.press_sequentially("5")
     page.evaluate("() => window.scrollBy(0, 400)")
     assert not _inside_viewport(page, "#run-status")
+    assert _inside_viewport(page, "#start")  # the run's buttons stay in sight down the settings
     page.locator("#start").click()
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Started run')",
                            timeout=WAIT_MS)
