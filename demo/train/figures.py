@@ -36,10 +36,10 @@ AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
 _AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
 _AGE_STOPS = go.scatter.Marker(colorscale=AGE_COLORSCALE).colorscale  # the scale's colour stops, as plotly sends them
 COLOR_BY = ("age", "class")
-# Live-change notes ("N 2 -> 3 at step 429"), 9 px text: each is given the width of its characters on a plot area of
-# CONTROL_PLOT_PX (the loss chart's at the narrowest desktop page; wider pages only spread them more), and a note that
-# would overlap one in its row goes to the row above, CONTROL_LANE_PX higher. Past CONTROL_LANES rows a note keeps
-# its arrow and gives its words to the hover only, rather than print over another.
+# Live-change notes ("N 2 -> 3 at step 429"), 9 px text starting at the note's arrow: each is given the width of its
+# characters on a plot area of CONTROL_PLOT_PX (the loss chart's at the narrowest desktop page; wider pages only spread
+# them more), and stacked in rows CONTROL_LANE_PX apart so that none overlaps another or is crossed by another's arrow
+# (control_lanes). Past CONTROL_LANES rows a note keeps its arrow and gives its words to the hover only.
 CONTROL_NOTE_CHARS = 34
 CONTROL_CHAR_PX = 5.4
 CONTROL_PLOT_PX = 600
@@ -183,21 +183,24 @@ def control_note(record: dict) -> tuple[int, str, str]:
 
 
 def control_lanes(steps: list[int], texts: list[str], span: int) -> list[int | None]:
-    """The row (0 = lowest) of each live-change note, `steps` in order, so that no two notes' words overlap: each
-    is as wide as its characters (CONTROL_CHAR_PX a character on CONTROL_PLOT_PX for the `span` of steps) and goes in
-    the lowest row where it clears the notes already there; None past CONTROL_LANES rows (an arrow, words on hover)."""
-    steps_per_px = max(span, 1) / CONTROL_PLOT_PX
-    right_edges: list[float] = []  # per row, where its rightmost note ends, in steps
-    lanes = []
-    for step, text in zip(steps, texts, strict=True):
-        half = (len(text) * CONTROL_CHAR_PX / 2 + 3) * steps_per_px  # 3 px of the note's background either side
-        lane = next((row for row, edge in enumerate(right_edges) if edge <= step - half), None)
-        if lane is None and len(right_edges) < CONTROL_LANES:
-            lane = len(right_edges)
-            right_edges.append(0.0)
-        if lane is not None:
-            right_edges[lane] = step + half
-        lanes.append(lane)
+    """The row (0 = lowest) of each live-change note, so that no two notes' words overlap and no note's arrow
+    crosses another's words. A note's words start at its arrow and are as wide as its characters
+    (CONTROL_CHAR_PX a character on CONTROL_PLOT_PX for the `span` of steps); placed from the right, each goes in the
+    lowest row above every arrow its words would cover where it clears the words already there. None past
+    CONTROL_LANES rows: an arrow, its words on hover."""
+    px_per_step = CONTROL_PLOT_PX / max(span, 1)
+    placed: list[tuple[float, float, int, float]] = []  # (left, right, row, arrow), in pixels
+    lanes: list[int | None] = [None] * len(steps)
+    for index in sorted(range(len(steps)), key=lambda i: steps[i], reverse=True):
+        arrow = steps[index] * px_per_step
+        left, right = arrow - 3, arrow + len(texts[index]) * CONTROL_CHAR_PX + 3  # 3 px of background either side
+        lane = max((row + 1 for _, _, row, other in placed if left <= other <= right), default=0)
+        while any(row == lane and other_left < right and left < other_right
+                  for other_left, other_right, row, _ in placed):
+            lane += 1
+        if lane < CONTROL_LANES:
+            lanes[index] = lane
+            placed.append((left, right, lane, arrow))
     return lanes
 
 
@@ -262,8 +265,9 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
     lanes = control_lanes([step for step, _, _ in notes], [text for _, text, _ in notes], span)
     for (step, text, message), lane in zip(notes, lanes, strict=True):
         annotations.append(dict(name="control", text=text if lane is not None else "", hovertext=message, x=step,
-                                xref="x", y=0, yref="paper", yanchor="bottom", showarrow=True, arrowhead=2,
-                                arrowsize=0.8, ax=0, ay=-22 - CONTROL_LANE_PX * (lane if lane is not None else 0),
+                                xref="x", xanchor="left", y=0, yref="paper", yanchor="bottom", showarrow=True,
+                                arrowhead=2, arrowsize=0.8, ax=0,
+                                ay=-22 - CONTROL_LANE_PX * (lane if lane is not None else 0),
                                 font=dict(size=9, color="#7048e8"), arrowcolor="#7048e8",
                                 bgcolor="rgba(255,255,255,0.8)"))
 

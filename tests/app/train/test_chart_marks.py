@@ -45,20 +45,20 @@ def test_a_live_change_is_kept_as_the_trainer_recorded_it():
     assert (note.text, note.x) == ("N 2 -> 3 at step 429", 429)
 
 
-def _note_boxes(figure, span: int) -> list[tuple[float, float, float]]:
-    """(left, right, row height) in pixels of each note with words, on CONTROL_PLOT_PX for `span` steps."""
-    boxes = []
+def _notes(figure, span: int) -> list[tuple[float, float, float, float]]:
+    """(left, right, height, arrow) in pixels of each note with words, on CONTROL_PLOT_PX for `span` steps: its words
+    start at its arrow (xanchor left), as wide as their characters; its arrow rises from the axis to `height`."""
+    notes = []
     for note in figure.layout.annotations:
         if note.name == "control" and note.text:
-            centre = note.x * CONTROL_PLOT_PX / span
-            half = len(note.text) * CONTROL_CHAR_PX / 2
-            boxes.append((centre - half, centre + half, note.ay))
-    return boxes
+            arrow = note.x * CONTROL_PLOT_PX / span
+            notes.append((arrow, arrow + len(note.text) * CONTROL_CHAR_PX, -note.ay, arrow))
+    return notes
 
 
-def test_many_live_changes_close_together_never_print_over_each_other():
-    """Twelve changes a few steps apart on a 1,000-step run: every pair of notes in the same row is apart by at
-    least their half widths (checked pair by pair), and the notes that find no row keep their arrow and hover."""
+def test_many_live_changes_close_together_never_print_over_each_other_nor_cross_each_other():
+    """Twelve changes a few steps apart on a 1,000-step run, checked pair by pair: no two notes in a row overlap, and
+    no note's arrow rises through the words of a lower note; the notes that find no row keep their arrow and hover."""
     records = [{"type": "step", "step": step, "loss": 1.0, "num_virtual_sets": 0, "warmup": False}
                for step in (1, 1000)]
     for index in range(12):
@@ -66,17 +66,22 @@ def test_many_live_changes_close_together_never_print_over_each_other():
                         "message": f"memvir_n {index} -> {index + 1}: applied at step {101 + 7 * index}",
                         "memvir_n": index + 1})
     figure = curves_figure(records)
-    boxes = _note_boxes(figure, 1000)
-    assert len(boxes) == 6  # six rows
-    for i, (left, right, row) in enumerate(boxes):
-        for other_left, other_right, other_row in boxes[i + 1:]:
-            if row == other_row:
+    notes = _notes(figure, 1000)
+    assert len(notes) == 6 and len({height for _, _, height, _ in notes}) == 6  # six rows
+    for left, right, height, _ in notes:
+        for other_left, other_right, other_height, other_arrow in notes:
+            if (left, height) == (other_left, other_height):
+                continue
+            if height == other_height:
                 assert right <= other_left or other_right <= left
-    assert len({row for _, _, row in boxes}) == 6
-    notes = [note for note in figure.layout.annotations if note.name == "control"]
-    assert [note.x for note in notes] == [101 + 7 * index for index in range(12)]
-    silent = [note for note in notes if not note.text]
-    assert len(silent) == 6 and silent[0].hovertext == "N 6 -> 7: applied at step 143"
+            if other_height > height:  # its arrow rises past this note's row
+                assert not left < other_arrow < right
+    annotations = [note for note in figure.layout.annotations if note.name == "control"]
+    assert [note.x for note in annotations] == [101 + 7 * index for index in range(12)]
+    silent = [note for note in annotations if not note.text]
+    # placed from the right: the last six have the rows, the first six an arrow each
+    assert [note.x for note in silent] == [101 + 7 * index for index in range(6)]
+    assert silent[0].hovertext == "N 0 -> 1: applied at step 101"
 
 
 def spread_record(step: int, ages: dict[int, float]) -> dict:

@@ -135,22 +135,23 @@ def test_control_events_are_small_annotations_at_the_step_they_applied_at():
 
 
 def test_live_change_notes_in_the_controls_words_stack_instead_of_printing_over_each_other():
-    # span 1,000 steps on 600 px: 1.67 steps a pixel. "N 2 -> 3 at step 101" (20 characters) is 108 px wide plus
-    # 3 px either side: 114 px, 190 steps, so notes less than 190 steps apart need another row.
+    # span 1,000 steps on 600 px: 0.6 px a step. "N 2 -> 3 at step 101" (20 characters) starts at its arrow and is
+    # 108 px wide, plus 3 px either side. Placed from the right: a note goes above every arrow its words cover.
     texts = ["N 2 -> 3 at step 101"] * 6
-    assert control_lanes([100, 150, 200, 400, 420, 900], texts, 1000) == [0, 1, 2, 0, 1, 0]
-    # six rows, then an arrow without words (None)
-    assert control_lanes([10, 11, 12, 13, 14, 15, 16], texts + texts[:1], 1000) == [0, 1, 2, 3, 4, 5, None]
-    # a narrow note clears a wide one where the wide one would not: widths are the notes' own
-    assert control_lanes([100, 260], ["N 2 -> 3 at step 101", "N 3 -> 4, M 10 -> 5 at step 261"], 1000) == [0, 1]
-    assert control_lanes([100, 260], ["M 1 -> 2 at step 9", "N 3 at 5"], 1000) == [0, 0]
+    # at px 540, 252, 240 (covers 252: above it), 120, 90 (covers 120), 60 (covers 90 and 120)
+    assert control_lanes([100, 150, 200, 400, 420, 900], texts, 1000) == [2, 1, 0, 1, 0, 0]
+    # each covers the arrow on its right: six rows, then an arrow without words (None)
+    assert control_lanes([10, 11, 12, 13, 14, 15, 16], texts + texts[:1], 1000) == [None, 5, 4, 3, 2, 1, 0]
+    # the notes' own widths decide: at px 60 and 180, a 20-character note ends at 171, a 31-character one at 230
+    assert control_lanes([100, 300], ["M 1 -> 2 at step 9", "N 3 at 5"], 1000) == [0, 0]
+    assert control_lanes([100, 300], ["N 3 -> 4, M 10 -> 5 at step 261", "N 3 at 5"], 1000) == [1, 0]
     records = RUN[:4] + [{"type": "control", "step": 35, "message": "memvir_n 2 -> 3: applied at step 36"},
                          {"type": "control", "step": 38, "message": "memvir_m 50 -> 10: applied at step 39"}]
     notes = [note for note in curves_figure(records).layout.annotations if note.name == "control"]
-    # in the controls' words, not the settings' names
-    assert [(note.text, note.x, note.ay) for note in notes] == [("N 2 -> 3 at step 36", 36, -22),
-                                                                 ("M 50 -> 10 at step 39", 39, -36)]
-    assert notes[1].hovertext == "M 50 -> 10: applied at step 39"
+    # in the controls' words, not the settings' names; the first note's words would cover the second's arrow
+    assert [(note.text, note.x, note.ay) for note in notes] == [("N 2 -> 3 at step 36", 36, -36),
+                                                                 ("M 50 -> 10 at step 39", 39, -22)]
+    assert notes[1].hovertext == "M 50 -> 10: applied at step 39" and notes[0].xanchor == "left"
 
 
 def test_baseline_is_overlaid_in_grey_only_when_given():
