@@ -96,5 +96,5 @@
             document.querySelectorAll(".js-plotly-plot").forEach(fit);
             showNewNotices();
         });
-    }).observe(document.body, {childList: true, subtree: true, characterData: true});
+    }).observe(document.body, {childList: true, subtree: true});
 }
