@@ -20,10 +20,10 @@ from demo.common.inputs import InputRefused, check_text
 from demo.common.settings import AppSettings
 from demo.retrieve import tab as retrieve_tab
 from demo.retrieve.service import RetrievalService
+from demo.runs.audience import POLL_SECONDS
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train.live_view import FigureBuilder
-from demo.train.poll import POLL_SECONDS
 
 log = logging.getLogger(__name__)
 CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
@@ -94,7 +94,9 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         with gr.Tabs():
             train = train_tab.build(runs, figures, visitor, timer)
             checkpoint = retrieve_tab.build(retrieval)
+        # queue=False: every tab sends it once as it opens, and it only reads (the visitor's run, the checkpoint
+        # list), so tabs must not wait in line for one another's (docs/benchmarks.md, "Many watchers").
         blocks.load(bind(on_load, runs, retrieval), [visitor],
                     [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load",
-                    api_visibility="private")
+                    api_visibility="private", queue=False)
     return App(blocks, runs, retrieval, settings, figures)

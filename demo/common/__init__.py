@@ -6,4 +6,6 @@
 - `cores`: cores shared between the web server and the runs' processes.
 - `inputs`: numbers typed into the page or sent to its API, checked.
 - `uploads`, `upload_store`: checks on uploaded images and zips; the folder of unpacked uploads.
+- `shims`: every use of gradio and plotly outside their documented APIs, each checked against the pinned version.
+- `shared_plot`: `SharedPlot`, a plot whose figure is written to JSON once for every page that is sent it.
 """

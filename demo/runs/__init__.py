@@ -5,4 +5,5 @@
 - `process`: `RunProcess`, a run's Trainer in its own process. `child`: inside that process.
 - `messages`: what the server and a run's process say to each other. `snapshot_transport`: snapshots as small files.
 - `memory_budget`: MemVir's memory against the app's budget.
+- `audience`: the pages watching each run, and how often each should poll.
 """

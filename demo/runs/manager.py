@@ -19,6 +19,7 @@ from pathlib import Path
 
 from demo.common.cores import training_threads
 from demo.common.settings import AppSettings
+from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun, read_records
 from demo.runs.memory_budget import RingShape, check_memory, memory_budget
 from demo.runs.messages import LaunchSpec, Ready
@@ -84,6 +85,7 @@ class RunManager:
         self._umap_worker = umap_worker
         self._lock = threading.RLock()
         self._runs: dict[str, LiveRun] = {}
+        self.audience = Audience()  # the pages watching each run, and how often each polls
 
     @property
     def umap_worker(self):

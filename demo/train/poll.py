@@ -16,12 +16,11 @@ from dataclasses import dataclass
 import gradio as gr
 
 from demo.common.handlers import visitor_key
+from demo.runs.audience import POLL_SECONDS
 from demo.runs.manager import RunManager
 from demo.train import live_view
 from demo.train.live_view import FigureBuilder
 from demo.train.results_table import results_key
-
-POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,7 @@ class PollState:
     embedding: EmbeddingSent | None = None  # None: nothing sent yet
     scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
     views: str | None = None  # the views key last sent (views_key); None: nothing sent yet
+    interval: float = POLL_SECONDS  # the page's poll interval as last sent (demo.runs.audience)
 
 
 def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, follow, visitor=None,
@@ -60,13 +60,24 @@ def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, f
     visitor = visitor_key(visitor, request)
     run = runs.attach(visitor, state.run_id, after=state.after)
     _use_umap(runs, run, color_by)
-    status = live_view.status_markdown(run, visitor)
+    interval, pages = runs.audience.interval(run, visitor)
+    status = live_view.status_markdown(run, visitor) + crowd_note(interval, pages)
     curves, sent_curves = _curves(figures, run, state.curves)
     (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
     views = views_key(figures, run)
     new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
-                                    embedding=sent_embedding, views=views)
-    return new_state, status, *curves, embedding, caption, slider, views if views != state.views else gr.skip()
+                                    embedding=sent_embedding, views=views, interval=interval)
+    timer = gr.update(value=interval) if interval != state.interval else gr.skip()
+    return (new_state, status, *curves, embedding, caption, slider, timer,
+            views if views != state.views else gr.skip())
+
+
+def crowd_note(interval: float, pages: int) -> str:
+    """What the status line adds where a crowd slows this page's polls (demo.runs.audience)."""
+    if interval <= POLL_SECONDS:
+        return ""
+    return (f"  \n*{pages} pages are watching this run: this one updates every {interval:.0f} s "
+            "(its owner's every second).*")
 
 
 def views_key(figures: FigureBuilder, run) -> str:

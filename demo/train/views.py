@@ -14,6 +14,7 @@ import gradio as gr
 
 from demo.common.handlers import bind, reporting, visitor_key
 from demo.common.inputs import whole_numbers
+from demo.common.shared_plot import SharedPlot
 from demo.common.shims import refuse_outside_choices
 from demo.runs.manager import RunManager
 from demo.train import live_view, words
@@ -82,18 +83,18 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
     notice = gr.Markdown("", elem_id="notice")
     results = gr.Markdown("", elem_id="results-table")
-    curves_plot = gr.Plot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
+    curves_plot = SharedPlot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
     with gr.Row():
-        classes_plot = gr.Plot(label="Classes in use s(i)", show_label=False, elem_id="classes-plot")
-        cosine_plot = gr.Plot(label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
+        classes_plot = SharedPlot(label="Classes in use s(i)", show_label=False, elem_id="classes-plot")
+        cosine_plot = SharedPlot(label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
     with gr.Row():
-        drift_plot = gr.Plot(label="Virtual classes against the live ones", show_label=False, elem_id="drift-plot")
-        spread_plot = gr.Plot(label="How the real classes spread", show_label=False, elem_id="spread-plot")
+        drift_plot = SharedPlot(label="Virtual classes against the live ones", show_label=False, elem_id="drift-plot")
+        spread_plot = SharedPlot(label="How the real classes spread", show_label=False, elem_id="spread-plot")
     gr.Markdown(words.SPREAD_HELP, elem_classes="small-note", padding=True)
     with gr.Group():
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
-                embedding_plot = gr.Plot(label="Embedding snapshot", show_label=False, elem_id="embedding-plot")
+                embedding_plot = SharedPlot(label="Embedding snapshot", show_label=False, elem_id="embedding-plot")
             with gr.Column(scale=2, min_width=260):
                 gr.Markdown(words.SNAPSHOT_HELP, elem_classes="small-note", padding=True)
         with gr.Row():
@@ -121,7 +122,7 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
                [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step,
-                views_key], api_name="poll", show_progress="hidden", queue=False)
+                timer, views_key], api_name="poll", show_progress="hidden", queue=False)
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its
     # snapshots), never while a page rests, rather than after every poll.
     views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],

@@ -20,6 +20,7 @@ from demo.common.settings import AppSettings
 from demo.page import App, build_app, on_load
 from demo.retrieve import tab as retrieve_tab
 from demo.retrieve.service import RetrievalService
+from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
@@ -46,12 +47,13 @@ def _message(figure) -> str:
 
 # ---------------------------------------------------------------------------------------------- the poll
 class StandInRuns:
-    """What the poll asks of a RunManager: the run a page shows, and UMAP (off)."""
+    """What the poll asks of a RunManager: the run a page shows, UMAP (off), and who watches (a real Audience)."""
 
     umap_worker = None
 
-    def __init__(self):
+    def __init__(self, clock=time.monotonic):
         self.run = None
+        self.audience = Audience(clock=clock)
 
     def attach(self, visitor, viewed_id=None, after=None):
         return self.run
@@ -89,23 +91,51 @@ def _live_run(tmp_path) -> LiveRun:
     return run
 
 
+def test_a_crowd_s_pages_poll_at_their_share_and_the_owner_s_every_second(tmp_path):
+    """40 pages watch alice's run: the 39 others' pages share 8 polls a second (one each 5 s), alice's polls every
+    second; the timer is sent only when a page's interval changes, and the status line says why it slowed."""
+    now = [0.0]
+    runs, figures = StandInRuns(clock=lambda: now[0]), StandInFigures()
+    runs.run = _live_run(tmp_path)
+    states = {f"v{k}": PollState() for k in range(39)}
+    answers = {}
+    for visitor in states:  # all arrive within a second
+        states[visitor], status, *_, timer, _ = poll(runs, figures, states[visitor], "age", True, visitor=visitor)
+        answers[visitor] = (status, timer)
+    # the first four pages are few enough for a poll a second; from the fifth on, ceil(pages / 8) seconds
+    assert [answers[f"v{k}"][1] for k in range(4)] == [SKIP] * 4
+    assert answers["v4"][1] == SKIP  # 5 pages / 8: still a second
+    assert answers["v8"][1] == gr.update(value=2.0) and answers["v38"][1] == gr.update(value=5.0)
+    assert "39 pages are watching this run: this one updates every 5 s" in answers["v38"][0]
+    assert "pages are watching" not in answers["v0"][0]
+    owner_state, status, *_, timer, _ = poll(runs, figures, PollState(), "age", True, visitor="alice")
+    assert timer == SKIP and "pages are watching" not in status  # 40 pages, but alice owns the run
+    # the same interval again: no timer sent
+    assert poll(runs, figures, states["v38"], "age", True, visitor="v38")[-2] == SKIP
+    # the crowd leaves (no poll for 13 s); one page left polls every second again
+    now[0] += 13.0
+    _, status, *_, timer, _ = poll(runs, figures, states["v38"], "age", True, visitor="v38")
+    assert timer == gr.update(value=1.0) and "pages are watching" not in status
+
+
 def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     runs, figures = StandInRuns(), StandInFigures()
 
     # a fresh page, no run: the empty views once, then nothing new
-    state, status, *views, key = poll(runs, figures, PollState(), "age", True, visitor="bob")
+    state, status, *views, timer, key = poll(runs, figures, PollState(), "age", True, visitor="bob")
     assert status.startswith("**Ready.**")
     assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
                                                        gr.update(maximum=1, value=1))
     assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
     assert key == "no run"  # the page's second poll: the empty spread figures and no results table
-    again, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    assert timer == SKIP  # one page, no crowd: its timer stays at a poll a second
+    again, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert views == [SKIP] * 6 and again == state and key == SKIP
 
     # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
     runs.run = _live_run(tmp_path)
-    state, status, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, status, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert status.startswith("**Training** · step 0 of 45")
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
@@ -114,11 +144,11 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
                               views=running)
     assert key == running
-    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 7
+    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 8
 
     # new records and the first snapshot: both views, the slider moved to the snapshot's step
     figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
-    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
                      "caption of step 30", gr.update(maximum=30, value=30)]
     assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
@@ -126,26 +156,26 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
 
     # a spread measure: the spread figures redrawn, and the page asks for them
     figures.spread_key = ("r1", 30)
-    state, _, *views, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
     assert views == [SKIP] * 6 and key == repr((("r1", 30), ("r1", "running", None)))
 
     # another colouring is another picture; the curves are as they were
-    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
 
     # not following: only the slider's range, once per change to the run's snapshots
-    state, _, *views, key = poll(runs, figures, state, "class", False, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "class", False, visitor="bob")
     assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
     assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
-    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 7
+    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 8
 
     # following again: the latest picture at once
-    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
 
     # the run forgotten: the empty views again
     runs.run = None
-    state, _, *views, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
     assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
     assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
 

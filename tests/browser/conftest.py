@@ -42,6 +42,12 @@ def _serve(app):
     return f"http://127.0.0.1:{port}/"
 
 
+@pytest.fixture
+def serve():
+    """Serve an app of a test's own (`_serve`); the test closes it."""
+    return _serve
+
+
 @pytest.fixture(scope="session")
 def app_root(tmp_path_factory):
     """The app's folder: its runs are under data/runs."""

@@ -205,7 +205,8 @@ def test_the_fair_study_row_is_the_settings_of_the_fair_comparison_s_balanced_fi
     study = importlib.import_module("fair_study")
     profile = study.PROFILES["cpu"]
     chosen = study.chosen_settings(study.Results(root / "docs/reproduction/fair/results.json"), profile)
-    words = study.Job("final", "memvir-balanced", chosen["memvir-balanced"], seed=0).args(profile)[2:] + ["--out", "unused"]
+    final = study.Job("final", "memvir-balanced", chosen["memvir-balanced"], seed=0)
+    words = final.args(profile)[2:] + ["--out", "unused"]
     args = vars(build_parser().parse_args(words))
     flags, text = STUDY_ROWS[2]
     assert text == FAIR_ON_GLYPHS

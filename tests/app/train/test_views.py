@@ -183,10 +183,12 @@ class _RecordingUmap:
 
 
 class _OneRun:
-    """What the poll asks of a RunManager: one run and a UMAP worker."""
+    """What the poll asks of a RunManager: one run, a UMAP worker, and who watches."""
 
     def __init__(self, run):
-        self.run, self.umap_worker = run, _RecordingUmap()
+        from demo.runs.audience import Audience
+
+        self.run, self.umap_worker, self.audience = run, _RecordingUmap(), Audience()
         self.used = []
         run.use_umap = self.used.append
 

@@ -1,0 +1,188 @@
+"""Many watchers of one training run: what a crowd of open pages costs the page, the polls and the run.
+
+Run: .venv/bin/python bench/bench_watchers.py [--watchers 40] [--seconds 60] [--quiet-s 30]
+
+`python app.py` in a subprocess trains one run (bench_app's settings, started through gradio_client, its owner's page
+polling once a second). Once its memory is full the run trains a quiet window (its owner only), then `--watchers`
+visitors arrive within two seconds and stay `--seconds`, each as a browser tab does: it fetches the page, sends the
+load event, then polls at the interval the server sets its timer to (a second at first; a crowd's pages are slowed,
+demo.runs.audience) and sends the second poll when the first says the views changed; then another quiet window.
+Each visitor is its own session. Printed as a markdown table (for docs/benchmarks.md): the page and
+the load event as each visitor waited for them (median, p99), every poll's answer time (median, p99), the polls
+answered against those due at each page's interval, and the run's steps a second while watched against the mean of
+the quiet windows before and after (the same run in the same minutes: a machine's drifting load touches both).
+"""
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_app import APP_SETTINGS, PagePolls, percentile, start_app  # noqa: E402 - bench/ is on the path now
+
+ARRIVAL_S = 2.0  # the crowd arrives within this many seconds, as after a link is shared
+
+
+def last_step(run_dir: Path) -> int:
+    """The newest step the run's metrics.jsonl records (its logged steps: every few steps)."""
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []  # written from the run's first logged step
+    steps = [json.loads(line)["step"] for line in lines if '"type": "step"' in line]
+    return steps[-1] if steps else 0
+
+
+def steps_per_s(run_dir: Path, seconds: float, during=None) -> float:
+    """The run's steps a second over `seconds` (while `during`, a callable started in a thread, runs)."""
+    worker = threading.Thread(target=during, daemon=True) if during else None
+    first, began = last_step(run_dir), time.perf_counter()
+    if worker:
+        worker.start()
+    time.sleep(seconds)
+    rate = (last_step(run_dir) - first) / (time.perf_counter() - began)
+    if worker:
+        worker.join()
+    return rate
+
+
+def load_event(url: str) -> dict:
+    """The page's load event as its config describes it: its index and whether the browser queues it."""
+    import httpx
+
+    config = httpx.get(f"{url}config", timeout=60).json()
+    (load,) = [d for d in config["dependencies"] if d.get("api_name") == "load"]
+    return {"fn_index": load["id"], "queued": load.get("queue") is not False}
+
+
+class Visitor:
+    """One open tab: the page, its load event, then a poll a second until `until` (perf_counter)."""
+
+    def __init__(self, url: str, load: dict):
+        self.page = PagePolls(url, uuid.uuid4().hex[:11])
+        self.url, self.load = url, load
+        self.page_s = self.load_s = float("nan")
+        self.poll_s: list[float] = []
+        self.interval = 1.0  # seconds between its polls, as the server last set its timer
+        self.due = 0.0  # the polls its interval asked for
+
+    def _load(self) -> None:
+        """As the browser sends it: one POST where the event is not queued, else a place in the queue and its
+        event stream until the answer."""
+        if not self.load["queued"]:
+            self.page._post("load", [None])
+            return
+        http, session = self.page.http, self.page.session_hash
+        http.post(f"{self.url}gradio_api/queue/join", json={
+            "data": [None], "fn_index": self.load["fn_index"], "session_hash": session, "event_data": None,
+            "trigger_id": None}).raise_for_status()
+        with http.stream("GET", f"{self.url}gradio_api/queue/data", params={"session_hash": session}) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data:") and json.loads(line[5:]).get("msg") == "process_completed":
+                    return
+
+    def visit(self, delay: float, until: float) -> None:
+        time.sleep(delay)
+        began = time.perf_counter()
+        self.page.http.get(self.url).raise_for_status()
+        self.page_s = time.perf_counter() - began
+        began = time.perf_counter()
+        self._load()
+        self.load_s = time.perf_counter() - began
+        watched_from = time.perf_counter()
+        while (now := time.perf_counter()) < until:
+            answer = self.page._post("poll", [None, "few", True, None])
+            self.poll_s.append(time.perf_counter() - now)
+            timer = answer[-2]  # the page's timer, where the server changes its interval (demo.runs.audience)
+            if isinstance(timer, dict) and timer.get("value") is not None:
+                self.interval = float(timer["value"])
+            if isinstance(answer[-1], str):  # a new views key: the page's second poll
+                self.page._post("poll_views", [None, None, None])
+            time.sleep(max(0.0, self.interval - (time.perf_counter() - now)))
+        self.due = (until - watched_from) / self.interval
+
+
+def crowd(url: str, watchers: int, seconds: float) -> list[Visitor]:
+    load = load_event(url)
+    visitors = [Visitor(url, load) for _ in range(watchers)]
+    until = time.perf_counter() + ARRIVAL_S + seconds
+    with ThreadPoolExecutor(watchers) as pool:
+        for future in [pool.submit(v.visit, random.uniform(0, ARRIVAL_S), until) for v in visitors]:
+            future.result()
+    return visitors
+
+
+def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
+    from gradio_client import Client
+
+    random.seed(0)
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the run may write as it ends
+        data = Path(tmp)
+        server, url, _ = start_app(data)
+        owner_polling = threading.Event()
+        try:
+            time.sleep(3)  # the background import of the trainer, as for a visitor reading the page
+            client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
+            owner = PagePolls(url, client.session_hash)
+            client.predict(**{**APP_SETTINGS, "eval_every": 0}, epochs=50, api_name="/start")
+            run_dir = next((data / "runs").iterdir())
+
+            def owner_polls():
+                while not owner_polling.is_set():
+                    owner.poll()
+                    time.sleep(1.0)
+
+            threading.Thread(target=owner_polls, daemon=True).start()
+            while last_step(run_dir) < 80:  # past the first steps and the memory filling (bench_app)
+                time.sleep(0.5)
+            before = steps_per_s(run_dir, quiet_s)
+            visitors: list[Visitor] = []
+            watched = steps_per_s(run_dir, ARRIVAL_S + seconds,
+                                  during=lambda: visitors.extend(crowd(url, watchers, seconds)))
+            after = steps_per_s(run_dir, quiet_s)
+            owner_polling.set()
+            client.predict(api_name="/stop")
+        finally:
+            server.terminate()
+            server.wait(30)
+    polls = [s for v in visitors for s in v.poll_s]
+    return {"watchers": watchers, "seconds": seconds, "page_s": [v.page_s for v in visitors],
+            "load_s": [v.load_s for v in visitors], "poll_s": polls, "polls_due": sum(v.due for v in visitors),
+            "intervals": sorted({v.interval for v in visitors}),
+            "speed_ratio": watched / statistics.mean([before, after]), "quiet": (before, after), "watched": watched}
+
+
+def table(result: dict) -> str:
+    def spread(values):
+        return f"{statistics.median(values):.2f} s median, {percentile(values, 0.99):.2f} s p99"
+
+    rows = [("page served (each visitor's GET /)", spread(result["page_s"])),
+            ("load event answered", spread(result["load_s"])),
+            ("poll answered", spread(result["poll_s"])),
+            ("polls answered / due at the pages' intervals", f"{len(result['poll_s'])} / {result['polls_due']:.0f}"),
+            ("the pages' poll intervals at the end", ", ".join(f"{i:.0f} s" for i in result["intervals"])),
+            ("run's steps/s watched / quiet",
+             f"{result['speed_ratio']:.2f} ({result['watched']:.2f} against "
+             f"{result['quiet'][0]:.2f} before, {result['quiet'][1]:.2f} after)")]
+    head = f"| {result['watchers']} watchers for {result['seconds']:.0f} s | result |\n|---|---|\n"
+    return head + "\n".join(f"| {name} | {value} |" for name, value in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--watchers", type=int, default=40)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--quiet-s", type=float, default=30.0)
+    args = parser.parse_args()
+    print(table(measure(args.watchers, args.seconds, args.quiet_s)))
+
+
+if __name__ == "__main__":
+    main()
