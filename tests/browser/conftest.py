@@ -122,3 +122,19 @@ def screenshot(request):
         return path
 
     return save
+
+
+GLYPH_QUERY_CLASS = "O"  # a class of the glyphs test split, with look-alikes in other classes
+
+
+@pytest.fixture(scope="module")
+def glyph_query(tmp_path_factory):
+    """An image of the glyphs test split's class GLYPH_QUERY_CLASS ("O"), as a visitor would upload it."""
+    from memvir.data import load_dataset
+
+    split = load_dataset("glyphs").test
+    index = next(i for i, label in enumerate(split.labels)
+                 if split.class_names[label].split(" ")[0] == GLYPH_QUERY_CLASS)
+    path = tmp_path_factory.mktemp("query") / "query.png"
+    split.image(index).save(path)
+    return path

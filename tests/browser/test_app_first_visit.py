@@ -12,19 +12,7 @@ pytestmark = pytest.mark.browser
 
 WAIT_MS = 90_000
 PHONE = (390, 844)
-QUERY_CLASS = "O"  # a class of the glyphs test split, with look-alikes in other classes
-
-
-@pytest.fixture(scope="module")
-def glyph_query(tmp_path_factory):
-    """An image of the glyphs test split's class QUERY_CLASS, as a visitor would upload it."""
-    from memvir.data import load_dataset
-
-    split = load_dataset("glyphs").test
-    index = next(i for i, label in enumerate(split.labels) if split.class_names[label].split(" ")[0] == QUERY_CLASS)
-    path = tmp_path_factory.mktemp("query") / "query.png"
-    split.image(index).save(path)
-    return path
+QUERY_CLASS = "O"  # the class of conftest's glyph_query (GLYPH_QUERY_CLASS)
 
 
 def _search(page, query) -> float:

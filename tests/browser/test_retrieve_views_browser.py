@@ -14,19 +14,8 @@ pytestmark = pytest.mark.browser
 
 WAIT_MS = 120_000
 PHONE = (390, 844)
-QUERY_CLASS = "O"
+QUERY_CLASS = "O"  # the class of conftest's glyph_query (GLYPH_QUERY_CLASS)
 BUNDLED = "checkpoints/glyphs-norm-softmax-memvir"
-
-
-@pytest.fixture(scope="module")
-def glyph_query(tmp_path_factory):
-    from memvir.data import load_dataset
-
-    split = load_dataset("glyphs").test
-    index = next(i for i, label in enumerate(split.labels) if split.class_names[label].split(" ")[0] == QUERY_CLASS)
-    path = tmp_path_factory.mktemp("query") / "query.png"
-    split.image(index).save(path)
-    return path
 
 
 def _side_by_side(page, query):
@@ -121,11 +110,17 @@ def _lowest_ap_at_r(vectors, labels):
     return lowest
 
 
-def test_the_hardest_queries_of_the_bundled_memvir_checkpoint(open_page, bundled_app_url, screenshot):
-    page = open_page(bundled_app_url, 1400, 900)
+def _retrieve_view(open_page, url, view):
+    """A desktop page on the Retrieve tab's `view` (its inner tab)."""
+    page = open_page(url, 1400, 900)
     page.wait_for_selector("#start")
     page.get_by_role("tab", name="Retrieve").click()
-    page.get_by_role("tab", name="Hardest").click()
+    page.get_by_role("tab", name=view).click()
+    return page
+
+
+def test_the_hardest_queries_of_the_bundled_memvir_checkpoint(open_page, bundled_app_url, screenshot):
+    page = _retrieve_view(open_page, bundled_app_url, "Hardest")
     page.locator("#show-hardest").click()
     page.wait_for_function("() => document.querySelectorAll('#hardest .hard-row').length >= 8", timeout=WAIT_MS)
     first = page.locator("#hardest .hard-row").first
@@ -140,10 +135,7 @@ def test_the_hardest_queries_of_the_bundled_memvir_checkpoint(open_page, bundled
 
 
 def test_the_per_class_table(open_page, bundled_app_url, screenshot):
-    page = open_page(bundled_app_url, 1400, 900)
-    page.wait_for_selector("#start")
-    page.get_by_role("tab", name="Retrieve").click()
-    page.get_by_role("tab", name="Per class").click()
+    page = _retrieve_view(open_page, bundled_app_url, "Per class")
     page.locator("#per-class-compare input").check()
     page.locator("#show-per-class").click()
     page.wait_for_function("() => document.querySelector('#per-class-summary').innerText.includes('classes of')",

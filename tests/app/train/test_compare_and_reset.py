@@ -5,24 +5,12 @@ beside the run or loaded. Expectations are written out by hand."""
 
 import re
 
-import pytest
-
-from demo.common.settings import AppSettings
-from demo.runs.manager import RunManager
 from demo.train import live_view
 from demo.train import tab as train_tab
 
 # dataset, backbone, loss, batch, epochs, lr, seed, N, M, warm-up, snapshot every, eval every: 9 steps an epoch
 SETTINGS = ("glyphs-mini", "convnet", "norm-softmax", 32, 2, 1e-3, 0, 2, 1, 0.2)
 BASELINE_WORDS = "**Baseline** (the same settings with N = 0: no virtual classes)"
-
-
-@pytest.fixture
-def runs(tmp_path):
-    manager = RunManager(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints",
-                                     umap=False))
-    yield manager
-    manager.close()
 
 
 def _start(runs, snapshot_every, eval_every, focus_classes):

@@ -9,9 +9,7 @@ import gradio as gr
 import pytest
 
 from demo.common.inputs import whole_numbers
-from demo.common.settings import AppSettings
 from demo.runs.live_run import LiveRun
-from demo.runs.manager import RunManager
 from demo.train import live_view
 from demo.train import tab as train_tab
 from demo.train import views as train_views
@@ -29,14 +27,6 @@ def wait_for(condition, seconds=90.0):
             return True
         time.sleep(0.05)
     raise AssertionError("condition not met before the deadline")
-
-
-@pytest.fixture
-def runs(tmp_path):
-    manager = RunManager(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints",
-                                     umap=False))
-    yield manager
-    manager.close()
 
 
 def quick(**overrides) -> TrainConfig:
