@@ -127,7 +127,7 @@ class LiveRun:
         ask is sent: the process may refuse them (ControlRefused) before the ask returns, and a refusal only undoes
         what was recorded. Returns what they replace, for `withdraw`."""
         with self.lock:
-            previous = {name: self.requested_values[name] for name in changes if name in self.requested_values}
+            previous = {name: self.requested_values[name] for name in changes}  # every live control has a value
             self.requested_values.update(changes)
         return previous
 
@@ -135,11 +135,8 @@ class LiveRun:
         """Its process did not take `changes` (refused or gone): what was asked before them stands again."""
         with self.lock:
             for name, value in changes.items():
-                if self.requested_values.get(name) == value:  # no newer ask of it since
-                    if name in previous:
-                        self.requested_values[name] = previous[name]
-                    else:
-                        del self.requested_values[name]
+                if self.requested_values[name] == value:  # no newer ask of it since
+                    self.requested_values[name] = previous[name]
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until its process has ended and its last event is kept."""
