@@ -1,6 +1,6 @@
 """LiveRun: one training run as the page sees it, kept from the Trainer's events, and thread-safe to read.
 
-The run trains in a process of its own (demo.runs.process), whose reader thread hands the Trainer's events to
+The run trains in a process of its own (demo.runs.process), whose event thread hands the Trainer's events to
 `LiveRun._on_event`, which keeps what the page shows, built from the events alone: the records of metrics.jsonl (each
 event's `record()`), the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot
 embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
@@ -34,7 +34,7 @@ class SnapshotView:
 
 
 class LiveRun:
-    """One training run as the page sees it. The reader thread of its process writes through `_on_event`; page
+    """One training run as the page sees it. The event thread of its process writes through `_on_event`; page
     handlers read under `lock`. `snapshot_version` grows with every change to the snapshots (the page redraws the
     picture)."""
 
@@ -144,7 +144,7 @@ class LiveRun:
             self.process.join(timeout)
 
     def _on_event(self, event) -> None:
-        """The Trainer's listener (its process's reader thread): copy what the page shows, quickly."""
+        """The Trainer's listener (its process's event thread): copy what the page shows."""
         from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent, StepEvent
 
         if isinstance(event, SnapshotEvent):

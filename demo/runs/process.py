@@ -7,9 +7,11 @@ interpreter, no copy of the server's threads or state) running demo.runs.child, 
 pipe (demo.runs.messages). The server holds no Trainer: what it needs of one comes up in the first message,
 `Ready`.
 
-A reader thread per process receives the process's messages and hands the Trainer's events to a listener (a LiveRun's
-`_on_event`), snapshots read back from their files (demo.runs.snapshot_transport). When the process ends without
-having said how its run ended (it crashed, was killed, ran out of memory), the reader says so with a 'failed'
+A reader thread per process receives the process's messages: it answers the replies to live changes at once, and
+queues the Trainer's events for a second thread, which hands them in order to a listener (a LiveRun's `_on_event`),
+snapshots read back from their files (demo.runs.snapshot_transport): a reply never waits behind the snapshots the
+listener projects, however busy the machine is. When the process ends without
+having said how its run ended (it crashed, was killed, ran out of memory), its event thread says so with a 'failed'
 StatusEvent naming the reason and the last checkpoint, and appends it to the run's metrics.jsonl, as the Trainer
 would have; the server itself goes on serving.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -76,8 +79,11 @@ class RunProcess:
         self._ended = False
         self._pending: dict[int, _Pending] = {}
         self._requests = itertools.count()
+        self._events: queue.SimpleQueue = queue.SimpleQueue()  # the reader's to the deliverer's, None at the end
         self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._deliverer = threading.Thread(target=self._deliver, name=f"{name}-events", daemon=True)
         self._reader.start()
+        self._deliverer.start()
 
     # ---------------------------------------------------------------------------------------------- steering
     def wait_ready(self) -> Ready:
@@ -130,7 +136,7 @@ class RunProcess:
             raise TrainingRefused(pending.error)
 
     def _send(self, command: tuple) -> bool:
-        """False when the process is gone (the reader reports why)."""
+        """False when the process is gone (its event thread reports why)."""
         try:
             self._connection.send(command)
         except OSError:
@@ -142,16 +148,16 @@ class RunProcess:
         """True until its run has ended: the Trainer's last word (finished, stopped, failed) has reached the listener,
         or the process is gone. A process may take a second to exit after its last word, its checkpoint saved: the
         run need not hold its training slot meanwhile."""
-        return self._last_word is None and self._reader.is_alive()
+        return self._last_word is None and self._deliverer.is_alive()
 
     @property
     def exited(self) -> bool:
         """True once the process has exited and its every message has been handled."""
-        return not self._reader.is_alive()
+        return not self._deliverer.is_alive()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until it has `exited`."""
-        self._reader.join(timeout)
+        self._deliverer.join(timeout)
 
     def kill(self) -> None:
         """End the process at once (no checkpoint): for a process that did not stop when asked."""
@@ -159,6 +165,7 @@ class RunProcess:
 
     # ---------------------------------------------------------------------------------------------- the reader
     def _read(self) -> None:
+        """Receive until the process has ended and everything it sent is read; events go to the deliverer."""
         run_in_background()
         try:
             while True:
@@ -170,9 +177,24 @@ class RunProcess:
                 except (EOFError, OSError):
                     break
                 for message in messages:
-                    self._handle(message)
+                    if isinstance(message, Ready | Reply | Crash):
+                        self._handle(message)
+                    else:
+                        self._events.put(message)
         finally:
             self._process.join()
+            self._events.put(None)
+
+    def _deliver(self) -> None:
+        """Hand the Trainer's events to the listener in the order they were sent; then end."""
+        run_in_background()
+        try:
+            while (message := self._events.get()) is not None:
+                event = snapshot_transport.from_message(message) if isinstance(
+                    message, snapshot_transport.EventFile) else message
+                self._tell(event)
+                self._note(event)  # after the listener has it: a run is shown ended before it counts as ended
+        finally:
             self._end()
 
     def _handle(self, message) -> None:
@@ -191,11 +213,6 @@ class RunProcess:
             else:
                 log.error("training process %s failed:\n%s", self.pid, message.trace)
             self._crash = message
-        else:
-            event = snapshot_transport.from_message(message) if isinstance(
-                message, snapshot_transport.EventFile) else message
-            self._tell(event)
-            self._note(event)  # after the listener has it: a run is shown ended before it counts as ended
 
     def _note(self, event) -> None:
         from memvir.events import StatusEvent, StepEvent

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -135,6 +136,41 @@ def test_live_changes_are_confirmed_with_their_step_or_refused_with_the_trainers
     process.stop()
     process.join(DEADLINE_S)
     assert heard.events[-1].state == "stopped" and len(heard.of(ControlEvent)) == 1
+
+
+class HeldOnSnapshots(Heard):
+    """A listener that, from the first snapshot on, holds the events until `release` (a page's figures drawn slowly
+    on a busy machine)."""
+
+    def __init__(self):
+        super().__init__()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, event):
+        if isinstance(event, SnapshotEvent):
+            self.holding.set()
+            self.release.wait()
+        super().__call__(event)
+
+
+def test_a_live_change_is_answered_while_the_listener_is_still_busy_with_earlier_events(tmp_path):
+    held = HeldOnSnapshots()
+    process = RunProcess(LaunchSpec(str(tmp_path / "run"), quick(epochs=500, snapshot_every=1), 1), held)
+    try:
+        process.wait_ready()
+        process.go()
+        assert held.holding.wait(DEADLINE_S), "no snapshot came"
+        process.update({"memvir_n": 3}, timeout=DEADLINE_S)  # answered although no event has been heard since
+        assert not held.of(ControlEvent) and not held.release.is_set()
+    finally:
+        held.release.set()
+        process.stop()
+        process.join(DEADLINE_S)
+    wait_for(lambda: not process.alive, "the run ended")
+    (control,) = held.of(ControlEvent)  # the events held back were all delivered, in order, the change among them
+    assert control.changes == {"memvir_n": 3}
+    assert held.events[-1].state == "stopped"
 
 
 def test_a_run_refused_by_the_server_before_its_go_ends_without_writing_anything(tmp_path):
@@ -402,8 +438,9 @@ def test_background_threads_run_below_the_threads_that_serve_and_train(manager):
         by_name = {thread.name: thread.native_id for thread in threading.enumerate()}
         # in the server: drawing the figures and reading the run's events, below the threads that serve pages
         assert _niceness(server, by_name["memvir-figures"]) == min(19, base + BACKGROUND_NICENESS)
-        (reader,) = [tid for name, tid in by_name.items() if name.endswith("-reader")]
-        assert _niceness(server, reader) == min(19, base + BACKGROUND_NICENESS)
+        readers = [tid for name, tid in by_name.items() if name.endswith(("-reader", "-events"))]
+        assert len(readers) == 2  # the one that receives, the one that hands the events on
+        assert [_niceness(server, tid) for tid in readers] == [min(19, base + BACKGROUND_NICENESS)] * 2
         # in the run's process: only the thread that sends the events; the training threads keep their priority
         niceness = sorted(_niceness(child, int(task.name)) for task in Path(f"/proc/{child}/task").iterdir())
         assert niceness.count(min(19, base + BACKGROUND_NICENESS)) == 1
