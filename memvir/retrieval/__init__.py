@@ -9,6 +9,7 @@
 - `per_class`: Recall@1, R-Precision and MAP@R class by class, two checkpoints' difference, the most-confused pairs.
 - `verification`: same-class and other-class pair cosines of a gallery, the threshold at a chosen false match rate
   and the false non-match rate there (`pair_similarities`).
+- `export`: a gallery's embeddings, labels and thumbnails for other tools: a TensorBoard projector bundle and `.npz`.
 - `index`: `GalleryIndex`, a gallery's embeddings searchable exactly, by IVF or HNSW, saved and loaded.
 - `evaluation`: (model, dataset) to embeddings, metrics and a gallery index.
 - `shipped_gallery`: a checkpoint's own test-split index, used only while its weights' hash matches.
