@@ -3,8 +3,9 @@
 A model leaves the app as the files `EmbeddingModel.from_pretrained` reads and a person reads (config.json,
 model.safetensors and the README.md model card), in one folder named after the checkpoint inside the zip. Each zip
 is written once, atomically, under ``<digest of its files>/<checkpoint>.zip``: asking again for unchanged weights
-reuses it, while a run saved since gets a new one. Every request prunes the folder: zips unused for longer than
-the age limit go, then the least recently used until the rest fit the size limit (the zip just asked for stays).
+reuses it, while a run saved since gets a new one. Every request prunes the folder: zips (and the gallery exports
+kept beside them, demo.retrieve.exports) unused for longer than the age limit go, then the least recently used until
+the rest fit the size limit (the file just asked for stays).
 """
 
 from __future__ import annotations
@@ -62,14 +63,24 @@ def write_zip(checkpoint_dir: Path, downloads_dir: Path, max_bytes: int, max_age
     return path
 
 
-def _prune(downloads_dir: Path, max_bytes: int, max_age_s: float, keep: Path) -> None:
+def prune(downloads_dir: Path, max_bytes: int, max_age_s: float, keep: set[Path]) -> None:
+    """Drop the files of ``<downloads>/<digest>/`` (zips and the gallery exports beside them, demo.retrieve.exports)
+    unused for longer than the age limit, then the least recently used until the rest fit the size limit; the files
+    in `keep` stay."""
+    with _LOCK:
+        _prune(downloads_dir, max_bytes, max_age_s, keep)
+
+
+def _prune(downloads_dir: Path, max_bytes: int, max_age_s: float, keep) -> None:
+    keep = {keep} if isinstance(keep, Path) else keep
     now = time.time()
-    zips = sorted((zip_path.stat().st_mtime, zip_path) for zip_path in downloads_dir.glob("*/*.zip"))
-    total = sum(zip_path.stat().st_size for _, zip_path in zips)
-    for last_use, zip_path in zips:
-        if zip_path == keep or (now - last_use <= max_age_s and total <= max_bytes):
+    files = sorted((path.stat().st_mtime, path) for pattern in ("*/*.zip", "*/*.npz")
+                   for path in downloads_dir.glob(pattern))
+    total = sum(path.stat().st_size for _, path in files)
+    for last_use, path in files:
+        if path in keep or (now - last_use <= max_age_s and total <= max_bytes):
             continue
-        total -= zip_path.stat().st_size
-        zip_path.unlink(missing_ok=True)
+        total -= path.stat().st_size
+        path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # the folder may hold the same files zipped under another name
-            zip_path.parent.rmdir()
+            path.parent.rmdir()

@@ -1,6 +1,7 @@
 """RetrievalService: the checkpoints to search with, a cached index of each gallery (demo.retrieve.galleries), queries,
-each gallery item's ranking (memvir.retrieval.ranking, for the views that show where a checkpoint fails), and which
-checkpoints and query class to offer first."""
+each gallery item's ranking (memvir.retrieval.ranking, for the views that show where a checkpoint fails), its pairs'
+cosines (memvir.retrieval.verification, for the threshold view), its export, and which checkpoints and query class to
+offer first."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from demo.common.allowed_paths import checkpoint_source
 from demo.common.settings import AppSettings
 from demo.common.uploads import UploadError, is_zip, unpack_upload
 from demo.retrieve.download import write_zip
+from demo.retrieve.exports import write_exports
 from demo.retrieve.galleries import Gallery, Hit, IndexedGallery, images_gallery, zip_gallery
 from demo.retrieve.index_builds import IndexBuilds
 from memvir.data.errors import DatasetError
@@ -33,6 +35,8 @@ SAMPLE_SIZE = 48
 # its MISSED_KEPT nearest same-class items ranked after them.
 RANKED_K = 8
 MISSED_KEPT = 4
+# The threshold view offers FMRs up to this; the other-class cosines above its threshold are kept to answer exactly.
+MAX_FMR = 0.1
 _WARM_UP_EXIT_WAIT_S = 60.0
 _CACHE_ENTRIES = 4
 # A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train.trainer writes the
@@ -117,6 +121,7 @@ class RetrievalService:
         self._galleries = _Cache(_CACHE_ENTRIES)
         self._indexes = _Cache(_CACHE_ENTRIES)
         self._rankings = _Cache(_CACHE_ENTRIES)
+        self._pairs = _Cache(_CACHE_ENTRIES)
         self._builds = IndexBuilds()
 
     # ------------------------------------------------------------------------------------------ checkpoints
@@ -286,13 +291,16 @@ class RetrievalService:
                 checkpoint = self.load_checkpoint(choice)
                 gallery = self.test_split_gallery(checkpoint)
                 self.search(checkpoint, gallery, gallery.image(0), k=1)
-                # The hardest-queries and per-class views of the default pair, ready before a visitor opens them.
+                # The hardest-queries and per-class views of the default pair, and the threshold view of the default
+                # checkpoint, ready before a visitor opens them.
                 comparison = self.comparison_checkpoint(choice)
                 for other in [choice] + ([comparison] if comparison else []):
                     if stopping.is_set():
                         return
                     ranked = self.load_checkpoint(other)
                     self.rankings(ranked, self.test_split_gallery(ranked))
+                if not stopping.is_set():
+                    self.pair_similarities(checkpoint, gallery)
             except Exception:
                 log.exception("warming up retrieval with %s failed", choice)
 
@@ -453,6 +461,53 @@ class RetrievalService:
                 self._rankings.move_to_end(key)
                 return self._rankings[key]
         return self._builds.run(key, rank)
+
+    def pair_similarities(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """The cosines of every pair of a labelled gallery's items by class sameness (memvir.retrieval.verification,
+        thresholds exact up to MAX_FMR), computed once per gallery index and kept, as the rankings are."""
+        from memvir.retrieval.verification import pair_similarities
+
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes, so no pair is of the same class or another: choose "
+                                 "the test split or upload a zip of class folders")
+        key = ("pairs", checkpoint.key, gallery.key)
+
+        def compute(report):
+            with self._lock:
+                if key in self._pairs:
+                    return self._pairs[key]
+            indexed = self.index(checkpoint, gallery)
+            try:
+                pairs = pair_similarities(indexed.index.vectors(), gallery.labels, max_fmr=MAX_FMR)
+            except ValueError as error:  # no pair of one kind
+                raise RetrievalError(f"the gallery's pairs cannot be told apart: {error}") from None
+            with self._lock:
+                return self._pairs.get_or_make(key, lambda: pairs)
+
+        with self._lock:
+            if key in self._pairs:
+                self._pairs.move_to_end(key)
+                return self._pairs[key]
+        return self._builds.run(key, compute)
+
+    def export(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> tuple[Path, Path]:
+        """(a TensorBoard projector bundle zipped, an .npz) of the gallery's embeddings by the checkpoint, with
+        labels and thumbnails, in the downloads folder (demo.retrieve.exports); written once per gallery index."""
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes to export with its embeddings: choose the test split "
+                                 "or upload a zip of class folders")
+        indexed = self.index(checkpoint, gallery)
+        settings = self.settings
+        key = ("export", checkpoint.key, gallery.key)
+
+        def write(report):
+            try:
+                return write_exports(checkpoint, gallery, indexed.index.vectors(), settings.downloads_dir,
+                                     settings.max_downloads_bytes, settings.max_upload_age_s)
+            except (ValueError, OSError) as error:
+                raise RetrievalError(f"the gallery of {checkpoint.name} cannot be exported: {error}") from None
+
+        return self._builds.run(key, write)
 
     def query_ranking(self, checkpoint: LoadedCheckpoint, gallery: Gallery, image: Image.Image, k: int,
                       query_class: str, drawn: bool = False, exclude: int | None = None):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from demo.retrieve.galleries import Gallery, thumbnail
 from demo.retrieve.hardest import ranked_tiles
 from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalService
-from demo.retrieve.tiles import Tile, tile_html
+from demo.retrieve.tiles import Tile, tile_html, with_cutoff
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,20 @@ class Column:
 
 
 def answer(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query, k: int,
-           query_class: str | None, drawn: bool = False, exclude: int | None = None) -> Column:
+           query_class: str | None, drawn: bool = False, exclude: int | None = None,
+           cutoff: float | None = None) -> Column:
     """The checkpoint's column: its top k marked (and, with `query_class`, its AP@R, first correct rank and the
-    nearest same-class items it missed)."""
+    nearest same-class items it missed); hits below `cutoff` (a cosine, or None) dimmed."""
     if query_class is None:
         hits = retrieval.search(checkpoint, gallery, query, k, drawn=drawn, exclude=exclude)
         tiles = [Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name, None)
                  for rank, hit in enumerate(hits, 1)]
-        return Column(checkpoint.name, tiles, [])
+        return Column(checkpoint.name, with_cutoff(tiles, cutoff), [])
     ranking = retrieval.query_ranking(checkpoint, gallery, query, k, query_class, drawn=drawn, exclude=exclude)
     row = ranking.row(0)
     tiles, missed = ranked_tiles(gallery, row)
-    return Column(checkpoint.name, tiles, missed, row["average_precision"], row["first_correct_rank"],
-                  row["same_class"])
+    return Column(checkpoint.name, with_cutoff(tiles, cutoff), missed, row["average_precision"],
+                  row["first_correct_rank"], row["same_class"])
 
 
 def figures_text(column: Column) -> str:

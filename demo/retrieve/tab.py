@@ -1,7 +1,10 @@
 """The Retrieve tab: choose a checkpoint and a gallery, then search with an uploaded, drawn or clicked query; download
-a checkpoint as a zip. Three views teach what a checkpoint gets wrong: one query side by side for two checkpoints
+a checkpoint as a zip, or its gallery's embeddings as a TensorBoard projector bundle and .npz (demo.retrieve.exports).
+Three views teach what a checkpoint gets wrong: one query side by side for two checkpoints
 (demo.retrieve.side_by_side), the hardest queries of the gallery (demo.retrieve.hardest) and a table per class
-(demo.retrieve.per_class_table), all from memvir.retrieval's rankings, which the service computes once per index.
+(demo.retrieve.per_class_table), all from memvir.retrieval's rankings, which the service computes once per index. A
+fourth, the threshold view (demo.retrieve.threshold), shows the gallery's same-class and other-class pair cosines, the
+FNMR at a chosen FMR, and sets the similarity cut-off the result tiles honour.
 
 Handlers are module-level functions of the `RetrievalService` (bound in by `build`), so tests call them directly.
 They read the widgets, ask the service (demo.retrieve.service) and turn its results into tiles (demo.retrieve.tiles)
@@ -21,10 +24,10 @@ from demo.common.handlers import bind, reporting
 from demo.common.inputs import whole_number
 from demo.common.shims import pass_undecoded, refuse_outside_choices
 from demo.common.uploads import load_image, load_sketch
-from demo.retrieve import hardest, per_class_table, side_by_side
+from demo.retrieve import hardest, per_class_table, side_by_side, threshold
 from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
 from demo.retrieve.service import RANKED_K, LoadedCheckpoint, RetrievalError, RetrievalService
-from demo.retrieve.tiles import Tile, tiles_html
+from demo.retrieve.tiles import Tile, tiles_html, with_cutoff
 
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
 GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
@@ -101,47 +104,59 @@ def prepare(retrieval: RetrievalService, checkpoint_choice, source, files=None, 
 
 
 def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query, k, drawn=False,
-            exclude=None, query_class=None):
-    """(summary, result tiles, the query as the model sees it) for one search."""
+            exclude=None, query_class=None, cutoff=None):
+    """(summary, result tiles, the query as the model sees it) for one search; hits below `cutoff` (a cosine, or
+    None) are dimmed."""
+    cutoff = threshold.parse_cutoff(cutoff)
     indexed = retrieval.index(checkpoint, gallery)
     hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
                             exclude=exclude, query_class=query_class)
-    tiles = [Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name,
-                  hit.same_class) for rank, hit in enumerate(hits, 1)]
+    tiles = with_cutoff([Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name,
+                              hit.same_class) for rank, hit in enumerate(hits, 1)], cutoff)
     summary = f"{len(hits)} nearest of {gallery.size:,} images in {gallery.description}, with their cosine similarity"
     if query_class is not None:
         same = sum(hit.same_class is True for hit in hits)
         summary += f" · {same} of {len(hits)} share the query's class ({query_class})"
+    summary += cutoff_words(tiles, cutoff)
     summary = describe(checkpoint, gallery, indexed) + "  \n" + summary + "."
     shown = thumbnail(retrieval.model_input(checkpoint, query, fit_ink=drawn), checkpoint.is_glyph_model, 128)
     return summary, tiles_html(tiles), shown
 
 
+def cutoff_words(tiles: list[Tile], cutoff: float | None) -> str:
+    """' · 3 of 8 below the cut-off 0.5965, dimmed', or '' without a cut-off."""
+    if cutoff is None:
+        return ""
+    below = sum(tile.below_cutoff for tile in tiles)
+    return f" · {below} of {len(tiles)} below the cut-off {cutoff:.4f}, dimmed"
+
+
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
 def search_upload(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, query_file=None,
-                  files=None, progress=PROGRESS):
+                  files=None, cutoff=None, progress=PROGRESS):
     if not query_file:
         raise ValueError("upload a query image first")
     settings = retrieval.settings
     image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    return results(retrieval, checkpoint, gallery, image, k, query_class=retrieval.match_class(gallery, query_class))
+    return results(retrieval, checkpoint, gallery, image, k, query_class=retrieval.match_class(gallery, query_class),
+                   cutoff=cutoff)
 
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
 def search_drawing(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, sketch=None, files=None,
-                   progress=PROGRESS):
+                   cutoff=None, progress=PROGRESS):
     settings = retrieval.settings
     composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
     if composite is None:
         raise ValueError("draw a character on the sketchpad first")
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     return results(retrieval, checkpoint, gallery, composite, k, drawn=True,
-                   query_class=retrieval.match_class(gallery, query_class))
+                   query_class=retrieval.match_class(gallery, query_class), cutoff=cutoff)
 
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None,
+def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None, cutoff=None,
                         evt: gr.SelectData = None, progress=PROGRESS):
     """Search with the sample image clicked (in the gallery that Load sampled)."""
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
@@ -149,27 +164,32 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
         raise ValueError("the gallery changed: press Load again, then pick an image")
     index = picked["sample"][picked_position(evt, len(picked["sample"]))]
     return results(retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
-                   query_class=gallery.class_of(index))
+                   query_class=gallery.class_of(index), cutoff=cutoff)
 
 
 def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                         query, files, progress, drawn=False, picked_item: tuple[str, int] | None = None):
+                         query, files, progress, drawn=False, picked_item: tuple[str, int] | None = None,
+                         cutoff=None):
     """(summary, the two checkpoints' answers side by side, the query as the first model sees it).
 
-    picked_item: (gallery key, item) of a query clicked in a gallery, left out of each gallery that holds it."""
+    picked_item: (gallery key, item) of a query clicked in a gallery, left out of each gallery that holds it.
+    cutoff: a cosine below which hits are dimmed, or None."""
     k = whole_number(k, "results (k)", 1)
+    cutoff = threshold.parse_cutoff(cutoff)
     first, first_gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     second = side_by_side.load_second(retrieval, first, second_checkpoint)
     _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
     columns = [side_by_side.answer(retrieval, checkpoint, gallery, query, k,
                                    retrieval.match_class(gallery, query_class), drawn=drawn,
-                                   exclude=picked_item[1] if picked_item and picked_item[0] == gallery.key else None)
+                                   exclude=picked_item[1] if picked_item and picked_item[0] == gallery.key else None,
+                                   cutoff=cutoff)
                for checkpoint, gallery in ((first, first_gallery), (second, second_gallery))]
     lines = [f"**Side by side**: the {k} nearest of {first_gallery.size:,} images in {first_gallery.description} "
              f"for each checkpoint, marked same or other class."]
     for column in columns:
         figures = side_by_side.figures_text(column)
-        lines.append(f"`{column.name}`: {figures}" if figures else f"`{column.name}`")
+        lines.append((f"`{column.name}`: {figures}" if figures else f"`{column.name}`")
+                     + cutoff_words(column.tiles, cutoff))
     if query_class is None or not str(query_class).strip():
         lines.append("Name the query's class to see each checkpoint's AP@R and first correct rank for it.")
     shown = thumbnail(retrieval.model_input(first, query, fit_ink=drawn), first.is_glyph_model, 128)
@@ -178,26 +198,26 @@ def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
 def compare_upload(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                   query_file=None, files=None, progress=PROGRESS):
+                   query_file=None, files=None, cutoff=None, progress=PROGRESS):
     """The uploaded query searched by both checkpoints, side by side."""
     if not query_file:
         raise ValueError("upload a query image first")
     settings = retrieval.settings
     image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
     return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, image, files,
-                                progress)
+                                progress, cutoff=cutoff)
 
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
 def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                    sketch=None, files=None, progress=PROGRESS):
+                    sketch=None, files=None, cutoff=None, progress=PROGRESS):
     """The drawing searched by both checkpoints, side by side."""
     settings = retrieval.settings
     composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
     if composite is None:
         raise ValueError("draw a character on the sketchpad first")
     return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, composite,
-                                files, progress, drawn=True)
+                                files, progress, drawn=True, cutoff=cutoff)
 
 
 def remember_pick(picked, evt: gr.SelectData = None):
@@ -211,7 +231,7 @@ def remember_pick(picked, evt: gr.SelectData = None):
 
 @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
 def compare_gallery_item(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, picked,
-                         pick_position=None, files=None, progress=PROGRESS):
+                         pick_position=None, files=None, cutoff=None, progress=PROGRESS):
     """The sample image clicked last, searched by both checkpoints side by side, its own class known."""
     _, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     if not picked or picked.get("gallery") != gallery.key:
@@ -221,7 +241,7 @@ def compare_gallery_item(retrieval: RetrievalService, checkpoint_choice, second_
         raise ValueError("click an image of the Pick tab first, then ask for it side by side")
     item = sample[pick_position]
     return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, gallery.class_of(item),
-                                gallery.image(item), files, progress, picked_item=(gallery.key, item))
+                                gallery.image(item), files, progress, picked_item=(gallery.key, item), cutoff=cutoff)
 
 
 def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, files, progress, compare):
@@ -304,6 +324,52 @@ def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_checkp
     return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
 
 
+def _pairs_of(retrieval: RetrievalService, checkpoint_choice, source, files, progress):
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    # Seconds the first time for a gallery (the default checkpoint's is done as the app starts), then kept.
+    progress(0.0, desc="Comparing every pair of the gallery's images (once per checkpoint)")
+    return checkpoint, gallery, retrieval.pair_similarities(checkpoint, gallery)
+
+
+@reporting(message_slot=0, outputs=2, cleared={1: None})
+def show_threshold(retrieval: RetrievalService, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR, cutoff=None,
+                   files=None, progress=PROGRESS):
+    """The gallery's pair cosines by class sameness, the FNMR at the chosen FMR (and at each offered one), and the
+    cut-off's FMR and FNMR when one is set."""
+    fmr = threshold.chosen_fmr(fmr)
+    cutoff = threshold.parse_cutoff(cutoff)
+    checkpoint, gallery, pairs = _pairs_of(retrieval, checkpoint_choice, source, files, progress)
+    points = {value: pairs.threshold_at_fmr(value) for _, value in threshold.FMRS}
+    at_cutoff = None if cutoff is None else pairs.at_threshold(cutoff)
+    return (threshold.summary(checkpoint.name, gallery, pairs, points, fmr, at_cutoff),
+            threshold.figure(pairs, points[fmr].threshold, fmr, cutoff))
+
+
+@reporting(message_slot=0, outputs=2)
+def threshold_as_cutoff(retrieval: RetrievalService, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR,
+                        files=None, progress=PROGRESS):
+    """The cut-off box set to the threshold at the chosen FMR, so that the result tiles honour it."""
+    fmr = threshold.chosen_fmr(fmr)
+    _, _, pairs = _pairs_of(retrieval, checkpoint_choice, source, files, progress)
+    point = pairs.threshold_at_fmr(fmr)
+    note = (f"Cut-off set to {point.threshold:.4f}, the threshold at FMR {fmr:g}: hits below it are dimmed in the "
+            "Search view and Side by side. Empty the box for none.")
+    return note, point.threshold
+
+
+@reporting(message_slot=0, outputs=3, cleared={1: None, 2: None})
+def export_gallery(retrieval: RetrievalService, checkpoint_choice, source, files=None, progress=PROGRESS):
+    """The gallery's embeddings by the checkpoint, with labels and thumbnails, as a TensorBoard projector bundle
+    (zipped) and as .npz, offered to save."""
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    progress(0.0, desc="Writing the embeddings, labels and thumbnails (once per checkpoint)")
+    zip_path, npz_path = retrieval.export(checkpoint, gallery)
+    note = (f"{gallery.size:,} embeddings of {gallery.description}. `{zip_path.name}`: unzip it and run "
+            f"`tensorboard --logdir {zip_path.stem}` (the projector tab). `{npz_path.name}`: `numpy.load` gives "
+            "`embeddings`, `labels` and `class_names`.")
+    return note, str(zip_path), str(npz_path)
+
+
 def picked_position(evt: gr.SelectData | None, shown: int) -> int:
     """Which of the `shown` sample images the click picked; ValueError unless the event names one of them (an API
     client sends the event's index as it likes: a list, a string, past the end)."""
@@ -369,9 +435,19 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                 query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
                                          "other class.", elem_id="query-class",
                                          placeholder=query_class_example(retrieval, default, TEST_SPLIT))
+                cutoff = gr.Number(None, label="Similarity cut-off (optional)", minimum=-1, maximum=1,
+                                   info="Hits below it are dimmed and marked “below the cut-off”. The "
+                                   "Threshold view sets it at a chosen FMR.", elem_id="cutoff")
                 download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
                 download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
                 checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
+                export_button = gr.Button("Export the gallery's embeddings (TensorBoard projector, .npz)", size="sm",
+                                          elem_id="export-gallery")
+                export_note = gr.Markdown("", elem_classes="small-note", elem_id="export-note")
+                export_zip = gr.File(label="TensorBoard projector bundle (.zip)", interactive=False,
+                                     elem_id="export-zip")
+                export_npz = gr.File(label="Embeddings, labels, class names (.npz)", interactive=False,
+                                     elem_id="export-npz")
             with gr.Column(scale=2), gr.Tabs(elem_id="retrieve-views"):
                 with gr.Tab("Search", elem_id="view-search"):
                     about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
@@ -429,6 +505,22 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                     per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
                     confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
                                                   max_height=320, elem_id="confused-pairs")
+                with gr.Tab("Threshold", elem_id="view-threshold"):
+                    gr.Markdown("Every pair of the gallery's images, same class or not, by its cosine similarity: "
+                                "the threshold that lets through at most the chosen share of other-class pairs "
+                                "(FMR), and the share of same-class pairs it turns away there (FNMR). Set it as "
+                                "the cut-off and the result tiles below it are dimmed, at their ranks.",
+                                elem_classes="small-note")
+                    fmr = refuse_outside_choices(
+                        gr.Radio(threshold.FMRS, value=threshold.DEFAULT_FMR, label="False match rate at most",
+                                 elem_id="threshold-fmr"), "the false match rate")
+                    with gr.Row():
+                        threshold_button = gr.Button("Show the threshold view", variant="primary",
+                                                     elem_id="show-threshold")
+                        cutoff_button = gr.Button("Use this threshold as the cut-off", elem_id="use-threshold")
+                    threshold_summary = gr.Markdown("", elem_id="threshold-summary")
+                    threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
+                    cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
 
     retrieve_tab.select(bind(checkpoint_list, retrieval), None, [checkpoint], api_name="list_checkpoints",
                         show_progress="hidden")
@@ -444,26 +536,28 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
     sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", api_visibility="private",
                  show_progress="hidden")
+    export_button.click(bind(export_gallery, retrieval), [checkpoint, source, gallery_files],
+                        [export_note, export_zip, export_npz], api_name="export_gallery")
     search_outputs = [about, result_tiles, seen_query]
     search_upload_button.click(bind(search_upload, retrieval),
-                               [checkpoint, source, k, query_class, query_file, gallery_files], search_outputs,
+                               [checkpoint, source, k, query_class, query_file, gallery_files, cutoff], search_outputs,
                                api_name="search_upload")
     search_drawing_button.click(bind(search_drawing, retrieval),
-                                [checkpoint, source, k, query_class, sketch, gallery_files], search_outputs,
+                                [checkpoint, source, k, query_class, sketch, gallery_files, cutoff], search_outputs,
                                 api_name="search_drawing")
-    sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files],
+    sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files, cutoff],
                           search_outputs, api_name="search_gallery_item")
     sample_gallery.select(remember_pick, [picked], [pick_position], api_name="remember_pick",
                           api_visibility="private", show_progress="hidden")
     compare_pick_button.click(bind(compare_gallery_item, retrieval),
-                              [checkpoint, second_checkpoint, source, k, picked, pick_position, gallery_files],
+                              [checkpoint, second_checkpoint, source, k, picked, pick_position, gallery_files, cutoff],
                               search_outputs, api_name="compare_gallery_item")
     compare_upload_button.click(bind(compare_upload, retrieval),
-                                [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files],
-                                search_outputs, api_name="compare_upload")
+                                [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files,
+                                 cutoff], search_outputs, api_name="compare_upload")
     compare_drawing_button.click(bind(compare_drawing, retrieval),
-                                 [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files],
-                                 search_outputs, api_name="compare_drawing")
+                                 [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files,
+                                  cutoff], search_outputs, api_name="compare_drawing")
     hardest_button.click(bind(show_hardest, retrieval),
                          [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files],
                          [hardest_summary, hardest_rows], api_name="hardest_queries")
@@ -471,4 +565,11 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                            [checkpoint, second_checkpoint, source, per_class_compare, gallery_files],
                            [per_class_summary, per_class_frame, confused_frame, per_class_csv],
                            api_name="per_class_metrics")
+    threshold_button.click(bind(show_threshold, retrieval), [checkpoint, source, fmr, cutoff, gallery_files],
+                           [threshold_summary, threshold_plot], api_name="threshold_view")
+    # A page convenience (threshold_view gives a client the thresholds); the view is redrawn with the cut-off's line.
+    cutoff_button.click(bind(threshold_as_cutoff, retrieval), [checkpoint, source, fmr, gallery_files],
+                        [cutoff_note, cutoff], api_name="threshold_as_cutoff", api_visibility="private").then(
+        bind(show_threshold, retrieval), [checkpoint, source, fmr, cutoff, gallery_files],
+        [threshold_summary, threshold_plot], api_name="threshold_view_with_cutoff", api_visibility="private")
     return checkpoint

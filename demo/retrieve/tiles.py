@@ -5,8 +5,9 @@ A gr.Gallery writes its caption over the bottom of each square thumbnail on one 
 hid the class and the mark; here the caption sits under the image and wraps. The images travel inside the HTML as
 data URIs (a thumbnail is a few kB), so a search leaves no files behind. The mark is a word in a coloured badge whose
 tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. A same-class item the
-query missed (ranked after the top k) is shown greyed, at its rank, marked "missed". Class names can come from a
-visitor's zip, so every text is escaped.
+query missed (ranked after the top k) is shown greyed, at its rank, marked "missed". A hit below the similarity
+cut-off (the threshold view's) stays at its rank, dimmed and marked "below the cut-off": hiding it would hide what the
+model ranked there. Class names can come from a visitor's zip, so every text is escaped.
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from __future__ import annotations
 import base64
 import html
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PIL import Image
 
 # Hit.same_class -> (CSS class, the words shown); None (no class to compare) shows no mark.
 MARKS = {True: ("same", "same class"), False: ("other", "other class")}
 MISSED = ("missed", "missed")
+BELOW_CUTOFF = ("below-cutoff", "below the cut-off")
+# Dimmed beside the tiles at or above the cut-off; inline, as the page's stylesheet (demo/static/page.css) is shared.
+_BELOW_CUTOFF_STYLE = "opacity: 0.4"
+_BELOW_CUTOFF_MARK_STYLE = "background: #495057"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Tile:
     class_name: str | None
     same_class: bool | None
     missed: bool = False  # a same-class item ranked after the top k: shown greyed
+    below_cutoff: bool = False  # its similarity is below the cut-off: shown dimmed
 
 
 def _mark(tile: Tile) -> tuple[str, str | None]:
@@ -53,7 +59,8 @@ def data_uri(image: Image.Image) -> str:
 
 def caption(tile: Tile) -> str:
     """The caption as plain text, '#1 0.979 A U+0041 same class': the image's alternative text."""
-    parts = [f"#{tile.rank}", f"{tile.score:.3f}", tile.class_name, _mark(tile)[1]]
+    parts = [f"#{tile.rank}", f"{tile.score:.3f}", tile.class_name, _mark(tile)[1],
+             BELOW_CUTOFF[1] if tile.below_cutoff else None]
     return " ".join(part for part in parts if part)
 
 
@@ -67,8 +74,25 @@ def tile_html(tile: Tile) -> str:
     if words:
         lines.append(f'<span class="hit-mark {kind}">{words}</span>')
     classes = f"result-tile {kind}" if kind else "result-tile"
-    return (f'<figure class="{classes}"><img src="{data_uri(tile.image)}" alt="{html.escape(caption(tile))}">'
+    style = ""
+    if tile.below_cutoff:
+        lines.append(f'<span class="hit-mark {BELOW_CUTOFF[0]}" style="{_BELOW_CUTOFF_MARK_STYLE}">'
+                     f'{BELOW_CUTOFF[1]}</span>')
+        classes += f" {BELOW_CUTOFF[0]}"
+        style = f' style="{_BELOW_CUTOFF_STYLE}"'
+    return (f'<figure class="{classes}"{style}><img src="{data_uri(tile.image)}" alt="{html.escape(caption(tile))}">'
             f'<figcaption>{"".join(lines)}</figcaption></figure>')
+
+
+def with_cutoff(tiles: list[Tile], cutoff: float | None) -> list[Tile]:
+    """The tiles with those whose similarity is below `cutoff` marked (memvir.retrieval.verification.matches: a hit
+    at the cut-off itself is kept, as the FMR counts it); unchanged when there is no cut-off."""
+    if cutoff is None or not tiles:
+        return tiles
+    from memvir.retrieval.verification import matches
+
+    kept = matches([tile.score for tile in tiles], cutoff)
+    return [replace(tile, below_cutoff=not bool(keep)) for tile, keep in zip(tiles, kept, strict=True)]
 
 
 def tiles_html(tiles: list[Tile]) -> str:

@@ -369,20 +369,24 @@ API = {
     "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
     "/update_warmup": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
     "/list_checkpoints": [], "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
-    "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files"],
-    "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files"],
-    "/search_gallery_item": ["checkpoint_choice", "source", "k", "files"],
+    "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files", "cutoff"],
+    "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files", "cutoff"],
+    "/search_gallery_item": ["checkpoint_choice", "source", "k", "files", "cutoff"],
     "/download_checkpoint": ["checkpoint_choice"],
-    "/compare_upload": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "query_file", "files"],
-    "/compare_drawing": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "sketch", "files"],
-    "/compare_gallery_item": ["checkpoint_choice", "second_checkpoint", "source", "k", "files"],
+    "/export_gallery": ["checkpoint_choice", "source", "files"],
+    "/compare_upload": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "query_file", "files",
+                        "cutoff"],
+    "/compare_drawing": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "sketch", "files",
+                         "cutoff"],
+    "/compare_gallery_item": ["checkpoint_choice", "second_checkpoint", "source", "k", "files", "cutoff"],
     "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files"],
     "/per_class_metrics": ["checkpoint_choice", "second_checkpoint", "source", "compare", "files"],
+    "/threshold_view": ["checkpoint_choice", "source", "fmr", "cutoff", "files"],
 }
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
            "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
-           "list_second_checkpoints", "remember_pick"}
+           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
