@@ -45,6 +45,9 @@ def main() -> None:
     settings = AppSettings.from_env()
     # first, before any thread starts: on small machines the runs' processes go first
     yield_to_training(settings.server_priority)
+    from demo.runs.process import prepare_run_processes
+
+    prepare_run_processes()  # the runs' processes fork from it: their imports happen now, beside the server's
     settings.gradio_dir.mkdir(parents=True, exist_ok=True)
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))

@@ -1,12 +1,14 @@
 """Inside a run's training process: the same memvir Trainer the CLI drives, steered over a pipe by the server.
 
-The server (demo.runs.process) starts this module's `main` in a fresh interpreter (the spawn start method). The
+The server (demo.runs.process) starts this module's `main` in a process forked from its forkserver, which has
+imported torch and the Trainer once, before any thread or OpenMP pool of theirs exists (a fresh interpreter, the
+spawn start method, where the platform has no forkserver). The
 main thread builds the Trainer, says `Ready`, waits for the server's go and runs it; a second thread obeys the
 server's commands as they come (Stop, Pause, Resume, live changes) through the Trainer's thread-safe controls; a
 third sends the Trainer's events up in order, so that a step never waits on the pipe or on a snapshot file. The
 server's going away (its end of the pipe closes) stops the run, which saves a checkpoint, as a Stop does.
 
-Nothing here is imported before the thread count is set: torch and faiss read it when they load.
+The thread count is set first: faiss reads it when it loads, and torch takes it from `torch.set_num_threads`.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ _CLOSE = object()
 
 
 def main(connection, spec: LaunchSpec) -> None:
-    # OpenMP reads its thread count when torch's and faiss's runtimes load, which has not happened yet
+    # the server's environment now, not the forkserver's when it started; OpenMP reads its thread count from it when
+    # faiss's runtime loads, which has not happened yet
+    os.environ.clear()
+    os.environ.update(spec.environment)
     os.environ["OMP_NUM_THREADS"] = str(spec.threads)
     # Ctrl-C in the server's terminal reaches this process too; the server stops the run (with a checkpoint)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -12,7 +12,8 @@ count first (demo.common.cores).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 GO, STOP, PAUSE, RESUME, UPDATE = "go", "stop", "pause", "resume", "update"
 
@@ -26,6 +27,8 @@ class LaunchSpec:
     config: dict | None
     threads: int  # torch's (and faiss's) threads in the process
     memory_limit: int | None = None  # bytes of address space the process may take (RLIMIT_AS); None: no limit
+    # the server's environment as the run is started: the process forks from one started earlier (demo.runs.process)
+    environment: dict = field(default_factory=lambda: dict(os.environ))
 
     @property
     def resume(self) -> bool:

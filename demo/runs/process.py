@@ -4,7 +4,9 @@ A thread of the web server used to train: every poll, every figure drawn and eve
 interpreter lock, torch's and faiss's thread pools were shared, and a run that died (an out-of-memory kill) took
 every visitor's page with it. Now each run trains in a child process (torch.multiprocessing, spawn: a fresh
 interpreter, no copy of the server's threads or state) running demo.runs.child, and talks to the server over a
-pipe (demo.runs.messages). The server holds no Trainer: what it needs of one comes up in the first message,
+pipe (demo.runs.messages). The process forks from multiprocessing's forkserver, which imported torch and the Trainer
+once (`prepare_run_processes` starts it with the server): a run's process is ready in a fraction of a second rather
+than the seconds a fresh interpreter spends importing them. The server holds no Trainer: what it needs of one comes up in the first message,
 `Ready`.
 
 A reader thread per process receives the process's messages: it answers the replies to live changes at once, and
@@ -38,6 +40,31 @@ ENDED_STATES = ("finished", "stopped", "failed")  # a StatusEvent in one of thes
 REPLY_TIMEOUT_S = 30.0  # a live change is answered by the process's command thread, not its training loop
 
 
+# What the forkserver imports once for every run's process: the child's module and the Trainer (torch, torchvision).
+# Not faiss: it reads its thread count when it loads, which each process sets for itself (demo.runs.child).
+PRELOADED_MODULES = ("demo.runs.child", "memvir.train.trainer")
+
+
+def _start_context():
+    """multiprocessing's forkserver context, preloading PRELOADED_MODULES; spawn where there is no forkserver."""
+    import torch.multiprocessing
+
+    if "forkserver" not in torch.multiprocessing.get_all_start_methods():
+        return torch.multiprocessing.get_context("spawn")
+    context = torch.multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOADED_MODULES))
+    return context
+
+
+def prepare_run_processes() -> None:
+    """Start the forkserver now, at the runs' priority (demo.common.cores.launch), so that the first Start need not
+    wait for its imports: they run beside the server's own start. Returns at once; a no-op where there is none."""
+    if _start_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        launch(forkserver.ensure_running)
+
+
 class TrainingRefused(ValueError):
     """The run's process refused its settings, dataset or checkpoint (the Trainer's ValueError), or a live change."""
 
@@ -59,12 +86,12 @@ class RunProcess:
     and `update` steer it from any thread."""
 
     def __init__(self, spec: LaunchSpec, listener, name: str = "memvir-run"):
-        import torch.multiprocessing
-
-        context = torch.multiprocessing.get_context("spawn")
+        context = _start_context()
         self._connection, child_end = context.Pipe()
         self._process = context.Process(target=run_child.main, args=(child_end, spec), name=name, daemon=True)
-        launch(self._process.start)  # at the training priority (demo.common.cores.yield_to_training)
+        # at the training priority (demo.common.cores.yield_to_training): the forkserver, started then if not before,
+        # gives its processes its own
+        launch(self._process.start)
         child_end.close()  # so that the child's end closing (its death) reads as the end of the pipe here
         self.pid = self._process.pid
         self._folder = Path(spec.folder)
