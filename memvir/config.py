@@ -53,7 +53,9 @@ def _setting(default=None, help: str = "", *, factory=None, flag: str | None = N
 class TrainConfig:
     """Everything a run needs; JSON round-trips. Defaults: the embedded glyphs on a laptop CPU."""
 
-    dataset: str = _setting("glyphs", "glyphs | glyphs-mini | cub200 | cars196 | sop | folder:PATH")
+    dataset: str = _setting("glyphs", "glyphs | glyphs-mini | glyphs-pretrain (for pretraining) | glyphs-few (~116 "
+                            "classes to fine-tune on, disjoint from glyphs-pretrain's) | cub200 | cars196 | sop | "
+                            "folder:PATH")
     data_root: str | None = _setting(None, "folder of cub200 / cars196 / sop", resumable=True)
     image_size: int | None = _setting(None, "input size (default: the dataset's own)")
     backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet")

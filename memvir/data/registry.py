@@ -10,7 +10,7 @@ from memvir.data.image_files import PHOTO_IMAGE_SIZE
 from memvir.data.splits import DatasetSplits
 from memvir.data.transforms import PHOTO_NORMALIZATIONS
 
-DATASET_NAMES = ("glyphs", "glyphs-mini", "cub200", "cars196", "sop")
+DATASET_NAMES = ("glyphs", "glyphs-mini", "glyphs-pretrain", "glyphs-few", "cub200", "cars196", "sop")
 FOLDER_PREFIX = "folder:"
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 1024
 _BENCHMARK_LOADERS = {"cub200": load_cub200, "cars196": load_cars196, "sop": load_sop}
@@ -39,7 +39,9 @@ def load_dataset(
     seed: int = 0,
     normalization: str | None = None,
 ) -> DatasetSplits:
-    """Load a dataset by name: `glyphs`, `glyphs-mini`, `cub200`, `cars196`, `sop` or `folder:PATH`.
+    """Load a dataset by name: `glyphs`, `glyphs-mini`, `glyphs-pretrain`, `glyphs-few`, `cub200`, `cars196`, `sop`
+    or `folder:PATH` (glyphs-pretrain and glyphs-few: a pretraining set and a disjoint fine-tuning set,
+    memvir.data.glyphs.dataset).
 
     data_root: the benchmark's folder (needed for cub200, cars196 and sop); a relative `folder:PATH` is taken
         inside it when given.

@@ -36,7 +36,7 @@ def code_point_of(name: str) -> int:
 
 
 def test_dataset_names_are_the_contract():
-    assert DATASET_NAMES == ("glyphs", "glyphs-mini", "cub200", "cars196", "sop")
+    assert DATASET_NAMES == ("glyphs", "glyphs-mini", "glyphs-pretrain", "glyphs-few", "cub200", "cars196", "sop")
 
 
 def test_fonts_and_licence_ship_inside_the_package():

@@ -5,6 +5,18 @@
 not images, are split: half train, half test, by a fixed project seed. The clean renders are cached on disk (one
 .npz per variant and image size), so only the first start renders (about 1.5 s for `glyphs` at 32 px on
 a 2-core laptop); later starts load the file in a few hundredths of a second.
+
+Two more variants stage the paper's setting, a backbone pretrained on a large class set and fine-tuned on about a
+hundred classes of another domain (docs/method.md, "Pretraining and fine-tuning"), from `glyphs`' own classes:
+
+- `glyphs-few`: the letters of the three alphabets in `FINE_TUNE_BLOCKS` (Cyrillic, Armenian, Georgian), split in
+  half by the project seed into fine-tuning (train) and test classes, about 116 each, each half mixing the three.
+  Two of the scripts share no letter shape with the rest; Cyrillic does in part, but its characters that render
+  like a Latin or Greek one were already dropped from `glyphs` (`glyph_render`).
+- `glyphs-pretrain`: everything else, split as `glyphs` splits it: its train classes are `glyphs`' train classes
+  outside those scripts (Latin in all its blocks, Greek, phonetic letters, arrows, box drawing, mathematical and
+  other symbols: about 900), its test classes `glyphs`' test classes outside them. So a backbone pretrained on it
+  has seen no character of `glyphs-few` and none of `glyphs`' test classes either.
 """
 
 import hashlib
@@ -18,6 +30,7 @@ from memvir.data.glyphs.render import (
     FACE_FILES,
     FONT_DIR,
     NUM_FACES,
+    SCRIPT_BLOCKS,
     candidate_code_points,
     class_name,
     render_glyph_classes,
@@ -25,14 +38,18 @@ from memvir.data.glyphs.render import (
 from memvir.data.splits import DatasetInfo, DatasetSplits, SplitDataset
 from memvir.data.transforms import GlyphAugment, SeededTransform, glyph_test_transform
 
-GLYPH_VARIANTS = ("glyphs", "glyphs-mini")
+GLYPH_VARIANTS = ("glyphs", "glyphs-mini", "glyphs-pretrain", "glyphs-few")
 GLYPH_IMAGE_SIZE = 32
 # Project constants, not training seeds: every run, whatever its seed, trains and tests on the same classes.
 GLYPH_SPLIT_SEED = 2021
 GLYPH_MINI_SAMPLE_SEED = 224
 GLYPH_MINI_CLASSES_PER_SPLIT = 24
+# glyphs-few's scripts (names of render.SCRIPT_BLOCKS): whole alphabets, so that fine-tuning and test classes are of
+# another kind than the pretraining ones (as cars are beside ImageNet), and a few hundred letters in all.
+FINE_TUNE_BLOCKS = ("Cyrillic", "Cyrillic Supplement", "Armenian", "Georgian")
 # Measured on the clean 32-pixel train renders of `glyphs` (ink is 1, background 0), rounded: most pixels are
-# background, so centring on 0.5 would leave inputs far off zero mean.
+# background, so centring on 0.5 would leave inputs far off zero mean. Every variant uses them, so a backbone
+# pretrained on one variant sees its inputs on the same scale when fine-tuned on another.
 GLYPH_MEAN = (0.096,)
 GLYPH_STD = (0.272,)
 # Part of the cache key: raise it whenever the rendering changes, so no stale cache is read.
@@ -75,6 +92,8 @@ def _variant_candidates(variant: str) -> tuple[list[int], int | None]:
     candidates = candidate_code_points()
     if variant == "glyphs":
         return candidates, None
+    if variant != "glyphs-mini":  # the other variants are cut from glyphs' classes (variant_classes)
+        raise ValueError(f"glyph_classes renders glyphs or glyphs-mini, not {variant!r}: use variant_classes")
     # glyphs-mini: the first survivors of a fixed shuffle, so scripts mix and only about a hundred are rendered.
     order = np.random.default_rng(GLYPH_MINI_SAMPLE_SEED).permutation(len(candidates))
     return [candidates[i] for i in order], 2 * GLYPH_MINI_CLASSES_PER_SPLIT
@@ -91,7 +110,7 @@ def _cache_key(candidates: list[int], limit: int | None, image_size: int) -> str
 
 
 def glyph_classes(variant: str, image_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The classes of a glyph variant: (code points int32 [n], clean renders uint8 [n, 12, size, size]).
+    """The classes of `glyphs` or `glyphs-mini`: (code points int32 [n], clean renders uint8 [n, 12, size, size]).
 
     Read from the disk cache when a valid file is there; otherwise rendered and written to it.
     """
@@ -116,15 +135,43 @@ def split_glyph_classes(num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(order[: num_classes // 2]), np.sort(order[num_classes // 2 :])
 
 
+def in_fine_tune_blocks(code_points: np.ndarray) -> np.ndarray:
+    """Whether each code point lies in one of `FINE_TUNE_BLOCKS` (bool [n])."""
+    code_points = np.asarray(code_points)
+    inside = np.zeros(code_points.shape, dtype=bool)
+    for name, first, last in SCRIPT_BLOCKS:
+        if name in FINE_TUNE_BLOCKS:
+            inside |= (code_points >= first) & (code_points <= last)
+    return inside
+
+
+def variant_classes(variant: str, image_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(code points [n], clean renders [n, 12, size, size], train class indices, test class indices) of a variant.
+
+    `glyphs-pretrain` and `glyphs-few` are cut from `glyphs`' classes (and its cache): the first keeps `glyphs`'
+    split less the fine-tuning scripts, the second splits those scripts' classes in half by the project seed.
+    """
+    if variant in ("glyphs", "glyphs-mini"):
+        code_points, renders = glyph_classes(variant, image_size)
+        return (code_points, renders, *split_glyph_classes(len(code_points)))
+    code_points, renders = glyph_classes("glyphs", image_size)
+    few = in_fine_tune_blocks(code_points)
+    if variant == "glyphs-few":
+        train, test = split_glyph_classes(int(few.sum()))
+        chosen = np.flatnonzero(few)
+        return code_points, renders, chosen[train], chosen[test]
+    train, test = split_glyph_classes(len(code_points))
+    return code_points, renders, train[~few[train]], test[~few[test]]
+
+
 def load_glyphs(variant: str, image_size: int = GLYPH_IMAGE_SIZE, seed: int = 0) -> DatasetSplits:
-    """The train and test splits of `glyphs` or `glyphs-mini` at `image_size` pixels (grayscale).
+    """The train and test splits of a glyph variant (`GLYPH_VARIANTS`) at `image_size` pixels (grayscale).
 
     Train items are the 12 (class, face) renders with fresh random augmentation at every read, drawn from a
     stream seeded by `seed` (see `SeededTransform`); test items are the clean renders, normalised, the same pixels
     in every run and process.
     """
-    code_points, renders = glyph_classes(variant, image_size)
-    train_classes, test_classes = split_glyph_classes(len(code_points))
+    code_points, renders, train_classes, test_classes = variant_classes(variant, image_size)
     augment = GlyphAugment(image_size, GLYPH_MEAN, GLYPH_STD)
     train = GlyphDataset(code_points[train_classes], renders[train_classes], SeededTransform(augment, seed), augment)
     test = GlyphDataset(code_points[test_classes], renders[test_classes],
