@@ -53,6 +53,16 @@ _NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 _STARTED = time.time()  # temporaries older than this were left by an earlier process
 
 
+def _started_now() -> None:
+    global _STARTED
+    _STARTED = time.time()
+
+
+# A process forked from one that imported this module (the app's run processes fork from a forkserver that did) is a
+# new process: what was written between the import and the fork is an earlier process's too.
+os.register_at_fork(after_in_child=_started_now)
+
+
 class CheckpointError(ValueError):
     """A checkpoint or run folder that cannot be read (missing, damaged, from another version or run) or written
     (e.g. the disk is full); the message says which file and what to do."""

@@ -167,6 +167,21 @@ def test_only_stale_temporaries_of_ours_are_removed(tmp_path):
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_counts_what_was_written_before_its_fork_as_an_earlier_writers(tmp_path):
+    """The app's run processes fork from a forkserver that imported memvir long before: a temporary a killed run
+    left after that import is still stale to the process resuming it."""
+    left = tmp_path / ".trainer_state.pt.killed.tmp"
+    left.write_bytes(b"half")
+    os.utime(left, (time.time() - 1, time.time() - 1))  # written after this process started, before the fork
+    assert checkpoint.remove_stale_temporaries(tmp_path) == []  # this process may be writing it
+    child = os.fork()
+    if child == 0:  # in the forked process: nothing but the call and its verdict as exit status
+        os._exit(0 if checkpoint.remove_stale_temporaries(tmp_path) == [left] else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and not left.exists()
+
+
 def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
     path = tmp_path / "trainer_state.pt"
     checkpoint.save_state({"step": 1}, path)

@@ -1,4 +1,5 @@
-"""`python -m memvir` end to end on glyphs-mini, in a real subprocess, and its error messages."""
+"""`python -m memvir` end to end on glyphs-mini, and its error messages. The first command runs as a shell runs it,
+the interpreter's start included; the others in processes forked with the imports done (tests/cli_process.py)."""
 
 import json
 import os
@@ -7,14 +8,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_process import run_memvir
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def memvir_cli(*args, check=True):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "memvir", *map(str, args)], capture_output=True, text=True,
-                            env=env, cwd=ROOT, timeout=600)
+def memvir_cli(*args, check=True, as_command=False):
+    if as_command:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
+        result = subprocess.run([sys.executable, "-m", "memvir", *map(str, args)], capture_output=True, text=True,
+                                env=env, cwd=ROOT, timeout=600)
+    else:
+        result = run_memvir(*args)
     if check and result.returncode != 0:
         raise AssertionError(f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
     return result
@@ -29,7 +34,7 @@ def test_train_resume_eval_and_index(tmp_path):
     run = tmp_path / "run"
     common = ["--dataset", "glyphs-mini", "--loss", "norm-softmax", "--memvir-n", "2", "--memvir-m", "1",
               "--warmup-epochs", "0.5", "--batch-size", "32", "--seed", "3", "--out", run]
-    first = last_json(memvir_cli("train", *common, "--epochs", "1").stdout)
+    first = last_json(memvir_cli("train", *common, "--epochs", "1", as_command=True).stdout)
     assert first["step"] == 9 and 0 <= first["map@r"] <= 1
     for name in ("config.json", "model.safetensors", "README.md", "metrics.jsonl", "trainer_state.pt"):
         assert (run / name).is_file()
