@@ -354,20 +354,20 @@ def threshold_as_cutoff(retrieval: RetrievalService, checkpoint_choice, source, 
     point = pairs.threshold_at_fmr(fmr)
     note = (f"Cut-off set to {point.threshold:.4f}, the threshold at FMR {fmr:g}: hits below it are dimmed in the "
             "Search view and Side by side. Empty the box for none.")
-    return note, point.threshold
+    return note, repr(point.threshold)  # every digit: the tiles compare with the threshold itself
 
 
 @reporting(message_slot=0, outputs=3, cleared={1: None, 2: None})
 def export_gallery(retrieval: RetrievalService, checkpoint_choice, source, files=None, progress=PROGRESS):
     """The gallery's embeddings by the checkpoint, with labels and thumbnails, as a TensorBoard projector bundle
-    (zipped) and as .npz, offered to save."""
+    (zipped) and as .npz, offered to save (the file boxes are hidden until there is something in them)."""
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     progress(0.0, desc="Writing the embeddings, labels and thumbnails (once per checkpoint)")
     zip_path, npz_path = retrieval.export(checkpoint, gallery)
     note = (f"{gallery.size:,} embeddings of {gallery.description}. `{zip_path.name}`: unzip it and run "
             f"`tensorboard --logdir {zip_path.stem}` (the projector tab). `{npz_path.name}`: `numpy.load` gives "
             "`embeddings`, `labels` and `class_names`.")
-    return note, str(zip_path), str(npz_path)
+    return note, gr.update(value=str(zip_path), visible=True), gr.update(value=str(npz_path), visible=True)
 
 
 def picked_position(evt: gr.SelectData | None, shown: int) -> int:
@@ -435,19 +435,20 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                 query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
                                          "other class.", elem_id="query-class",
                                          placeholder=query_class_example(retrieval, default, TEST_SPLIT))
-                cutoff = gr.Number(None, label="Similarity cut-off (optional)", minimum=-1, maximum=1,
-                                   info="Hits below it are dimmed and marked “below the cut-off”. The "
-                                   "Threshold view sets it at a chosen FMR.", elem_id="cutoff")
+                # A text box: an empty gr.Number shows and sends 0, which would dim every hit below a cosine of 0.
+                cutoff = gr.Textbox("", label="Similarity cut-off (optional)", placeholder="a cosine, e.g. 0.6; "
+                                    "empty for none", info="Hits below it are dimmed and marked \u201cbelow the "
+                                    "cut-off\u201d. The Threshold view sets it at a chosen FMR.", elem_id="cutoff")
                 download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
                 download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
                 checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
                 export_button = gr.Button("Export the gallery's embeddings (TensorBoard projector, .npz)", size="sm",
                                           elem_id="export-gallery")
                 export_note = gr.Markdown("", elem_classes="small-note", elem_id="export-note")
-                export_zip = gr.File(label="TensorBoard projector bundle (.zip)", interactive=False,
+                export_zip = gr.File(label="TensorBoard projector bundle (.zip)", interactive=False, visible=False,
                                      elem_id="export-zip")
                 export_npz = gr.File(label="Embeddings, labels, class names (.npz)", interactive=False,
-                                     elem_id="export-npz")
+                                     visible=False, elem_id="export-npz")
             with gr.Column(scale=2), gr.Tabs(elem_id="retrieve-views"):
                 with gr.Tab("Search", elem_id="view-search"):
                     about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
@@ -494,33 +495,35 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                     hardest_button = gr.Button("Show the hardest queries", variant="primary", elem_id="show-hardest")
                     hardest_summary = gr.Markdown("", elem_id="hardest-summary")
                     hardest_rows = gr.HTML("", js_on_load=None, elem_id="hardest")
-                with gr.Tab("Per class", elem_id="view-per-class"):
-                    per_class_compare = gr.Checkbox(False, label="With the second checkpoint and the difference",
-                                                    elem_id="per-class-compare")
-                    per_class_button = gr.Button("Show the table per class", variant="primary",
-                                                 elem_id="show-per-class")
-                    per_class_summary = gr.Markdown("", elem_id="per-class-summary")
-                    per_class_frame = gr.Dataframe(label="Each class's metrics (click a header to sort)",
-                                                   interactive=False, max_height=420, elem_id="per-class-table")
-                    per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
-                    confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
-                                                  max_height=320, elem_id="confused-pairs")
-                with gr.Tab("Threshold", elem_id="view-threshold"):
-                    gr.Markdown("Every pair of the gallery's images, same class or not, by its cosine similarity: "
-                                "the threshold that lets through at most the chosen share of other-class pairs "
-                                "(FMR), and the share of same-class pairs it turns away there (FNMR). Set it as "
-                                "the cut-off and the result tiles below it are dimmed, at their ranks.",
-                                elem_classes="small-note")
-                    fmr = refuse_outside_choices(
-                        gr.Radio(threshold.FMRS, value=threshold.DEFAULT_FMR, label="False match rate at most",
-                                 elem_id="threshold-fmr"), "the false match rate")
-                    with gr.Row():
-                        threshold_button = gr.Button("Show the threshold view", variant="primary",
-                                                     elem_id="show-threshold")
-                        cutoff_button = gr.Button("Use this threshold as the cut-off", elem_id="use-threshold")
-                    threshold_summary = gr.Markdown("", elem_id="threshold-summary")
-                    threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
-                    cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
+                # The gallery-wide figures share one tab: a fourth view tab folds into a "..." menu on a phone.
+                with gr.Tab("Metrics", elem_id="view-metrics"), gr.Tabs(elem_id="metrics-views"):
+                    with gr.Tab("Per class", elem_id="view-per-class"):
+                        per_class_compare = gr.Checkbox(False, label="With the second checkpoint and the difference",
+                                                        elem_id="per-class-compare")
+                        per_class_button = gr.Button("Show the table per class", variant="primary",
+                                                     elem_id="show-per-class")
+                        per_class_summary = gr.Markdown("", elem_id="per-class-summary")
+                        per_class_frame = gr.Dataframe(label="Each class's metrics (click a header to sort)",
+                                                       interactive=False, max_height=420, elem_id="per-class-table")
+                        per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
+                        confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
+                                                      max_height=320, elem_id="confused-pairs")
+                    with gr.Tab("Threshold", elem_id="view-threshold"):
+                        gr.Markdown("Every pair of the gallery's images, same class or not, by its cosine similarity: "
+                                    "the threshold that lets through at most the chosen share of other-class pairs "
+                                    "(FMR), and the share of same-class pairs it turns away there (FNMR). Set it as "
+                                    "the cut-off and the result tiles below it are dimmed, at their ranks.",
+                                    elem_classes="small-note")
+                        fmr = refuse_outside_choices(
+                            gr.Radio(threshold.FMRS, value=threshold.DEFAULT_FMR, label="False match rate at most",
+                                     elem_id="threshold-fmr"), "the false match rate")
+                        with gr.Row():
+                            threshold_button = gr.Button("Show the threshold view", variant="primary",
+                                                         elem_id="show-threshold")
+                            cutoff_button = gr.Button("Use this threshold as the cut-off", elem_id="use-threshold")
+                        threshold_summary = gr.Markdown("", elem_id="threshold-summary")
+                        threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
+                        cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
 
     retrieve_tab.select(bind(checkpoint_list, retrieval), None, [checkpoint], api_name="list_checkpoints",
                         show_progress="hidden")

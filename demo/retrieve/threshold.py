@@ -67,9 +67,9 @@ def summary(checkpoint_name: str, gallery, pairs, points: dict, fmr: float, cuto
              f"cosine {chosen.threshold:.4f}, which {chosen.false_matches:,} of its {pairs.other_pairs:,} "
              f"other-class pairs reach (FMR {chosen.fmr:.4f}). Every pair of two images counts once; a pair matches "
              "when its cosine is at or above the threshold.",
-             "", "| FMR at most | threshold (cosine) | FMR | FNMR |", "|---|---|---|---|"]
+             "", "| FMR at most | threshold | FNMR |", "|---|---|---|"]
     for value, point in points.items():
-        lines.append(f"| {value:g} | {point.threshold:.4f} | {point.fmr:.4f} | {point.fnmr:.4f} |")
+        lines.append(f"| {value:g} | {point.threshold:.4f} | {point.fnmr:.4f} |")
     if cutoff_point is not None:
         lines += ["", f"**At the cut-off {cutoff_point.threshold:.4f}**: {point_line(pairs, cutoff_point)}. The "
                       "Search view's tiles below it are dimmed and marked \u201cbelow the cut-off\u201d, at their "

@@ -110,11 +110,17 @@ def _lowest_ap_at_r(vectors, labels):
     return lowest
 
 
+# The views inside the Metrics tab.
+METRICS_VIEWS = {"Per class", "Threshold"}
+
+
 def _retrieve_view(open_page, url, view):
-    """A desktop page on the Retrieve tab's `view` (its inner tab)."""
+    """A desktop page on the Retrieve tab's `view` (its inner tab; Metrics first for those inside it)."""
     page = open_page(url, 1400, 900)
     page.wait_for_selector("#start")
     page.get_by_role("tab", name="Retrieve").click()
+    if view in METRICS_VIEWS:
+        page.get_by_role("tab", name="Metrics").click()
     page.get_by_role("tab", name=view).click()
     return page
 
@@ -167,6 +173,7 @@ def test_hardest_and_per_class_on_a_phone(open_page, bundled_app_url, screenshot
     assert widest <= PHONE[0] + 1  # every tile on the screen: the rows wrap
     page.evaluate("document.querySelector('#hardest').scrollIntoView({block: 'start'})")
     screenshot("retrieve-hardest-phone", page, full_page=False)
+    page.get_by_role("tab", name="Metrics").click()
     page.get_by_role("tab", name="Per class").click()
     page.locator("#show-per-class").click()
     page.wait_for_function("() => document.querySelector('#per-class-summary').innerText.includes('classes of')",

@@ -108,7 +108,7 @@ def test_the_cut_off_s_figures_and_the_threshold_as_cut_off(served):
     same, other = reference_pairs(vectors, labels)
     note, cutoff = tab.threshold_as_cutoff(service, choice, tab.TEST_SPLIT, 0.01)
     expected, false_matches, false_non_matches = reference_point(same, other, 0.01)
-    assert cutoff == expected and "Cut-off set to" in note
+    assert float(cutoff) == expected and "Cut-off set to" in note
     summary, _ = tab.show_threshold(service, choice, tab.TEST_SPLIT, 0.01, 0.5)
     at = re.search(r"\*\*At the cut-off 0.5000\*\*: FMR ([0-9.]+) \(([0-9,]+) of ([0-9,]+) pairs\) · FNMR ([0-9.]+) "
                    r"\(([0-9,]+) of ([0-9,]+) pairs\)", summary)
@@ -185,7 +185,9 @@ def test_an_unlabelled_gallery_has_no_pairs_to_tell_apart(served, tmp_path):
 
 def test_the_export_holds_the_gallery_s_embeddings_labels_and_thumbnails(served, tmp_path):
     service, choice, vectors, labels = served
-    note, zip_path, npz_path = tab.export_gallery(service, choice, tab.TEST_SPLIT)
+    note, zip_box, npz_box = tab.export_gallery(service, choice, tab.TEST_SPLIT)
+    assert zip_box["visible"] and npz_box["visible"]  # shown once they hold a file
+    zip_path, npz_path = zip_box["value"], npz_box["value"]
     class_names = load_dataset("glyphs-mini").test.class_names
     with np.load(npz_path) as saved:
         np.testing.assert_array_equal(saved["embeddings"], vectors.astype(np.float32))
@@ -204,4 +206,18 @@ def test_the_export_holds_the_gallery_s_embeddings_labels_and_thumbnails(served,
     assert re.findall(r"single_image_dim: (\d+)", files["projector_config.pbtxt"].decode()) == ["32", "32"]
     assert Path(zip_path).name in note and Path(npz_path).name in note
     again = tab.export_gallery(service, choice, tab.TEST_SPLIT)
-    assert again[1:] == (zip_path, npz_path)  # written once, then offered again
+    assert (again[1]["value"], again[2]["value"]) == (zip_path, npz_path)  # written once, then offered again
+
+
+def test_exports_are_pruned_with_the_checkpoint_zips(served, tmp_path):
+    """The downloads folder's size limit covers the exports: past it, the least recently used go, the files just
+    asked for stay."""
+    _, choice, _, _ = served
+    checkpoints = Path(choice).parent
+    service = RetrievalService(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=checkpoints, umap=False,
+                                           max_downloads_bytes=1))
+    checkpoint = service.load_checkpoint(choice)
+    zip_path, npz_path = service.export(checkpoint, service.test_split_gallery(checkpoint))
+    assert zip_path.is_file() and npz_path.is_file()  # over the limit alone, but just asked for
+    checkpoint_zip = service.download_zip(choice)
+    assert checkpoint_zip.is_file() and not zip_path.exists() and not npz_path.exists()
