@@ -9,6 +9,7 @@ plus a second), a download that breaks, a repo or a folder missing a file, a ref
 
 import hashlib
 import time
+from types import SimpleNamespace
 
 import huggingface_hub
 import pytest
@@ -193,12 +194,16 @@ def test_pull_offline_uses_what_an_online_pull_cached(hub, tmp_path, monkeypatch
                  r"file on the Hub.*\), and the local Hub cache"),
     ],
 )
-def test_pull_when_the_download_fails_after_the_look_up(hub, tmp_path, method, message):
+def test_pull_when_the_download_fails_after_the_look_up(hub, tmp_path, method, message, monkeypatch):
     _checkpoint(tmp_path / "model")
     _publish(hub, tmp_path / "model")
     hub.fail(method, r"/resolve/.*/config\.json$", 500)  # the look-up and the listing answer; one file fails
+    # huggingface_hub backs off between its retries of a 500 (1 + 2 + 4 + 8 + 8 s): the waits are noted, not slept
+    waits = []
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", SimpleNamespace(sleep=waits.append))
     with pytest.raises(HubError, match=message):
         pull(REPO)
+    assert all(0 < wait <= 8 for wait in waits)
 
 
 # ---------------------------------------------------------------- push
