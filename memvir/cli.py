@@ -7,6 +7,9 @@ was wrong and what to do, and exit status 2; a diverged run exits with 1 and kee
 resumed run may change (config.RESUMABLE) are applied and reported, a changed data, model, loss or batch setting is
 refused.
 
+`train --init FOLDER` starts the backbone, and the embedding head where its dimension fits, from a checkpoint folder
+on the disk (memvir.models.initialisation); a resumed run continues from its own weights, not from FOLDER.
+
 `torchrun --nproc-per-node G -m memvir train ...` trains on G processes (docs/distributed.md); rank 0 alone shows
 progress and prints the result.
 """
@@ -130,6 +133,8 @@ def _train_run(args) -> int:
         trainer.command = command_line(args.argv, launcher=trainer.world.launch_command())
 
     speaks = trainer.world.is_main  # under torchrun one rank reports; the others train silently
+    if trainer.initialisation is not None and speaks:
+        print(f"initialised the {trainer.initialisation.describe()}", file=sys.stderr)
     bar = tqdm(total=trainer.total_steps, initial=trainer.step, unit="step", dynamic_ncols=True, disable=not speaks,
                desc=f"{trainer.config.loss} N={trainer.config.memvir_n} M={trainer.config.memvir_m}")
     recall = {"value": trainer.last_metrics.get("recall@1")}

@@ -60,6 +60,11 @@ class TrainConfig:
     image_size: int | None = _setting(None, "input size (default: the dataset's own)")
     backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet")
     pretrained: bool = _setting(False, "start from ImageNet weights (cached or online)")
+    init_from: str | None = _setting(
+        None, "start the backbone from this checkpoint folder (config.json + model.safetensors, read offline), and "
+        "the embedding head too where the embedding dimension is the same; never its class weights (e.g. "
+        "checkpoints/glyphs-pretrain-convnet, pretrained on glyphs-pretrain, for --dataset glyphs-few)",
+        flag="--init")
     embedding_dim: int = _setting(128, "embedding dimension")
     loss: str = _setting("norm-softmax", "one of memvir.LOSSES")
     loss_params: dict = _setting(factory=dict, help="the loss's hyper-parameters (--scale, --margin, --alpha)",
@@ -182,6 +187,11 @@ class TrainConfig:
              "reduction to average apart; use the official reduction with it")
         need(self.val_fold == 0 or self.val_classes > 0,
              f"val_fold {self.val_fold} needs val_classes, the size of each fold")
+        need(self.init_from is None or (isinstance(self.init_from, str) and self.init_from.strip() != ""),
+             f"init_from must be None or a checkpoint folder's path, got {self.init_from!r}")
+        need(not (self.pretrained and self.init_from),
+             "pretrained (ImageNet weights) and init_from (a checkpoint folder) both choose the starting weights; "
+             "pass one of them")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
         for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
             need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")

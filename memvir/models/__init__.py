@@ -3,4 +3,5 @@
 - `embedding_model`: `EmbeddingModel`: image in, L2-normalised embedding out, saved and loaded in the Hub format.
 - `backbones`: the backbone registry (convnet, convnet-gn, resnet18/50, googlenet).
 - `card`: the model card an `EmbeddingModel` saves as README.md.
+- `initialisation`: a model started from a saved checkpoint folder (the backbone, the head where it fits).
 """

@@ -209,6 +209,7 @@ class EmbeddingModel(
         kwargs.setdefault("metric_rows", [])
         kwargs.setdefault("command", None)
         kwargs.setdefault("extra_rows", [])
+        kwargs.setdefault("backbone_origin", None)  # where the backbone's weights started, when not the config's
         config = self.config
         size = config["image_size"]
         input_summary = (

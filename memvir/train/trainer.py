@@ -38,6 +38,7 @@ from memvir.memory.checks import NonFiniteError
 from memvir.memory.size import STORE_DTYPES, check_ring
 from memvir.memory.virtual_classes import MemVir
 from memvir.models.card import memvir_summary
+from memvir.models.initialisation import initialise_from_checkpoint
 from memvir.retrieval import evaluation
 from memvir.train.adam_regime import eps_dominated_shares
 from memvir.train.checks import TrainingDiverged, UncheckedLosses, check_labels
@@ -71,7 +72,10 @@ class Trainer:
     (on the others `out_dir` is None) and calls listeners, and its stop, pause and updates hold for all ranks.
     """
 
-    def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=()):
+    def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=(), *,
+                 load_init: bool = True):
+        """load_init: start the model from `config.init_from` when it names a checkpoint folder; False when a
+        trainer state will replace the weights (a resume: the run's own weights, not the init, are where it is)."""
         from memvir.data import load_dataset
         from memvir.data.splits import without_augmentation
         from memvir.data.validation import hold_out_validation
@@ -116,6 +120,9 @@ class Trainer:
             image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
             image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
         ), self.device, self.world)
+        self.initialisation = None  # what config.init_from gave the model (memvir.models.initialisation)
+        if config.init_from and load_init:
+            self.initialisation = initialise_from_checkpoint(self.model, config.init_from, f"dataset {info.name}")
         self._network = training_network(self.model, self.device, self.world, config.compile)
         num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
@@ -162,7 +169,7 @@ class Trainer:
         changes = resume_changes(stored, overrides, out_dir)
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
-        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners)
+        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners, load_init=False)
         trainer.load_state_dict(state, path)
         if live:
             trainer._check_changes(live)
@@ -471,7 +478,11 @@ class Trainer:
             checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
             card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
                           "train_config": self.config.to_dict(), "step": self.step}
-            self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra)
+            card_kwargs = {}
+            if self.config.init_from:
+                card_kwargs["backbone_origin"] = f"initialised from the checkpoint {self.config.init_from}"
+            self.model.save_pretrained(stage, metrics=self.last_metrics or None, card_extra=card_extra,
+                                       model_card_kwargs=card_kwargs)
         return self.out_dir / checkpoint.TRAINER_STATE
 
     def state_dict(self) -> dict:
