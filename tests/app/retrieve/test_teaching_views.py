@@ -138,6 +138,28 @@ def test_side_by_side_shows_each_checkpoints_figures_for_an_uploaded_query(two, 
     assert shown is not None
 
 
+def test_side_by_side_honours_the_similarity_cut_off(two, tmp_path):
+    """Each column's hits below the cut-off are dimmed at their ranks: those whose brute-force cosine to the query is
+    below it (the cut-off set between two of a column's cosines, away from the others)."""
+    service, folders = two
+    split = load_dataset("glyphs-mini").test
+    query_path = tmp_path / "query.png"
+    split.image(40).save(query_path)
+    class_name = split.class_names[split.labels[40]].split(" ")[0]
+    checkpoint = service.load_checkpoint(folders["memvir"])
+    query = checkpoint.model.embed(service.model_input(checkpoint, split.image(40), fit_ink=False))[0].numpy()
+    vectors, _ = reference_embeddings(service, folders["memvir"])
+    scores = np.sort(vectors @ (query.astype(np.float64) / np.linalg.norm(query)))[::-1]
+    cut = float((scores[2] + scores[3]) / 2)
+    summary, columns, _ = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
+                                             class_name, str(query_path), cutoff=str(cut))
+    first_column = columns.split('class="side-column"')[1]
+    marks = [alt.endswith("below the cut-off") for alt in re.findall(r'alt="([^"]*)"', first_column)[:6]]
+    assert marks == [False] * 3 + [True] * 3
+    assert f"3 of 6 below the cut-off {cut:.4f}, dimmed" in summary  # the first checkpoint's line
+    assert summary.count("below the cut-off") == 2  # and the second's
+
+
 @pytest.mark.parametrize(("second", "message"), [("", "choose a second checkpoint"),
                                                  (None, "the two checkpoints are the same")])
 def test_side_by_side_refuses_a_missing_or_repeated_checkpoint(two, tmp_path, second, message):
