@@ -142,7 +142,7 @@ def pair_similarities(embeddings, labels, max_fmr: float = 0.1) -> PairSimilarit
     for start, stop, similarities in _upper_blocks(vectors):
         bins = _fine_bins(similarities)
         fine_all += torch.bincount(bins.reshape(-1), minlength=FINE_BINS + 1).cpu()
-        low, high, same = _same_class_band(codes, class_ends, start, stop)
+        low, high, same = _same_class_band(codes, class_ends, start, stop, vectors.device)
         band = similarities[:, low - start:high - start]
         same_scores.append(band[same].cpu().numpy())
         fine_same += torch.bincount(bins[:, low - start:high - start][same], minlength=FINE_BINS + 1).cpu()
@@ -165,7 +165,7 @@ def pair_similarities(embeddings, labels, max_fmr: float = 0.1) -> PairSimilarit
         # same-class pairs: all left out.
         square = above[:, : above.shape[0]]
         square &= _upper_mask(square)
-        low, high, same = _same_class_band(codes, class_ends, start, stop)
+        low, high, same = _same_class_band(codes, class_ends, start, stop, vectors.device)
         above[:, low - start:high - start] &= ~same
         other_top.append(similarities[above].cpu().numpy())
     other_top = np.sort(np.concatenate(other_top))
@@ -214,7 +214,7 @@ def _fine_bins(similarities):
     return bins
 
 
-def _same_class_band(codes, class_ends, start, stop):
+def _same_class_band(codes, class_ends, start, stop, device):
     """(first column, end column, same-class mask [rows, end - first]) of the columns where rows start..stop-1 meet
     their own class (gallery ordered by class), pairs i < j only."""
     low = start  # a pair's later item is never before the block's first row
@@ -222,4 +222,4 @@ def _same_class_band(codes, class_ends, start, stop):
     rows = np.arange(start, stop)[:, None]
     columns = np.arange(low, high)[None, :]
     same = (codes[rows] == codes[columns]) & (columns > rows)
-    return low, high, torch.as_tensor(same)
+    return low, high, torch.as_tensor(same, device=device)
