@@ -131,14 +131,16 @@ class RunManager:
                 if run.training and run.config.dataset.startswith(FOLDER_PREFIX)]
 
     def attach(self, visitor: str, viewed_id: str | None = None, after: float | None = None) -> LiveRun | None:
-        """The run a page shows: the one it shows already, unless it rests and a newer one trains; else the
-        visitor's own latest run (a reloaded page finds it again); else the latest run that trains. A page reset at
-        time `after` shows only runs started since."""
+        """The run a page shows: the one it shows already, unless that is another visitor's, it rests and a newer
+        one trains; else the visitor's own latest run (a reloaded page finds it again); else the latest run that
+        trains. A page that shows its visitor's own run keeps it when it stops or ends (its owner reads the outcome,
+        and may resume it), whatever others start. A page reset at time `after` shows only runs started since."""
         viewed = self.get(viewed_id)
         busy = [run for run in self.busy_runs() if after is None or run.started_at > after]
         newest_busy = busy[-1] if busy else None
         if viewed is not None:
-            if not viewed.busy and newest_busy is not None and newest_busy.started_at > viewed.started_at:
+            if (viewed.owner != visitor and not viewed.busy and newest_busy is not None
+                    and newest_busy.started_at > viewed.started_at):
                 return newest_busy
             return viewed
         if after is not None:

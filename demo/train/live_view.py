@@ -75,7 +75,9 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
         progress = STARTING_NOTE if run.state == "starting" else progress_line(run)
         lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress}"]
         if run.state in ("stopped", "failed", "finished") and run.message:
-            lines.append(run.message + (" · press **Resume** to continue" if run.can_resume else ""))
+            # only its owner's buttons act on it: a watcher is not offered what it cannot do
+            resumable = run.can_resume and run.owner == visitor
+            lines.append(run.message + (" · press **Resume** to continue" if resumable else ""))
         if run.control_message:
             lines.append(f"Live change: {run.control_message}")
         baseline = run.baseline
@@ -236,11 +238,13 @@ class FigureBuilder:
         return drawn
 
     def latest_embedding(self, run: LiveRun, color_by: str) -> tuple | None:
-        """(snapshot key, step, figure, caption) of the latest snapshot as last drawn in `color_by`; None until
-        drawn."""
+        """(snapshot key, step, figure, caption) of the latest snapshot as last drawn in `color_by`; drawn now if
+        never yet (a page just opened, or switched pictures: it shows the run's latest snapshot at once, not from the
+        next one on); None while the run has none."""
         self._watch(run, color_by)
         with self._lock:
-            return self._drawn.get((run.id, color_by))
+            drawn = self._drawn.get((run.id, color_by))
+        return drawn if drawn is not None else self._draw_picture(run, color_by)
 
     def _work(self) -> None:
         run_in_background()
@@ -274,11 +278,19 @@ class FigureBuilder:
                 if current is None or current[0] != _curves_key(run, what):
                     self._draw_curves(run, what)
                 continue
-            latest = run.snapshot_at(None)
-            if latest is not None and (current is None or current[0] != snapshot_key):
-                figure, caption = embedding_view(run, None, what)
-                with self._lock:
-                    self._drawn[(run.id, what)] = (snapshot_key, latest.step, figure, caption)
+            if current is None or current[0] != snapshot_key:
+                self._draw_picture(run, what)
+
+    def _draw_picture(self, run: LiveRun, what: str) -> tuple | None:
+        """Draw the picture `what` of the run's latest snapshot and keep it; None (nothing kept) while it has none."""
+        snapshot_key, latest = picture_key(run), run.snapshot_at(None)
+        if latest is None:
+            return None
+        figure, caption = embedding_view(run, None, what)
+        drawn = (snapshot_key, latest.step, figure, caption)
+        with self._lock:
+            self._drawn[(run.id, what)] = drawn
+        return drawn
 
     def close(self) -> None:
         self._closed = True

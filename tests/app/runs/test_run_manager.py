@@ -10,6 +10,7 @@ import pytest
 
 from demo.common.settings import AppSettings
 from demo.runs.manager import NotRunOwner, RunError, RunLimitReached, RunManager
+from demo.train.live_view import status_markdown
 from memvir.analysis.projection import UmapWorker, project_snapshot
 from memvir.train.trainer import TrainConfig
 
@@ -78,7 +79,14 @@ def test_one_run_at_a_time_and_only_its_owner_steers_it(manager):
     run.join(60)
     assert run.state == "stopped" and run.can_resume
     assert manager.attach("bob", after=time.time()) is None  # a page reset after the run shows nothing
-    assert manager.start(quick(), "bob").owner == "bob"  # the slot is free again
+    bobs = manager.start(quick(epochs=200), "bob")
+    assert bobs.owner == "bob"  # the slot is free again
+    # alice's page keeps her stopped run, which only she may resume; a watcher's page moves on to the run that trains
+    assert manager.attach("alice", run.id) is run and "press **Resume**" in status_markdown(run, "alice")
+    assert manager.attach("carol", run.id) is bobs
+    watched = status_markdown(run, "carol")
+    assert "press **Resume**" not in watched and "another visitor (read-only)" in watched
+    manager.stop(bobs.id, "bob")
 
 
 def test_pause_then_resume(manager):

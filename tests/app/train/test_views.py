@@ -88,6 +88,23 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
     assert any(trace.name == "from 2 steps ago" for trace in drift.data)  # M = 1: set 1 is 2 steps old
 
 
+def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_picture(runs):
+    from demo.train.poll import poll
+
+    run = runs.start(quick(), "alice")
+    run.join(90)
+    last = run.snapshots[-1].step
+    figures = live_view.FigureBuilder()
+    try:
+        for picture in ("few", "age"):  # the owner's page reloaded: nothing drawn for it yet
+            answer = poll(runs, figures, PollState(), picture, True, visitor="alice")
+            caption, slider = answer[6], answer[7]
+            assert f"step {last:,}" in caption and "No snapshot yet" not in caption, caption
+            assert slider["value"] == last
+    finally:
+        figures.close()
+
+
 # ---------------------------------------------------------------------------------------------- controls
 def test_the_classes_shown_are_typed_as_distinct_whole_numbers():
     assert whole_numbers(" 3, 17 40 ", "classes", 20) == [3, 17, 40]
