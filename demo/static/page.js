@@ -10,9 +10,37 @@
 // change. Here Enter hands the typed value to the slider's range input and releases that, the way a drag ends (gradio
 // waits a tick there, so the new value goes out), and neither a blur of the box nor a click in it sends anything.
 //
+// A page that stops hearing its polls' answers (the server busy or unreachable, the connection lost) says so in a
+// notice at the top, with how long it has been, and takes it down when the answers come again: the timer keeps
+// asking meanwhile, and a run trains on whether or not a page watches it. "Stopped" is judged against the answers'
+// own pace, which a crowd of watchers slows (demo.runs.audience): four of its gaps, and at least STALE_AFTER_MS.
+//
 // Start and Compare with baseline bring the status line and the loss chart into view (the run's buttons stay in sight
 // while the visitor scrolls through the settings, page.css): what the click started, or why it was refused, is there.
 () => {
+    const STALE_AFTER_MS = 10000;
+    let lastHeard = Date.now();
+    const gaps = [];
+    const stale = document.createElement("div");
+    stale.id = "stale-notice";
+    stale.setAttribute("role", "status");
+    stale.hidden = true;
+    document.body.appendChild(stale);
+    window.memvirHeard = () => {
+        const now = Date.now();
+        gaps.push(now - lastHeard);
+        if (gaps.length > 5) gaps.shift();
+        lastHeard = now;
+        stale.hidden = true;
+    };
+    setInterval(() => {
+        const silent = Date.now() - lastHeard;
+        if (silent < Math.max(STALE_AFTER_MS, 4 * Math.max(0, ...gaps))) return;
+        stale.textContent = `No update from the server for ${Math.round(silent / 1000)} s. This page keeps asking and ` +
+            "catches up by itself when the answers come again; a run trains on meanwhile.";
+        stale.hidden = false;
+    }, 1000);
+
     document.addEventListener("click", (event) => {
         if (!(event.target instanceof Element) || !event.target.closest("#start, #baseline")) return;
         const status = document.querySelector("#run-status");

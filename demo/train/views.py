@@ -116,13 +116,15 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
     views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
 
-    # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/poll), not
+    # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/predict), not
     # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
     # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
-    timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
-               [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption, snapshot_step,
-                timer, views_key], api_name="poll", show_progress="hidden", queue=False)
+    polled = timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
+                        [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption,
+                         snapshot_step, timer, views_key], api_name="poll", show_progress="hidden", queue=False)
+    # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
+    polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its
     # snapshots), never while a page rests, rather than after every poll.
     views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],

@@ -85,3 +85,25 @@ def test_search_with_a_drawing(page, screenshot):
                            timeout=WAIT_MS)
     assert "nearest of" in page.locator("#retrieval-summary").inner_text()
     screenshot("retrieval-drawing")
+
+
+def test_a_page_that_stops_hearing_from_the_server_says_so_and_recovers_by_itself(page, screenshot):
+    import re
+
+    page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
+                           timeout=WAIT_MS)
+    notice = page.locator("#stale-notice")
+    assert notice.is_hidden()
+    # the unqueued events' requests, the poll's among them, held on their way and never answered, as on a connection
+    # that hangs (a failed request makes gradio reload the page, which starts afresh)
+    cut_off, held = re.compile(r"/gradio_api/run/predict"), []
+    page.route(cut_off, lambda route: held.append(route))
+    notice.wait_for(state="visible", timeout=30_000)
+    assert re.fullmatch(r"No update from the server for \d+ s\. This page keeps asking and catches up by itself "
+                        r"when the answers come again; a run trains on meanwhile\.", notice.inner_text().strip())
+    screenshot("stale-notice", full_page=False)
+    marker = page.evaluate("() => window.memvirMarker = Math.random()")
+    page.unroute(cut_off)  # the held requests go on to the server, late, and so do the next polls
+    assert held
+    notice.wait_for(state="hidden", timeout=30_000)  # the next answer takes it down...
+    assert page.evaluate("() => window.memvirMarker") == marker  # ...in the same page, not a reloaded one
