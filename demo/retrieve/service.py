@@ -28,15 +28,17 @@ from demo.retrieve.galleries import Gallery, Hit, IndexedGallery, images_gallery
 from demo.retrieve.index_builds import IndexBuilds
 from memvir.data.errors import DatasetError
 from memvir.data.glyphs.query import flatten_alpha, glyph_query
+from memvir.retrieval import shipped_gallery
 
 EMBED_BATCH = 512
 SAMPLE_SIZE = 48
 # The rankings of a gallery's own items keep the top RANKED_K of each query (the hardest-queries view shows them) and
-# its MISSED_KEPT nearest same-class items ranked after them.
-RANKED_K = 8
-MISSED_KEPT = 4
-# The threshold view offers FMRs up to this; the other-class cosines above its threshold are kept to answer exactly.
-MAX_FMR = 0.1
+# its MISSED_KEPT nearest same-class items ranked after them; the threshold view offers FMRs up to MAX_FMR (the
+# other-class cosines above its threshold are kept to answer exactly). The settings a checkpoint's saved figures
+# are computed with (memvir.retrieval.shipped_gallery), so that the bundled checkpoints' can be read.
+RANKED_K = shipped_gallery.RANKED_K
+MISSED_KEPT = shipped_gallery.MISSED_KEPT
+MAX_FMR = shipped_gallery.MAX_FMR
 _WARM_UP_EXIT_WAIT_S = 60.0
 _CACHE_ENTRIES = 4
 # A bundled checkpoint trained with MemVir says so in its model card's summary table (memvir.train.trainer writes the
@@ -436,7 +438,9 @@ class RetrievalService:
     def rankings(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
         """Every item of a labelled gallery querying the others (memvir.retrieval.ranking.rank_gallery, top RANKED_K
         and MISSED_KEPT missed items), ranked once per gallery index and kept: the hardest-queries and per-class views
-        read it, so a click costs no search. A request for rankings being computed waits for them."""
+        read it, so a click costs no search. A request for rankings being computed waits for them. A checkpoint's own
+        test split's rankings are read from beside it when saved there (memvir.retrieval.shipped_gallery: the
+        bundled checkpoints ship them), else computed."""
         from memvir.retrieval.ranking import rank_gallery
 
         if gallery.labels is None:
@@ -448,6 +452,10 @@ class RetrievalService:
             with self._lock:
                 if key in self._rankings:
                     return self._rankings[key]
+            saved = self._saved_figures(shipped_gallery.load_rankings, checkpoint, gallery)
+            if saved is not None:
+                with self._lock:
+                    return self._rankings.get_or_make(key, lambda: saved)
             indexed = self.index(checkpoint, gallery)
             try:
                 ranked = rank_gallery(indexed.index.vectors(), gallery.labels, k=RANKED_K, missed=MISSED_KEPT)
@@ -464,7 +472,8 @@ class RetrievalService:
 
     def pair_similarities(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
         """The cosines of every pair of a labelled gallery's items by class sameness (memvir.retrieval.verification,
-        thresholds exact up to MAX_FMR), computed once per gallery index and kept, as the rankings are."""
+        thresholds exact up to MAX_FMR), computed once per gallery index and kept, as the rankings are (both read
+        from beside a checkpoint whose own test split has them saved)."""
         from memvir.retrieval.verification import pair_similarities
 
         if gallery.labels is None:
@@ -476,6 +485,10 @@ class RetrievalService:
             with self._lock:
                 if key in self._pairs:
                     return self._pairs[key]
+            saved = self._saved_figures(shipped_gallery.load_pairs, checkpoint, gallery)
+            if saved is not None:
+                with self._lock:
+                    return self._pairs.get_or_make(key, lambda: saved)
             indexed = self.index(checkpoint, gallery)
             try:
                 pairs = pair_similarities(indexed.index.vectors(), gallery.labels, max_fmr=MAX_FMR)
@@ -489,6 +502,14 @@ class RetrievalService:
                 self._pairs.move_to_end(key)
                 return self._pairs[key]
         return self._builds.run(key, compute)
+
+    def _saved_figures(self, load, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """The figures `load` (memvir.retrieval.shipped_gallery.load_rankings / load_pairs) reads from beside the
+        checkpoint, for its own test split, computed at build time; None for other galleries, or where they are
+        missing or stale (the loader logs why) or the folder's weights are no longer the ones loaded."""
+        if gallery.split is None or _folder_key(checkpoint.folder) != checkpoint.key:
+            return None
+        return load(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR)
 
     def export(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> tuple[Path, Path]:
         """(a TensorBoard projector bundle zipped, an .npz) of the gallery's embeddings by the checkpoint, with

@@ -12,5 +12,6 @@
 - `export`: a gallery's embeddings, labels and thumbnails for other tools: a TensorBoard projector bundle and `.npz`.
 - `index`: `GalleryIndex`, a gallery's embeddings searchable exactly, by IVF or HNSW, saved and loaded.
 - `evaluation`: (model, dataset) to embeddings, metrics and a gallery index.
-- `shipped_gallery`: a checkpoint's own test-split index, used only while its weights' hash matches.
+- `shipped_gallery`: a checkpoint's own test-split index and its views' figures (rankings, pair cosines), used only
+  while their stamps match.
 """

@@ -8,8 +8,14 @@ model inputs of a sample of its items) and the split's retrieval metrics. `load`
 that still matches, so a retrained checkpoint or a re-rendered dataset gets its index rebuilt, never served stale.
 Embeddings and metrics come from memvir.retrieval.evaluation, so they are exactly the evaluation's.
 
+Beside the index, ``views.json``, ``rankings.npz`` and ``pairs.npz`` keep what the app's views read of that gallery:
+each item's ranking of the others (memvir.retrieval.ranking) and its pairs' cosines (memvir.retrieval.verification),
+which take seconds to compute. `load_rankings` and `load_pairs` return them only while their stamp matches the
+weights, the index's files, the settings asked for and this format's version, and the files' sha256; else None, and
+the reason goes to the log.
+
 ``python -m memvir.retrieval.shipped_gallery FOLDER...`` (``make gallery-index``) builds the index of each checkpoint
-folder whose index is missing or stale.
+folder whose index is missing or stale, and then the views' figures where they are.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import shutil
 import sys
 import uuid
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,27 +172,248 @@ def _read_stamp(folder: Path) -> dict | str:
     return stamp
 
 
+# ---------------------------------------------------------------------------------------------- the views' figures
+# What the app's views read of a checkpoint's own gallery, computed once at build time and kept beside the index:
+# each item's ranking of the others (memvir.retrieval.ranking, for the hardest-queries and per-class views) and its
+# pairs' cosines (memvir.retrieval.verification, for the threshold view). Plain .npz files (read without pickle),
+# stamped in views.json with what they were computed from and how, so that a stale or damaged file is never read.
+VIEWS_FILE = "views.json"
+RANKINGS_FILE = "rankings.npz"
+PAIRS_FILE = "pairs.npz"
+_VIEWS_FORMAT = "memvir.GalleryViews"
+_VIEWS_FORMAT_VERSION = 1
+_VIEW_FILES = (VIEWS_FILE, RANKINGS_FILE, PAIRS_FILE)
+# Sorted cosines are kept as the steps between their float32 bit patterns (ordered as the floats are): most steps are
+# a few units and fit a byte, which compresses several times better than the floats; larger steps go in a second array.
+_STEP_ESCAPE = 255
+# The settings the app's views compute with (demo.retrieve.service takes them from here): each query's top RANKED_K
+# and its MISSED_KEPT nearest same-class items ranked after them; thresholds exact up to a false match rate of
+# MAX_FMR.
+RANKED_K = 8
+MISSED_KEPT = 4
+MAX_FMR = 0.1
+
+log = logging.getLogger(__name__)
+
+
+def build_views(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
+                max_fmr: float = MAX_FMR):
+    """Rank the saved index's items against one another and compare all its pairs (as the app's views do), and save
+    both beside it. Returns (QueryRankings, PairSimilarities). ValueError when the index is missing or stale (build
+    it first), or when the gallery has no class with two items (nothing to rank)."""
+    from memvir.retrieval.ranking import rank_gallery
+    from memvir.retrieval.verification import pair_similarities
+
+    checkpoint_dir = Path(checkpoint_dir)
+    gallery = load(checkpoint_dir, split)
+    if gallery is None:
+        raise ValueError(f"{checkpoint_dir} has no fresh {GALLERY_DIR}/ index ({staleness(checkpoint_dir, split)}); "
+                         "build it first")
+    vectors, labels = gallery.index.vectors(), gallery.index.labels
+    rankings = rank_gallery(vectors, labels, k=ranked_k, missed=missed)
+    pairs = pair_similarities(vectors, labels, max_fmr=max_fmr)
+    folder = checkpoint_dir / GALLERY_DIR
+    # Only the neighbours within max(k, R) are ever read (the top k shown, the first R counted for confusions).
+    width = min(rankings.neighbours.shape[1], max(rankings.k, int(rankings.same_class.max(initial=0))))
+    arrays = {name: getattr(rankings, name) for name in _RANKING_FIELDS}
+    for name in ("neighbours", "scores", "correct"):
+        arrays[name] = arrays[name][:, :width]
+    _write_npz(folder / RANKINGS_FILE, k=np.int64(rankings.k), **arrays)
+    _write_npz(folder / PAIRS_FILE, same_pairs=np.int64(pairs.same_pairs), other_pairs=np.int64(pairs.other_pairs),
+               fine_same=pairs.fine_same, fine_other=pairs.fine_other, same_scores=pairs.same_scores,
+               top_floor=np.float64(pairs.top_floor), max_fmr=np.float64(pairs.max_fmr),
+               **_sorted_float32_steps(pairs.other_top))
+    stamp = {
+        "format": _VIEWS_FORMAT,
+        "version": _VIEWS_FORMAT_VERSION,
+        "checkpoint_sha256": checkpoint_digest(checkpoint_dir),
+        "index_sha256": _index_digest(folder),
+        "ranking": {"k": int(rankings.k), "missed": int(rankings.missed.shape[1])},
+        "pairs": {"max_fmr": float(pairs.max_fmr)},
+        "files": {name: _file_digest(folder / name) for name in (RANKINGS_FILE, PAIRS_FILE)},
+    }
+    partial = folder / f".{VIEWS_FILE}.partial"
+    partial.write_text(json.dumps(stamp, indent=1), encoding="utf-8")
+    partial.replace(folder / VIEWS_FILE)
+    return rankings, pairs
+
+
+def views_staleness(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
+                    max_fmr: float = MAX_FMR) -> str | None:
+    """Why the saved views' figures cannot be used for `split` with these settings (missing, damaged, computed from
+    another index, other weights or with other settings, or another format version); None when they can."""
+    folder = Path(checkpoint_dir) / GALLERY_DIR
+    path = folder / VIEWS_FILE
+    if not path.is_file():
+        return f"there is no {GALLERY_DIR}/{VIEWS_FILE}"
+    try:
+        stamp = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"{path} cannot be read ({error})"
+    if not isinstance(stamp, dict) or stamp.get("format") != _VIEWS_FORMAT:
+        return f"{path} is not a {_VIEWS_FORMAT} stamp"
+    if stamp.get("version") != _VIEWS_FORMAT_VERSION:
+        return f"{path} is of format version {stamp.get('version')!r}, not {_VIEWS_FORMAT_VERSION}"
+    reason = staleness(checkpoint_dir, split)
+    if reason is not None:
+        return f"the index they were computed from cannot be used: {reason}"
+    try:
+        if stamp["checkpoint_sha256"] != checkpoint_digest(checkpoint_dir):
+            return "they were computed from other weights (config.json or model.safetensors changed)"
+        if stamp["index_sha256"] != _index_digest(folder):
+            return "they were computed from another index of the gallery"
+        if stamp["ranking"] != {"k": ranked_k, "missed": missed} or stamp["pairs"] != {"max_fmr": max_fmr}:
+            return (f"they were computed with other settings ({stamp['ranking']}, {stamp['pairs']}; wanted k "
+                    f"{ranked_k}, missed {missed}, max_fmr {max_fmr})")
+        for name, digest in stamp["files"].items():
+            if not (folder / name).is_file() or _file_digest(folder / name) != digest:
+                return f"{GALLERY_DIR}/{name} is missing or damaged (its sha256 is not the one stamped)"
+    except (KeyError, TypeError, AttributeError, OSError) as error:
+        return f"{path} is incomplete or unreadable ({error!r})"
+    return None
+
+
+def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
+                  max_fmr: float = MAX_FMR):
+    """The saved QueryRankings of the split's items (neighbours, scores and correct marks kept up to max(k, R));
+    None, with a log line saying why, when the views' figures are missing, stale or damaged (see
+    `views_staleness`)."""
+    from memvir.retrieval.ranking import QueryRankings
+
+    arrays = _read_views(checkpoint_dir, split, RANKINGS_FILE, ranked_k, missed, max_fmr)
+    if arrays is None:
+        return None
+    try:
+        return QueryRankings(k=int(arrays["k"]), **{name: arrays[name] for name in _RANKING_FIELDS})
+    except KeyError as error:
+        log.warning("%s: the saved rankings lack %s; computing them", checkpoint_dir, error)
+        return None
+
+
+def load_pairs(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
+               max_fmr: float = MAX_FMR):
+    """The saved PairSimilarities of the split's items; None, with a log line saying why, as `load_rankings`."""
+    from memvir.retrieval.verification import PairSimilarities
+
+    arrays = _read_views(checkpoint_dir, split, PAIRS_FILE, ranked_k, missed, max_fmr)
+    if arrays is None:
+        return None
+    try:
+        return PairSimilarities(same_pairs=int(arrays["same_pairs"]), other_pairs=int(arrays["other_pairs"]),
+                                fine_same=arrays["fine_same"], fine_other=arrays["fine_other"],
+                                same_scores=arrays["same_scores"], other_top=_float32_from_steps(arrays),
+                                top_floor=float(arrays["top_floor"]), max_fmr=float(arrays["max_fmr"]))
+    except (KeyError, ValueError) as error:
+        log.warning("%s: the saved pair cosines cannot be read (%s); computing them", checkpoint_dir, error)
+        return None
+
+
+_RANKING_FIELDS = ("query", "label", "same_class", "neighbours", "scores", "correct", "first_correct_rank",
+                   "average_precision", "r_precision", "missed", "missed_scores", "missed_ranks")
+
+
+def _read_views(checkpoint_dir, split, name, ranked_k, missed, max_fmr) -> dict | None:
+    reason = views_staleness(checkpoint_dir, split, ranked_k, missed, max_fmr)
+    if reason is not None:
+        log.info("%s: the saved figures of its gallery's views are not used (%s); computing them", checkpoint_dir,
+                 reason)
+        return None
+    path = Path(checkpoint_dir) / GALLERY_DIR / name
+    try:
+        with np.load(path, allow_pickle=False) as file:
+            return {key: file[key] for key in file.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
+        log.warning("%s cannot be read (%s); computing its figures", path, error)
+        return None
+
+
+def _write_npz(path: Path, **arrays) -> None:
+    partial = path.with_name(f".{path.name}.partial")
+    with open(partial, "wb") as file:
+        np.savez_compressed(file, **arrays)
+    partial.replace(path)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _index_digest(folder: Path) -> str:
+    """sha256 over the index's files (all of the folder but the stamps and the views' files)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name not in (STAMP_FILE, *_VIEW_FILES) and not path.name.startswith("."):
+            digest.update(f"{path.name}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def _sorted_float32_steps(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Ascending float32 `values` as `steps_first` (the first key), `steps_small` (uint8 steps between successive
+    keys, _STEP_ESCAPE where a step is larger) and `steps_large` (those steps, in order). A key is the float's bit
+    pattern turned so that it orders as the float does (negatives flipped, positives above them)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    keys = np.sort(np.where(bits >> 31 == 1, ~bits, bits | np.uint32(2**31)).astype(np.int64))
+    steps = np.diff(keys)
+    return {"steps_first": keys[:1], "steps_small": np.minimum(steps, _STEP_ESCAPE).astype(np.uint8),
+            "steps_large": steps[steps >= _STEP_ESCAPE]}
+
+
+def _float32_from_steps(arrays: dict) -> np.ndarray:
+    """The float32 values `_sorted_float32_steps` wrote, ascending. Sums in uint32, whose wrap-around is exact for
+    keys that fit it, so 7.5 million cosines take tens of milliseconds."""
+    first, steps = arrays["steps_first"].astype(np.uint32), arrays["steps_small"].astype(np.uint32)
+    escaped = np.flatnonzero(steps == _STEP_ESCAPE)
+    if escaped.size != arrays["steps_large"].size or first.size > 1 or (first.size == 0 and steps.size):
+        raise ValueError("the steps between the cosines do not match their escapes")
+    steps[escaped] = arrays["steps_large"]
+    keys = np.empty(first.size + steps.size, dtype=np.uint32)
+    keys[: first.size] = first
+    if first.size:
+        np.cumsum(steps, out=keys[1:])
+        keys[1:] += first[0]
+    # Keys of positive floats have the top bit set (flip it back); those of negative ones are the bits inverted.
+    keys ^= ((keys >> 31) ^ 1) * np.uint32(2**31 - 1) | np.uint32(2**31)
+    return keys.view(np.float32)
+
+
 def main(argv: list[str] | None = None) -> int:
     from memvir.retrieval import evaluation
 
     parser = argparse.ArgumentParser(description="Build the test-split gallery index beside each checkpoint folder "
-                                                 "whose index is missing or stale.")
+                                                 "whose index is missing or stale, and the figures of the app's "
+                                                 "views of it (rankings, pair cosines) where those are.")
     parser.add_argument("folders", nargs="+", type=Path, help="checkpoint folders (config.json + model.safetensors)")
-    parser.add_argument("--force", action="store_true", help="rebuild even a fresh index")
+    parser.add_argument("--force", action="store_true", help="rebuild even a fresh index and fresh figures")
     args = parser.parse_args(argv)
     for folder in args.folders:
         model, dataset, split = evaluation.load_model_and_split(str(folder))
         reason = staleness(folder, split)
         if reason is None and not args.force:
             print(f"{folder}: {GALLERY_DIR}/ is up to date")
+        else:
+            gallery = build(folder, split, dataset, model=model, progress=True)
+            if staleness(folder, split) is not None:
+                print(f"{folder}: its files changed while it was embedded; nothing saved, run again", file=sys.stderr)
+                return 1
+            size = sum(path.stat().st_size for path in (folder / GALLERY_DIR).iterdir())
+            print(f"{folder}: built {GALLERY_DIR}/ ({reason or 'forced'}): {len(gallery.index):,} items, "
+                  f"{size / 1e6:.1f} MB, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
+        reason = views_staleness(folder, split)
+        if reason is None and not args.force:
+            print(f"{folder}: the views' figures are up to date")
             continue
-        gallery = build(folder, split, dataset, model=model, progress=True)
-        if staleness(folder, split) is not None:
-            print(f"{folder}: its files changed while it was embedded; nothing saved, run again", file=sys.stderr)
-            return 1
-        size = sum(path.stat().st_size for path in (folder / GALLERY_DIR).iterdir())
-        print(f"{folder}: built {GALLERY_DIR}/ ({reason or 'forced'}): {len(gallery.index):,} items, "
-              f"{size / 1e6:.1f} MB, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
+        try:
+            build_views(folder, split)
+        except ValueError as error:  # no class with two items: nothing to rank
+            print(f"{folder}: the views' figures cannot be computed: {error}", file=sys.stderr)
+            continue
+        sizes = ", ".join(f"{name} {(folder / GALLERY_DIR / name).stat().st_size / 1e6:.1f} MB"
+                          for name in (RANKINGS_FILE, PAIRS_FILE))
+        print(f"{folder}: computed the views' figures ({reason or 'forced'}): {sizes}")
     return 0
 
 
