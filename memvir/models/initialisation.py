@@ -17,8 +17,9 @@ import torch
 from memvir import checkpoint
 from memvir.checkpoint import CheckpointError
 
-EXAMPLE_FOLDER = "checkpoints/glyphs-pretrain-convnet"
-"""The bundled pretrained backbone, named in refusals as an example of what to pass."""
+PRETRAINED_GLYPHS_BACKBONE = "checkpoints/glyphs-pretrain-convnet"
+"""The bundled backbone pretrained on glyphs-pretrain (`make pretrained`), relative to the repository's root: what a
+run of the paper's setting passes as `--init` with `--dataset glyphs-few`, and the example refusals name."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def read_checkpoint_config(folder: str | Path, flag: str = "--init") -> dict:
     """The config.json of a checkpoint folder, after checking the folder holds a checkpoint; CheckpointError saying
     what is wrong (missing, a file, no checkpoint files, unreadable config) and what to pass instead."""
     folder = Path(folder).expanduser()
-    example = f"a checkpoint folder (config.json + model.safetensors), such as {EXAMPLE_FOLDER}"
+    example = f"a checkpoint folder (config.json + model.safetensors), such as {PRETRAINED_GLYPHS_BACKBONE}"
     if not folder.exists():
         raise CheckpointError(f"{flag} {folder}: there is no such folder; pass {example}")
     if not folder.is_dir():
