@@ -85,6 +85,18 @@ def _checkpoint_folders(root: Path, need_weights: bool) -> list[Path]:
     )
 
 
+def _visitor_message(choice: str, error: Exception) -> str:
+    """What a visitor is told when a checkpoint cannot be had: a Hub repo neither cached here nor reachable is said
+    in the visitor's words (memvir.hub's message is the operator's: the cache's path, HF_HUB_OFFLINE)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if isinstance(error.__cause__, LocalEntryNotFoundError):
+        log.info("%s could not be pulled: %s", choice, error)
+        return (f"{choice!r} is not on this server and the Hub cannot be reached from this server; pick a bundled "
+                "checkpoint (or one of this app's runs)")
+    return str(error)
+
+
 class _Cache(OrderedDict):
     """A small least-recently-used dict: models and indexes are large, visitors few."""
 
@@ -173,7 +185,7 @@ class RetrievalService:
             folder = pull(source)
             key = _folder_key(folder)
         except (ValueError, OSError) as error:  # HubError and PathRefused are ValueErrors
-            raise RetrievalError(str(error)) from None
+            raise RetrievalError(_visitor_message(choice, error)) from None
 
         def load():
             try:
@@ -547,10 +559,17 @@ class RetrievalService:
         return rank_queries(query, indexed.index.vectors(), gallery.labels, [gallery.class_names.index(query_class)],
                             k=min(k, largest), missed=MISSED_KEPT, exclude=[-1 if exclude is None else exclude])
 
-    def match_class(self, gallery: Gallery, text: str | None) -> str | None:
-        """The gallery class a visitor named ("Ж", "Ж U+0416" or a folder name), None when blank.
+    def query_class_choices(self, gallery: Gallery) -> list[tuple[str, str]]:
+        """(label, value) of each class of the gallery, to pick as the query's class: a glyph's value is its
+        character, as a visitor would type it ("Ж", labelled "Ж U+0416"); a folder's, its name. Empty without
+        classes."""
+        names = gallery.class_names or []
+        return [(name, name.split(" ")[0] if gallery.glyphs else name) for name in names]
 
-        RetrievalError when the gallery has no such class (or no labels).
+    def match_class(self, gallery: Gallery, text: str | None) -> str | None:
+        """The gallery class a visitor named ("Ж", "Ж U+0416", "U+0416" or a folder name), None when blank.
+
+        RetrievalError when the gallery has no such class (or no labels), naming where its classes are listed.
         """
         text = (text or "").strip()
         if not text:
@@ -558,7 +577,11 @@ class RetrievalService:
         if gallery.class_names is None:
             raise RetrievalError("this gallery has no classes, so the query's class cannot be compared")
         for name in gallery.class_names:
-            if text == name or (gallery.glyphs and name.split(" ")[0] == text):
+            parts = name.split(" ")
+            if text == name or (gallery.glyphs and (parts[0] == text or len(parts) > 1 and parts[-1] == text.upper())):
                 return name
-        raise RetrievalError(f"the gallery has no class {text!r}; leave the query class empty or name one of its "
-                             f"classes (e.g. {gallery.class_names[0]!r})")
+        count = len(gallery.class_names)
+        raise RetrievalError(f"the gallery has no class {text!r}: {gallery.description} holds {count:,} classes, "
+                             f"listed under \u201cor pick one of the gallery's classes\u201d (e.g. "
+                             f"{self.example_query_class(gallery)}); pick one there, or leave the query's class "
+                             "empty")

@@ -9,7 +9,8 @@ FNMR at a chosen FMR, and sets the similarity cut-off the result tiles honour.
 Handlers are module-level functions of the `RetrievalService` (bound in by `build`), so tests call them directly.
 They read the widgets, ask the service (demo.retrieve.service) and turn its results into tiles (demo.retrieve.tiles)
 and a summary; the models, galleries and indexes are the service's. The tab starts on the service's default
-checkpoint, and its "Query's class" example is a class of the gallery chosen, so following it works.
+checkpoint, and its "Query's class" example is a class of the gallery chosen, so following it works; the gallery's
+classes are listed beside it, to pick from.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def prepare(retrieval: RetrievalService, checkpoint_choice, source, files=None, 
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     indexed = retrieval.index(checkpoint, gallery)
     sample = retrieval.sample(gallery)
-    tiles = [(thumbnail(gallery.image(i), gallery.glyphs), gallery.class_of(i) or f"item {i}") for i in sample]
+    tiles = [(thumbnail(gallery.image(i), gallery.glyphs), pick_caption(gallery, i)) for i in sample]
     return describe(checkpoint, gallery, indexed), tiles, {"sample": sample, "gallery": gallery.key}
 
 
@@ -395,8 +396,39 @@ def query_class_example(retrieval: RetrievalService, checkpoint_choice, source, 
     return f"e.g. {example}" if example else "a class of the gallery, e.g. a folder name of your zip"
 
 
+def query_class_choices(retrieval: RetrievalService, checkpoint_choice, source, files=None) -> list[tuple[str, str]]:
+    """The classes of the gallery chosen, to pick the query's class from (RetrievalService.query_class_choices);
+    none while that gallery cannot be had."""
+    try:
+        checkpoint = retrieval.load_checkpoint(checkpoint_choice)
+        return retrieval.query_class_choices(gallery_for(retrieval, checkpoint, source, files))
+    except ValueError:  # RetrievalError and UploadError included: Load or a search says what is missing
+        return []
+
+
 def query_class_hint(retrieval: RetrievalService, checkpoint_choice, source, files=None):
-    return gr.update(placeholder=query_class_example(retrieval, checkpoint_choice, source, files))
+    """(the "Query's class" box's placeholder, the class list's choices) for the gallery chosen."""
+    return (gr.update(placeholder=query_class_example(retrieval, checkpoint_choice, source, files)),
+            gr.update(choices=query_class_choices(retrieval, checkpoint_choice, source, files), value=None))
+
+
+def gallery_upload_shown(source):
+    """The gallery's drop zone, shown only while the gallery to search is the visitor's upload."""
+    return gr.update(visible=source == UPLOADED)
+
+
+def pick_caption(gallery: Gallery, item: int) -> str:
+    """A Pick image's caption: its class as a visitor types it (a glyph's character: short enough to show whole on
+    a small tile), else its item number."""
+    name = gallery.class_of(item)
+    if name is None:
+        return f"item {item}"
+    return name.split(" ")[0] if gallery.glyphs else name
+
+
+def picked_class(value):
+    """The class picked from the list, into the "Query's class" box (left as it is when the list is cleared)."""
+    return gr.skip() if value is None else value
 
 
 @reporting(message_slot=0, outputs=2, cleared={1: None})
@@ -428,13 +460,20 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                                 elem_id="second-checkpoint")
                 source = refuse_outside_choices(gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search"),
                                                 "the gallery to search")
+                # Shown once uploads are chosen: on a phone this column comes first, and a drop zone here would
+                # sit above the query's own.
                 gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
-                                        file_count="multiple", elem_id="gallery-files")
+                                        file_count="multiple", elem_id="gallery-files", visible=False)
                 load_button = gr.Button("Load checkpoint and gallery", variant="secondary", elem_id="load")
                 k = gr.Slider(1, 30, value=8, step=1, label="Results (k)")
                 query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
                                          "other class.", elem_id="query-class",
                                          placeholder=query_class_example(retrieval, default, TEST_SPLIT))
+                # Typing the character is quickest; the list shows which classes the gallery has (a test split
+                # holds other classes than training saw).
+                class_list = gr.Dropdown(query_class_choices(retrieval, default, TEST_SPLIT), value=None,
+                                         label="or pick one of the gallery's classes", filterable=True,
+                                         elem_id="query-class-list")
                 # A text box: an empty gr.Number shows and sends 0, which would dim every hit below a cosine of 0.
                 cutoff = gr.Textbox("", label="Similarity cut-off (optional)", placeholder="a cosine, e.g. 0.6; "
                                     "empty for none", info="Hits below it are dimmed and marked \u201cbelow the "
@@ -472,8 +511,9 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                             compare_drawing_button = gr.Button("Side by side with the second checkpoint",
                                                                elem_id="compare-drawing")
                         with gr.Tab("Pick", elem_id="query-pick"):
+                            # "contain": a photo's thumbnail whole, not cropped to the square tile.
                             sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
-                                                        allow_preview=False, elem_id="sample")
+                                                        allow_preview=False, object_fit="contain", elem_id="sample")
                             compare_pick_button = gr.Button("Side by side with the second checkpoint (the image "
                                                             "clicked last)", elem_id="compare-pick")
                     with gr.Row(equal_height=False):
@@ -531,9 +571,13 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                         api_name="list_second_checkpoints", api_visibility="private", show_progress="hidden")
     load_button.click(bind(prepare, retrieval), [checkpoint, source, gallery_files], [about, sample_gallery, picked],
                       api_name="prepare_retrieval")
+    source.change(gallery_upload_shown, [source], [gallery_files], api_name="show_gallery_upload",
+                  api_visibility="private", show_progress="hidden")
     gr.on([checkpoint.change, source.change, load_button.click], bind(query_class_hint, retrieval),
-          [checkpoint, source, gallery_files], [query_class], api_name="query_class_hint", api_visibility="private",
-          show_progress="hidden")
+          [checkpoint, source, gallery_files], [query_class, class_list], api_name="query_class_hint",
+          api_visibility="private", show_progress="hidden")
+    class_list.input(picked_class, [class_list], [query_class], api_name="pick_query_class", api_visibility="private",
+                     show_progress="hidden")
     download_button.click(bind(download_checkpoint, retrieval), [checkpoint], [download_note, checkpoint_zip],
                           api_name="download_checkpoint")
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.

@@ -48,7 +48,7 @@ def test_checkpoints_listed_are_bundled_folders_and_runs_with_weights(setup):
 
 @pytest.mark.parametrize(("choice", "message"), [
     ("", "choose a checkpoint, or type a Hub repo id such as owner/name"),
-    ("someone/not-cached-anywhere", "HF_HUB_OFFLINE is set"),
+    ("someone/not-cached-anywhere", "the Hub cannot be reached from this server; pick a bundled checkpoint"),
     ("not a repo id!", "is neither an existing folder nor a Hub repo id"),
 ])
 def test_checkpoints_that_cannot_be_had_say_why(setup, choice, message):

@@ -135,7 +135,10 @@ def test_the_tab_starts_on_the_bundled_memvir_checkpoint_with_an_example_class_i
 
 def test_the_query_class_example_follows_the_gallery_chosen(tiny, tmp_path):
     service, checkpoint = tiny
-    assert retrieve_tab.query_class_hint(service, checkpoint, "test split") == gr.update(placeholder="e.g. z")
+    placeholder, class_list = retrieve_tab.query_class_hint(service, checkpoint, "test split")
+    assert placeholder == gr.update(placeholder="e.g. z")
+    mini = load_dataset("glyphs-mini").test
+    assert class_list == gr.update(choices=[(name, name.split(" ")[0]) for name in mini.class_names], value=None)
     archive = tmp_path / "shapes.zip"
     with zipfile.ZipFile(archive, "w") as handle:
         for name in ("circles/1.png", "circles/2.png", "squares/1.png"):
@@ -238,5 +241,65 @@ def test_the_zip_is_served_when_the_data_folder_is_outside_the_working_and_tempo
         with zipfile.ZipFile(path) as archive:
             assert sorted(archive.namelist()) == [f"{BUNDLED_MEMVIR.name}/{name}"
                                                   for name in ("README.md", "config.json", "model.safetensors")]
+    finally:
+        app.close()
+
+
+# ---------------------------------------------------------------------------------------------- issue 31, item 7
+def test_the_query_class_is_typed_as_the_character_or_picked_from_the_gallery_s_classes(tiny):
+    service, checkpoint = tiny
+    mini = load_dataset("glyphs-mini").test
+    choices = retrieve_tab.query_class_choices(service, checkpoint, "test split")
+    # Every class of the gallery, labelled in full, its value the character a visitor types.
+    assert choices == [(name, name.split(" ")[0]) for name in mini.class_names] and len(choices) == 24
+    gallery = service.test_split_gallery(service.load_checkpoint(checkpoint))
+    for label, value in choices:
+        assert service.match_class(gallery, value) == service.match_class(gallery, label) == label
+    name = mini.class_names[3]
+    assert service.match_class(gallery, name.split(" ")[1].lower()) == name  # its code point, e.g. u+0416
+    assert retrieve_tab.picked_class(choices[3][1]) == choices[3][1]
+    assert retrieve_tab.picked_class(None) == gr.skip()
+    assert retrieve_tab.query_class_choices(service, "not a repo id!", "test split") == []
+
+
+def test_a_class_the_gallery_lacks_is_refused_with_where_its_classes_are_listed(tiny, tmp_path):
+    service, checkpoint = tiny
+    gallery = service.test_split_gallery(service.load_checkpoint(checkpoint))
+    with pytest.raises(RetrievalError) as refused:
+        service.match_class(gallery, "R")  # a class of the training split, not of this gallery
+    message = str(refused.value)
+    assert message == ("the gallery has no class 'R': the glyphs-mini test split holds 24 classes, listed under "
+                       "\u201cor pick one of the gallery's classes\u201d (e.g. z); pick one there, or leave the "
+                       "query's class empty")
+    assert "U+" not in message  # the example is what a visitor types, not the class's full name
+
+
+def test_an_unreachable_hub_is_said_in_the_visitor_s_words_in_one_toast(tiny):
+    service, _ = tiny
+    with pytest.warns(UserWarning) as toasts:
+        about, sample, picked = retrieve_tab.prepare(service, "someone/some-model", "test split")
+    assert [str(toast.message) for toast in toasts] == [
+        "'someone/some-model' is not on this server and the Hub cannot be reached from this server; pick a "
+        "bundled checkpoint (or one of this app's runs)"]
+    assert about == f"⚠️ {toasts[0].message}" and (sample, picked) == ([], None)
+    for operator_words in ("HF_HUB_OFFLINE", "cache", "/"):
+        assert operator_words not in str(toasts[0].message).replace("someone/some-model", "")
+
+
+def test_pick_images_are_captioned_as_typed_and_shown_whole(tiny, tmp_path):
+    service, checkpoint = tiny
+    _, tiles, picked = retrieve_tab.prepare(service, checkpoint, "test split")
+    mini = load_dataset("glyphs-mini").test
+    assert [caption for _, caption in tiles] == [mini.class_names[mini.labels[item]].split(" ")[0]
+                                                 for item in picked["sample"]]
+    app = build_app(AppSettings(data_dir=tmp_path / "data", checkpoints_dir=CHECKPOINTS, umap=False))
+    try:
+        assert _component(app, "sample").object_fit == "contain"  # not cropped to the square tile
+        # The gallery's drop zone only once uploads are chosen (on a phone it would come before the query's).
+        assert _component(app, "gallery-files").visible is False
+        assert retrieve_tab.gallery_upload_shown("uploaded") == gr.update(visible=True)
+        assert retrieve_tab.gallery_upload_shown("test split") == gr.update(visible=False)
+        class_list = _component(app, "query-class-list")
+        assert len(class_list.choices) == len(load_dataset("glyphs").test.class_names)
     finally:
         app.close()
