@@ -11,6 +11,7 @@ that training neither slows the server nor, when it dies, takes the server with 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -25,6 +26,8 @@ from demo.runs.memory_budget import RingShape, check_memory, memory_budget
 from demo.runs.messages import LaunchSpec, Ready
 from demo.runs.process import RunProcess
 from memvir.data.registry import FOLDER_PREFIX
+
+log = logging.getLogger(__name__)
 
 # Settings that do not change what a run computes, so a finished baseline that differs only in these still fits: where
 # it runs, how often it reports, and what its snapshots show (the classes drawn, the probe set).
@@ -65,6 +68,38 @@ def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
     return None
 
 
+# A run folder whose log ends in one of these was cut off by its server's end (a restart, SIGTERM, SIGKILL: a run's
+# process that loses its server stops with a checkpoint) or the machine's, not by its own end.
+_INTERRUPTED_STATES = ("running", "paused", "stopped")
+
+
+def _interrupted_runs(runs_dir: Path, most: int) -> list[LiveRun]:
+    """The newest `most` main runs that a previous server left unfinished in `runs_dir`, each with its checkpoint, as
+    stopped runs that any visitor may resume (owner None: who started them was the previous server's to know)."""
+    from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG, TRAINER_STATE
+    from memvir.config import TrainConfig
+
+    found = []
+    for folder in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else ():
+        if "-baseline-" in folder.name or not (folder / TRAINER_STATE).is_file():
+            continue  # a baseline is found again by Compare (`_finished_run_with`); no checkpoint: nothing to resume
+        statuses = [r for r in read_records(folder / METRICS_LOG) if r.get("type") == "status"]
+        if not statuses or statuses[-1].get("state") not in _INTERRUPTED_STATES:
+            continue
+        try:
+            config = TrainConfig.from_dict(json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8")))
+        except (OSError, ValueError, TypeError) as error:
+            log.warning("run folder %s not listed again: its %s cannot be read (%s)", folder, TRAIN_CONFIG, error)
+            continue
+        run = LiveRun.from_folder(folder, None, config, "main")
+        steps = [r["step"] for r in run.records if r.get("type") == "step"]
+        run.state, run.total_steps = "stopped", 0  # its total is its Trainer's to say, once resumed
+        run.message = (f"interrupted at step {steps[-1] if steps else 0:,} when the server stopped; its last "
+                       "checkpoint is kept")
+        found.append(run)
+    return found[-most:] if most else []
+
+
 def _run_name(config) -> str:
     dataset = re.sub(r"[^A-Za-z0-9-]+", "-", config.dataset.split(":")[0])
     memvir = "baseline" if config.memvir_n == 0 else f"memvir-n{config.memvir_n}-m{config.memvir_m}"
@@ -86,6 +121,8 @@ class RunManager:
         self._lock = threading.RLock()
         self._runs: dict[str, LiveRun] = {}
         self.audience = Audience()  # the pages watching each run, and how often each polls
+        for run in _interrupted_runs(settings.runs_dir, settings.finished_runs_kept):
+            self._runs[run.id] = run
 
     @property
     def umap_worker(self):
@@ -148,6 +185,9 @@ class RunManager:
         own = [run for run in self.runs() if run.owner == visitor]
         if own and (own[-1].busy or newest_busy is None):
             return own[-1]
+        if newest_busy is None:  # nothing trains: a run a restart interrupted, which anyone may resume
+            orphaned = [run for run in self.runs() if run.owner is None]
+            return orphaned[-1] if orphaned else None
         return newest_busy
 
     # ---------------------------------------------------------------------------------------------- control
@@ -225,10 +265,14 @@ class RunManager:
             if run.baseline is not None:
                 self._runs.pop(run.baseline.id, None)
 
-    def _owned(self, run_id: str | None, visitor: str) -> LiveRun:
+    def _owned(self, run_id: str | None, visitor: str, claim: bool = False) -> LiveRun:
+        """The run, if `visitor` may steer it; with `claim`, a run nobody owns (a restart interrupted it) becomes
+        theirs."""
         run = self.get(run_id)
         if run is None:
             raise RunError("there is no run to control: press Start first")
+        if claim and run.owner is None:
+            run.owner = visitor
         if run.owner != visitor:
             raise NotRunOwner("this run was started by another visitor: you can watch it, but only they can "
                               "stop, pause or change it")
@@ -255,7 +299,7 @@ class RunManager:
     def resume(self, run_id: str | None, visitor: str) -> LiveRun:
         """Continue a paused run, or a stopped one (or one whose process died) from its checkpoint in a new process:
         same config, model, memory and step."""
-        run = self._owned(run_id, visitor)
+        run = self._owned(run_id, visitor, claim=True)
         if run.training:
             for part in (run, run.baseline):
                 if part is not None and part.process is not None:

@@ -52,7 +52,7 @@ def progress_line(run: LiveRun) -> str:
     if step is None:
         done = [r for r in run.records if r.get("type") == "step"]
         last = done[-1]["step"] if done else 0
-        return f"step {last:,} of {run.total_steps:,}"
+        return f"step {last:,}" + (f" of {run.total_steps:,}" if run.total_steps else "")
     parts = [f"epoch {step.epoch + 1} of {epochs}", f"step {step.step:,} of {run.total_steps:,}",
              f"classes in use s(i) {step.num_classes:,}"]
     if run.live_values["memvir_n"]:
@@ -75,15 +75,18 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
         progress = STARTING_NOTE if run.state == "starting" else progress_line(run)
         lines = [f"**{STATE_LABELS.get(run.state, run.state)}** · {progress}"]
         if run.state in ("stopped", "failed", "finished") and run.message:
-            # only its owner's buttons act on it: a watcher is not offered what it cannot do
-            resumable = run.can_resume and run.owner == visitor
+            # only its owner's buttons act on it (anyone's, where a restart left it without one): a watcher is not
+            # offered what it cannot do
+            resumable = run.can_resume and run.owner in (visitor, None)
             lines.append(run.message + (" · press **Resume** to continue" if resumable else ""))
         if run.control_message:
             lines.append(f"Live change: {run.control_message}")
         baseline = run.baseline
     if baseline is not None:
         lines.append(baseline_line(baseline))
-    if run.owner != visitor:
+    if run.owner is None:
+        lines.append("The server restarted while this run trained: whoever presses **Resume** continues it.")
+    elif run.owner != visitor:
         lines.append("You are watching a run started by another visitor (read-only).")
     return "  \n".join(lines)
 
