@@ -94,8 +94,7 @@ def _interrupted_runs(runs_dir: Path, most: int) -> list[LiveRun]:
         run = LiveRun.from_folder(folder, None, config, "main")
         steps = [r["step"] for r in run.records if r.get("type") == "step"]
         run.state, run.total_steps = "stopped", 0  # its total is its Trainer's to say, once resumed
-        run.message = (f"interrupted at step {steps[-1] if steps else 0:,} when the server stopped; its last "
-                       "checkpoint is kept")
+        run.message = f"left at step {steps[-1] if steps else 0:,} by an earlier server; its last checkpoint is kept"
         found.append(run)
     return found[-most:] if most else []
 

@@ -85,7 +85,8 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
     if baseline is not None:
         lines.append(baseline_line(baseline))
     if run.owner is None:
-        lines.append("The server restarted while this run trained: whoever presses **Resume** continues it.")
+        lines.append("An earlier server started this run, so it is nobody's now: whoever presses **Resume** "
+                     "continues it.")
     elif run.owner != visitor:
         lines.append("You are watching a run started by another visitor (read-only).")
     return "  \n".join(lines)

@@ -72,8 +72,9 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
         client = Client(url, verbose=False)  # a new visitor's page
         status = poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run listed again",
                                    DEADLINE_S)
-        assert "when the server stopped; its last checkpoint is kept · press **Resume** to continue" in status
-        assert "The server restarted while this run trained: whoever presses **Resume** continues it." in status
+        assert "by an earlier server; its last checkpoint is kept · press **Resume** to continue" in status
+        assert ("An earlier server started this run, so it is nobody's now: whoever presses **Resume** continues "
+                "it.") in status
         assert client.predict(api_name="/resume") == "Resumed."
         resumed = poll_status_until(client, lambda status: status.startswith("**Training**") and
                                     step_of(status) > saved_at, "the run training on", DEADLINE_S)
