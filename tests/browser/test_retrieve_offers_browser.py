@@ -1,0 +1,82 @@
+"""The Retrieve tab's offers as a visitor meets them (issue 31, item 7), in a real headless chromium on the app as
+app.py serves it (the bundled checkpoints): the Pick tab's images whole and their captions uncut at 1400 x 900 and
+390 x 844, the query's drop zone before any gallery drop zone on a phone, the query's class picked from the
+gallery's classes, and an unreachable Hub said in one toast in a visitor's words (the tests run with
+HF_HUB_OFFLINE=1). Waits are Playwright's, bounded; nothing asserts speed."""
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 120_000
+PHONE = (390, 844)
+# Each Pick image's fit in its square tile, and whether its caption's text is wider than the caption's box.
+PICK_BOXES = """() => [...document.querySelectorAll('#sample .thumbnail-item')].map(tile => {
+    const image = tile.querySelector('img'), label = tile.querySelector('.caption-label');
+    return {fit: getComputedStyle(image).objectFit,
+            caption: label ? label.textContent.trim() : null,
+            cut: label ? label.scrollWidth > label.clientWidth : null};
+})"""
+
+
+def _open_pick(page):
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    page.locator("#load").click()
+    page.get_by_role("tab", name="Pick").click()
+    page.locator("#sample img").nth(5).wait_for(timeout=WAIT_MS)
+    return page.evaluate(PICK_BOXES)
+
+
+@pytest.mark.parametrize("size", [(1400, 900), PHONE], ids=["desktop", "phone"])
+def test_pick_images_are_whole_and_their_captions_uncut(open_page, bundled_app_url, screenshot, size):
+    page = open_page(bundled_app_url, *size)
+    tiles = _open_pick(page)
+    assert len(tiles) == 48
+    assert all(tile["fit"] == "contain" for tile in tiles)  # not cropped to the square tile
+    assert all(tile["caption"] and not tile["cut"] for tile in tiles), [t for t in tiles if t["cut"]][:3]
+    screenshot(f"retrieve-pick-{'phone' if size == PHONE else 'desktop'}", page, full_page=False)
+
+
+def test_on_a_phone_the_query_comes_before_the_gallery(open_page, bundled_app_url, screenshot):
+    page = open_page(bundled_app_url, *PHONE)
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    page.locator("#query-file").wait_for(timeout=WAIT_MS)
+    drop_zones = page.evaluate("""() => [...document.querySelectorAll('input[type=file]')]
+        .filter(input => input.closest('#query-file, #gallery-files'))
+        .filter(input => input.closest('.block').getBoundingClientRect().height > 0)
+        .map(input => [input.closest('#query-file') ? 'query' : 'gallery',
+                       input.closest('.block').getBoundingClientRect().top])""")
+    assert [name for name, _ in drop_zones] == ["query"]  # the gallery's waits until uploads are chosen
+    page.get_by_label("my uploaded images or zip").check()
+    page.locator("#gallery-files").wait_for(state="visible", timeout=WAIT_MS)
+    screenshot("retrieve-phone-query-first", page, full_page=False)
+
+
+def test_the_query_class_is_picked_from_the_gallery_s_classes(open_page, bundled_app_url):
+    page = open_page(bundled_app_url, 1400, 900)
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    page.locator("#query-class-list input").click()
+    page.locator("#query-class-list input").fill("O U+004F")
+    page.get_by_role("option", name="O U+004F", exact=True).click()
+    page.wait_for_function("() => document.querySelector('#query-class input, #query-class textarea').value === 'O'",
+                           timeout=WAIT_MS)
+
+
+def test_an_unreachable_hub_is_one_toast_in_a_visitor_s_words(open_page, bundled_app_url):
+    page = open_page(bundled_app_url, 1400, 900)
+    page.wait_for_selector("#start")
+    page.get_by_role("tab", name="Retrieve").click()
+    checkpoint = page.locator("#checkpoint input")
+    checkpoint.fill("someone/some-model")
+    checkpoint.press("Enter")
+    page.locator("#load").click()
+    page.wait_for_function("() => document.querySelector('#retrieval-summary').innerText.includes('⚠️')",
+                           timeout=WAIT_MS)
+    page.wait_for_timeout(2_000)  # a second toast, if any, has come by now
+    toasts = page.locator("[data-testid='toast-body']").all_inner_texts()
+    assert len(toasts) == 1, toasts
+    assert "the Hub cannot be reached from this server; pick a bundled checkpoint" in toasts[0]
+    assert "HF_HUB_OFFLINE" not in toasts[0] and "cache" not in toasts[0]
