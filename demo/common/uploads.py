@@ -114,7 +114,10 @@ def load_sketch(value: dict | None, max_bytes: int, max_pixels: int) -> Image.Im
 
 
 def is_zip(path: str | Path) -> bool:
-    return Path(path).suffix.lower() == ".zip" or zipfile.is_zipfile(path)
+    """Whether an upload is to be read as a zip of class folders: by its name, the same on every path. Not by its
+    bytes: a PNG with a zip appended is a valid PNG and a valid zip, and it is the image its name says (the checks of
+    an image then apply to it, as to any other); a file named .zip that is not one is refused as such."""
+    return Path(path).suffix.lower() == ".zip"
 
 
 def _is_macos_metadata(name: str) -> bool:
