@@ -386,7 +386,8 @@ API = {
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
            "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
-           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff"}
+           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff",
+           "show_gallery_upload", "pick_query_class"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
