@@ -9,7 +9,9 @@ changes it (tests/app/test_shims.py).
   limits apply before any decoding (gr.Sketchpad decodes every part of its value before the handler runs, whatever
   its `type`: a small PNG declaring a 12000 x 12000 canvas would cost the server gigabytes). The instance's
   preprocess is replaced rather than subclassed: every gr.Component subclass makes gradio write a .pyi stub beside
-  its source file when the class is defined.
+  its source file when the class is defined. Its blob store (`ImageEditor.accept_blobs` keeps each drawing's parts
+  until an event names them) is bounded by `BoundedBlobs`: blobs that no search ever names (a page closed mid-drawing,
+  a client that only uploads) stayed in the server's memory for good.
 - gradio's Dropdown and Radio: `refuse_outside_choices` checks a value sent for one (demo.common.inputs.check_text,
   then the choices) before gradio's own check, whose error quotes the value whole (a 20 MB dataset name came back
   in a 21 MB reply, a lone surrogate as a reply the server could not encode) and prints a traceback per refusal.
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
 import types
 
 import gradio as gr
@@ -89,9 +93,65 @@ def _preprocess_undecoded(sketch: gr.Sketchpad, payload):
             "composite": source(composite)}
 
 
+# A drawing's parts are a few hundred kB; a page's search names them within seconds of the drawing's last stroke.
+SKETCH_BLOBS_MAX_BYTES = 32 * 2**20
+SKETCH_BLOBS_MAX_AGE_S = 600.0
+
+
+def _blob_bytes(blobs) -> int:
+    parts = [blobs.background, blobs.composite, *(blobs.layers or [])]
+    return sum(len(part) for part in parts if isinstance(part, bytes | bytearray))
+
+
+class BoundedBlobs(dict):
+    """A Sketchpad's blob store (id -> its drawing's parts, as ImageEditor.accept_blobs writes it) that forgets the
+    oldest drawings once all of them hold more than `max_bytes`, and any drawing not named for `max_age_s`; a drawing
+    larger than `max_bytes` alone is not kept at all (its search then finds no drawing and says so)."""
+
+    def __init__(self, max_bytes: int = SKETCH_BLOBS_MAX_BYTES, max_age_s: float = SKETCH_BLOBS_MAX_AGE_S,
+                 clock=time.monotonic):
+        super().__init__()
+        self.max_bytes, self.max_age_s, self._clock = max_bytes, max_age_s, clock
+        self._stored: dict[str, tuple[float, int]] = {}  # id -> (when last written, bytes), oldest first
+        self._lock = threading.Lock()  # blobs arrive on many request threads at once
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self._stored.values())
+
+    def __setitem__(self, key, blobs) -> None:
+        size = _blob_bytes(blobs)
+        with self._lock:
+            self._stored.pop(key, None)
+            if size > self.max_bytes:  # alone past the bound: refused, the others kept
+                super().pop(key, None)
+                log.info("a drawing's blobs (%d bytes, more than %d) were not kept", size, self.max_bytes)
+                return
+            super().__setitem__(key, blobs)
+            self._stored[key] = (self._clock(), size)
+            self._forget(self._clock())
+
+    def pop(self, key, *default):
+        with self._lock:
+            self._stored.pop(key, None)
+            return super().pop(key, *default)
+
+    def _forget(self, now: float) -> None:
+        total = self.total_bytes
+        for key, (written, size) in list(self._stored.items()):
+            if total <= self.max_bytes and now - written <= self.max_age_s:
+                break
+            del self._stored[key]
+            super().pop(key, None)
+            total -= size
+            log.info("a drawing's blobs (%d bytes) were forgotten unused", size)
+
+
 def pass_undecoded(sketch: gr.Sketchpad) -> gr.Sketchpad:
-    """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded."""
+    """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded, and keeping the
+    blobs of drawings no event has named yet within bounds (`BoundedBlobs`)."""
     sketch.preprocess = types.MethodType(_preprocess_undecoded, sketch)
+    sketch.blob_storage = BoundedBlobs()
     return sketch
 
 

@@ -2,20 +2,20 @@
 
 A thread of the web server used to train: every poll, every figure drawn and every request competed with it for the
 interpreter lock, torch's and faiss's thread pools were shared, and a run that died (an out-of-memory kill) took
-every visitor's page with it. Now each run trains in a child process (torch.multiprocessing, spawn: a fresh
-interpreter, no copy of the server's threads or state) running demo.runs.child, and talks to the server over a
-pipe (demo.runs.messages). The process forks from multiprocessing's forkserver, which imported torch and the Trainer
-once (`prepare_run_processes` starts it with the server): a run's process is ready in a fraction of a second rather
-than the seconds a fresh interpreter spends importing them. The server holds no Trainer: what it needs of one comes up in the first message,
-`Ready`.
+every visitor's page with it. Now each run trains in a child process running demo.runs.child, with no copy of the
+server's threads or state, and talks to the server over a pipe (demo.runs.messages). The process forks from
+multiprocessing's forkserver, which imported torch and the Trainer once (`prepare_run_processes` starts it with the
+server): a run's process is ready in a fraction of a second rather than the seconds a fresh interpreter (spawn, where
+there is no forkserver) spends importing them. The server holds no Trainer: what it needs of one comes up in the
+first message, `Ready`.
 
 A reader thread per process receives the process's messages: it answers the replies to live changes at once, and
 queues the Trainer's events for a second thread, which hands them in order to a listener (a LiveRun's `_on_event`),
 snapshots read back from their files (demo.runs.snapshot_transport): a reply never waits behind the snapshots the
-listener projects, however busy the machine is. When the process ends without
-having said how its run ended (it crashed, was killed, ran out of memory), its event thread says so with a 'failed'
-StatusEvent naming the reason and the last checkpoint, and appends it to the run's metrics.jsonl, as the Trainer
-would have; the server itself goes on serving.
+listener projects, however busy the machine is. When the process ends without having said how its run ended (it
+crashed, was killed, ran out of memory), its event thread says so with a 'failed' StatusEvent naming the reason and
+the last checkpoint, and appends it to the run's metrics.jsonl, as the Trainer would have; the server itself goes on
+serving.
 """
 
 from __future__ import annotations

@@ -55,3 +55,33 @@ def test_an_undecoded_sketchpad_hands_over_its_parts_as_files_or_bytes(tmp_path)
     assert "id-1" not in sketch.blob_storage  # taken out of the store, as gradio's own preprocess does
     assert sketch.preprocess(EditorData(id="gone")) == {"background": None, "layers": [], "composite": None}
     assert sketch.preprocess(None) is None
+
+
+def test_a_sketchpads_unnamed_blobs_are_forgotten_past_a_size_and_an_age():
+    from gradio.components.image_editor import AcceptBlobs
+
+    now = [0.0]
+    sketch = shims.pass_undecoded(gr.Sketchpad())
+    sketch.blob_storage = shims.BoundedBlobs(max_bytes=1000, max_age_s=60, clock=lambda: now[0])
+
+    def upload(drawing: str, part: str, size: int, index=None):  # what the browser's editor posts, through gradio
+        sketch.accept_blobs(AcceptBlobs(data={"type": part, "index": index, "id": drawing, "file": b""},
+                                        files=[("blob", b"x" * size)]))
+
+    upload("a", "composite", 400)
+    now[0] = 10
+    upload("b", "composite", 300)
+    upload("b", "layer", 200, index=1)  # one drawing, two parts: 500 bytes
+    assert sketch.blob_storage.total_bytes == 900 and set(sketch.blob_storage) == {"a", "b"}
+    now[0] = 20
+    upload("c", "composite", 300)  # 1,200 bytes in all: the oldest drawing goes
+    assert set(sketch.blob_storage) == {"b", "c"} and sketch.blob_storage.total_bytes == 800
+    now[0] = 75
+    upload("d", "composite", 10)  # "b" was last written at 10: unnamed for 65 s, past the age
+    assert set(sketch.blob_storage) == {"c", "d"}
+    upload("e", "composite", 5000)  # larger than the bound alone: not kept, and the others stay
+    assert set(sketch.blob_storage) == {"c", "d"}
+    # a search names a drawing: gradio's preprocess takes it out, and the store's count with it
+    assert sketch.preprocess(EditorData(id="d"))["composite"] == b"x" * 10
+    assert "d" not in sketch.blob_storage and sketch.blob_storage.total_bytes == sum(
+        len(blobs.composite) for blobs in sketch.blob_storage.values())
