@@ -36,7 +36,7 @@ L2-normalised vector: similar images have a large dot product (cosine similarity
 
 | | |
 |---|---|
-| Backbone | `{{ config.backbone }}` ({{ backbone_origin or ("ImageNet-initialised" if config.pretrained else "trained from scratch") }}) |
+| Backbone | `{{ config.backbone }}` ({{ backbone_origin }}) |
 | Embedding | {{ config.embedding_dim }}-d, L2-normalised |
 | Dataset | `{{ config.dataset }}` |
 | Input | {{ input_summary }} |

@@ -187,8 +187,9 @@ class EmbeddingModel(
         `metrics` (name -> number) becomes a table in the card, and its retrieval metrics the front matter's
         model-index (memvir.models.card.describe_for_the_hub). `card_extra` adds facts about the run: its
         "command" key (the command line that made the model) gets its own section, every other key a row of the
-        card's summary table (mappings and lists shown as JSON). The card is rewritten on every save, so it shows
-        the latest metrics.
+        card's summary table (mappings and lists shown as JSON). `model_card_kwargs` may give `backbone_origin`, the
+        card's words for where the backbone's weights started (default: ImageNet or from scratch, as the config says).
+        The card is rewritten on every save, so it shows the latest metrics.
         """
         card_kwargs = {**(model_card_kwargs or {})}
         card_kwargs.setdefault("metric_rows", metric_rows(metrics))  # checked before anything is written
@@ -209,8 +210,10 @@ class EmbeddingModel(
         kwargs.setdefault("metric_rows", [])
         kwargs.setdefault("command", None)
         kwargs.setdefault("extra_rows", [])
-        kwargs.setdefault("backbone_origin", None)  # where the backbone's weights started, when not the config's
         config = self.config
+        # where the backbone's weights started: a caller that knows better (a run with --init) says so
+        if not kwargs.get("backbone_origin"):
+            kwargs["backbone_origin"] = "ImageNet-initialised" if config["pretrained"] else "trained from scratch"
         size = config["image_size"]
         input_summary = (
             f"{config['in_channels']} channel(s), {size}x{size}, {config['image_kind']} preprocessing, "

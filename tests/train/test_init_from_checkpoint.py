@@ -49,7 +49,8 @@ def test_the_run_starts_from_the_checkpoint_s_backbone_and_head_never_its_classe
     assert set(tensors) == set(trainer.model.state_dict())
     assert_model_holds(trainer.model, tensors, ("backbone.", "head."))
     assert trainer.initialisation.head_loaded
-    assert trainer.initialisation.describe() == f"backbone and embedding head from {fixture_checkpoint}; new class weights"
+    assert trainer.initialisation.describe() == (
+        f"backbone and embedding head from {fixture_checkpoint}; new class weights")
     # the class weights are this run's own draw (seed + 1), as in a run without --init
     expected = torch.randn(24, 32, generator=torch.Generator().manual_seed(2)) / math.sqrt(32)
     assert torch.equal(trainer.class_weights.detach(), expected)
