@@ -33,11 +33,12 @@ test: venv chromium
 bench: venv
 	$(PY) bench/run_all.py
 
-# Each bundled checkpoint ships its test split's gallery index (checkpoints/NAME/gallery/), so the app's first search
-# needs no embedding. Rebuilt only where missing or stale: its stamp records the sha256 of the weights it was built
-# from (memvir/retrieval/shipped_gallery.py).
+# Each bundled retrieval checkpoint ships its test split's gallery index and its views' figures
+# (checkpoints/NAME/gallery/), so the app's first search needs no embedding; the pretrained backbone (make pretrained)
+# ships none. Rebuilt only where missing or stale: its stamp records the sha256 of the weights it was built from
+# (memvir/retrieval/shipped_gallery.py).
 gallery-index: venv
-	$(PY) -m memvir.retrieval.shipped_gallery checkpoints/*/
+	$(PY) -m memvir.retrieval.shipped_gallery $(addprefix checkpoints/,$(BUNDLED))
 
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
 # files in, then index their galleries. They are the fair comparison's seed-0 finals (docs/reproduction.md, "A fair

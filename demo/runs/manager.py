@@ -51,14 +51,16 @@ def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
     """A run folder whose configuration equals `config_dict` (up to settings that change nothing) and that
     finished, newest first."""
     from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG
+    from memvir.config import TrainConfig
 
     wanted = {k: v for k, v in config_dict.items() if k not in _NEUTRAL_SETTINGS}
     if not runs_dir.is_dir():
         return None
     for folder in sorted(runs_dir.iterdir(), reverse=True):
         try:
-            saved = json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            # through TrainConfig: a setting added since the folder was written reads as its default there
+            saved = TrainConfig.from_dict(json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8"))).to_dict()
+        except (OSError, ValueError, TypeError):
             continue
         if {k: v for k, v in saved.items() if k not in _NEUTRAL_SETTINGS} != wanted:
             continue

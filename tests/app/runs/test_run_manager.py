@@ -210,3 +210,18 @@ def test_umap_replaces_pca_of_the_latest_snapshot_once_the_run_rests(manager):
         assert run.latest_raw_snapshot is None  # projected for good: no raw embeddings kept
     finally:
         worker.close()
+
+
+def test_a_finished_run_written_before_a_setting_existed_still_counts_as_one_of_these_settings(tmp_path):
+    """A train_config.json without a setting added since (init_from, say) reads as its default: the baseline it holds
+    is still found for Compare."""
+    from demo.runs.manager import _finished_run_with
+
+    config = quick(memvir_n=0).to_dict()
+    folder = tmp_path / "runs" / "20260101-000000-glyphs-mini-norm-softmax-baseline-abcd"
+    folder.mkdir(parents=True)
+    older = {name: value for name, value in config.items() if name != "init_from"}
+    (folder / "train_config.json").write_text(json.dumps(older))
+    (folder / "metrics.jsonl").write_text(json.dumps({"type": "status", "state": "finished", "step": 9}) + "\n")
+    assert _finished_run_with(tmp_path / "runs", config) == folder
+    assert _finished_run_with(tmp_path / "runs", {**config, "seed": 1}) is None  # another run's settings
