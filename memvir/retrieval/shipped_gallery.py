@@ -158,17 +158,24 @@ def _save(checkpoint_dir: Path, gallery: CheckpointGallery, stamp: dict) -> None
         shutil.rmtree(retired, ignore_errors=True)
 
 
-def _read_stamp(folder: Path) -> dict | str:
-    """The stamp of a saved gallery, or why there is none to use."""
-    path = folder / STAMP_FILE
+def _read_json_stamp(path: Path, format_name: str) -> dict | str:
+    """The stamp of `format_name` at `path` (a JSON object), or why there is none to use."""
     if not path.is_file():
-        return f"there is no {GALLERY_DIR}/{STAMP_FILE}"
+        return f"there is no {GALLERY_DIR}/{path.name}"
     try:
         stamp = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         return f"{path} cannot be read ({error})"
-    if not isinstance(stamp, dict) or stamp.get("format") != _FORMAT or stamp.get("version") != _FORMAT_VERSION:
-        return f"{path} is not a version-{_FORMAT_VERSION} {_FORMAT} stamp"
+    if not isinstance(stamp, dict) or stamp.get("format") != format_name:
+        return f"{path} is not a {format_name} stamp"
+    return stamp
+
+
+def _read_stamp(folder: Path) -> dict | str:
+    """The stamp of a saved gallery, or why there is none to use."""
+    stamp = _read_json_stamp(folder / STAMP_FILE, _FORMAT)
+    if isinstance(stamp, dict) and stamp.get("version") != _FORMAT_VERSION:
+        return f"{folder / STAMP_FILE} is not a version-{_FORMAT_VERSION} {_FORMAT} stamp"
     return stamp
 
 
@@ -244,14 +251,9 @@ def views_staleness(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K,
     another index, other weights or with other settings, or another format version); None when they can."""
     folder = Path(checkpoint_dir) / GALLERY_DIR
     path = folder / VIEWS_FILE
-    if not path.is_file():
-        return f"there is no {GALLERY_DIR}/{VIEWS_FILE}"
-    try:
-        stamp = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return f"{path} cannot be read ({error})"
-    if not isinstance(stamp, dict) or stamp.get("format") != _VIEWS_FORMAT:
-        return f"{path} is not a {_VIEWS_FORMAT} stamp"
+    stamp = _read_json_stamp(path, _VIEWS_FORMAT)
+    if isinstance(stamp, str):
+        return stamp
     if stamp.get("version") != _VIEWS_FORMAT_VERSION:
         return f"{path} is of format version {stamp.get('version')!r}, not {_VIEWS_FORMAT_VERSION}"
     reason = staleness(checkpoint_dir, split)
