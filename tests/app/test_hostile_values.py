@@ -132,12 +132,12 @@ def test_a_gallery_click_that_names_no_image_is_refused(served, index):
     loaded = session.call("prepare_retrieval", [served["checkpoint"], "test split", None])
     assert loaded.data[0].startswith("**Checkpoint** `glyphs-mini-tiny`"), loaded
     shown = len(loaded.data[1])
-    answer = session.call("search_gallery_item", [served["checkpoint"], "test split", 3, None, None],
+    answer = session.call("search_gallery_item", [served["checkpoint"], "test split", 3, None, None, None],
                           event_data={"index": index, "value": None})
     assert answer.data[0] == (f"⚠️ the image picked is not one of the {shown} shown: press Load, then click one of "
                               "them"), answer
     # a click on an image shown still searches
-    clicked = session.call("search_gallery_item", [served["checkpoint"], "test split", 3, None, None],
+    clicked = session.call("search_gallery_item", [served["checkpoint"], "test split", 3, None, None, None],
                            event_data={"index": 1, "value": None})
     assert clicked.data[1].count('<figure class="result-tile') == 3, clicked
 

@@ -69,6 +69,8 @@ def test_the_phone_layout(open_page, app_url, screenshot):
     page = open_page(app_url, *PHONE)
     start, status = page.locator("#start"), page.locator("#run-status")
     start.wait_for()
+    # the page laid out and live: its first poll answered (on a busy machine gradio renders in steps)
+    page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')", timeout=90_000)
     assert abs(status.bounding_box()["y"] - start.bounding_box()["y"]) < PHONE[1]  # status in view after Start
     assert page.locator("#curves-plot").bounding_box()["y"] < page.locator("#stop").bounding_box()["y"]
     # The empty snapshot's message is broken into lines that fit its chart (demo/static/page.js).

@@ -425,7 +425,8 @@ def test_missing_folder_and_empty_folder_name_are_rejected(tmp_path):
 def test_unknown_dataset_lists_the_valid_names():
     with pytest.raises(
         DatasetError,
-        match=r"unknown dataset 'mnist': use one of glyphs, glyphs-mini, cub200, cars196, sop, or folder:PATH",
+        match=r"unknown dataset 'mnist': use one of glyphs, glyphs-mini, glyphs-pretrain, glyphs-few, cub200, "
+              r"cars196, sop, or folder:PATH",
     ):
         load_dataset("mnist")
     with pytest.raises(DatasetError, match="dataset name must be a string"):
