@@ -21,6 +21,8 @@ PRELOADED = ("memvir.cli", "memvir.train.trainer", "cli_process")
 
 
 def _context():
+    if sys.platform != "linux":  # as the app's runs (demo.runs.process): a fresh interpreter elsewhere
+        return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOADED))  # only read when this test process's forkserver starts
     return context

@@ -2,7 +2,7 @@
 
 The server (demo.runs.process) starts this module's `main` in a process forked from its forkserver, which has
 imported torch and the Trainer once, before any thread or OpenMP pool of theirs exists (a fresh interpreter, the
-spawn start method, where the platform has no forkserver). The
+spawn start method, off Linux). The
 main thread builds the Trainer, says `Ready`, waits for the server's go and runs it; a second thread obeys the
 server's commands as they come (Stop, Pause, Resume, live changes) through the Trainer's thread-safe controls; a
 third sends the Trainer's events up in order, so that a step never waits on the pipe or on a snapshot file. The

@@ -5,8 +5,8 @@ interpreter lock, torch's and faiss's thread pools were shared, and a run that d
 every visitor's page with it. Now each run trains in a child process running demo.runs.child, with no copy of the
 server's threads or state, and talks to the server over a pipe (demo.runs.messages). The process forks from
 multiprocessing's forkserver, which imported torch and the Trainer once (`prepare_run_processes` starts it with the
-server): a run's process is ready in a fraction of a second rather than the seconds a fresh interpreter (spawn, where
-there is no forkserver) spends importing them. The server holds no Trainer: what it needs of one comes up in the
+server): a run's process is ready in a fraction of a second rather than the seconds a fresh interpreter (spawn, off
+Linux) spends importing them. The server holds no Trainer: what it needs of one comes up in the
 first message, `Ready`.
 
 A reader thread per process receives the process's messages: it answers the replies to live changes at once, and
@@ -24,6 +24,7 @@ import itertools
 import logging
 import queue
 import signal
+import sys
 import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -46,10 +47,12 @@ PRELOADED_MODULES = ("demo.runs.child", "memvir.train.trainer")
 
 
 def _start_context():
-    """multiprocessing's forkserver context, preloading PRELOADED_MODULES; spawn where there is no forkserver."""
+    """multiprocessing's forkserver context, preloading PRELOADED_MODULES, on Linux; spawn elsewhere: macOS's
+    system libraries are not safe to use in a process forked after they loaded (why Python spawns there by
+    default), and Windows has no fork."""
     import torch.multiprocessing
 
-    if "forkserver" not in torch.multiprocessing.get_all_start_methods():
+    if sys.platform != "linux" or "forkserver" not in torch.multiprocessing.get_all_start_methods():
         return torch.multiprocessing.get_context("spawn")
     context = torch.multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOADED_MODULES))
