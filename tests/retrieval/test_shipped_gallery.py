@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sign_vectors import clustered_sign_vectors
 
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
@@ -186,23 +187,13 @@ def _brute_force_rankings(vectors, labels, k):
     return rows
 
 
-def _clustered_sign_vectors(labels, seed=0):
-    """Distinct +-1 vectors in 16 dimensions around a pattern per class: their cosines are exact multiples of 1/8 in
-    float32 and float64 alike, so ties are ties for the code and the reference (an untrained model's embeddings lie
-    within an ulp of one another, where the order is the float arithmetic's)."""
-    rng = np.random.default_rng(seed)
-    patterns = rng.choice([-1.0, 1.0], size=(int(labels.max()) + 1, 16))
-    while True:
-        vectors = patterns[labels] * np.where(rng.random((len(labels), 16)) < 0.3, -1.0, 1.0)
-        if len(np.unique(vectors, axis=0)) == len(labels):
-            return (vectors / 4).astype(np.float32)
 
 
 @pytest.fixture
 def with_views(checkpoint, split):
-    """A checkpoint whose saved index holds `_clustered_sign_vectors`, with its views' figures computed."""
+    """A checkpoint whose saved index holds `clustered_sign_vectors`, with its views' figures computed."""
     shipped_gallery.build(checkpoint, split, "glyphs-mini")
-    np.save(checkpoint / "gallery" / "vectors.npy", _clustered_sign_vectors(np.asarray(split.labels)))
+    np.save(checkpoint / "gallery" / "vectors.npy", clustered_sign_vectors(np.asarray(split.labels)))
     shipped_gallery.build_views(checkpoint, split)
     return checkpoint
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sign_vectors import clustered_sign_vectors
 
 import memvir.retrieval.ranking
 import memvir.retrieval.verification
@@ -17,17 +18,6 @@ from demo.retrieve.service import RetrievalService
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval import shipped_gallery
-
-
-def _clustered_sign_vectors(labels, seed):
-    """Distinct +-1 vectors around a pattern per class: cosines exact in float32 and float64, so ties are ties for
-    the service and the reference alike."""
-    rng = np.random.default_rng(seed)
-    patterns = rng.choice([-1.0, 1.0], size=(int(labels.max()) + 1, 16))
-    while True:
-        vectors = patterns[labels] * np.where(rng.random((len(labels), 16)) < 0.3, -1.0, 1.0)
-        if len(np.unique(vectors, axis=0)) == len(labels):
-            return (vectors / 4).astype(np.float32)
 
 
 @pytest.fixture
@@ -43,7 +33,7 @@ def saved(tmp_path):
                                dataset="glyphs-mini")
         model.save_pretrained(folder)
         shipped_gallery.build(folder, split, "glyphs-mini", model=model)
-        np.save(folder / "gallery" / "vectors.npy", _clustered_sign_vectors(np.asarray(split.labels), seed))
+        np.save(folder / "gallery" / "vectors.npy", clustered_sign_vectors(np.asarray(split.labels), seed))
         shipped_gallery.build_views(folder, split)
         folders[name] = str(folder)
     card = Path(folders["memvir"]) / "README.md"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from sign_vectors import clustered_sign_vectors
 
 from demo.common.settings import AppSettings
 from demo.retrieve import tab
@@ -18,19 +19,6 @@ from demo.retrieve.tiles import Tile, caption
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval.metrics import retrieval_metrics
-
-
-def clustered_sign_vectors(labels, seed):
-    """Distinct +-1 vectors in 16 dimensions, each its class's pattern with some signs flipped: their cosines are
-    exact multiples of 1/8 in float32 and float64 alike, so the many exact ties are ties for the app and the
-    reference, and no two are 1 ulp apart."""
-    rng = np.random.default_rng(seed)
-    patterns = rng.choice([-1.0, 1.0], size=(int(labels.max()) + 1, 16))
-    while True:
-        flips = np.where(rng.random((len(labels), 16)) < 0.3, -1.0, 1.0)
-        vectors = patterns[labels] * flips
-        if len(np.unique(vectors, axis=0)) == len(labels):
-            return (vectors / 4).astype(np.float32)
 
 
 @pytest.fixture(scope="module")

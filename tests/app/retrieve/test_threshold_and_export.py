@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from sign_vectors import clustered_sign_vectors
 
 from demo.common.settings import AppSettings
 from demo.retrieve import tab, threshold
@@ -23,13 +24,6 @@ from demo.retrieve.service import RetrievalError, RetrievalService
 from demo.retrieve.tiles import Tile, caption, tiles_html, with_cutoff
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
-
-
-def clustered_sign_vectors(labels, seed=0):
-    rng = np.random.default_rng(seed)
-    patterns = rng.choice([-1.0, 1.0], size=(int(labels.max()) + 1, 16))
-    flips = np.where(rng.random((len(labels), 16)) < 0.3, -1.0, 1.0)
-    return (patterns[labels] * flips / 4).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
