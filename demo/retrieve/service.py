@@ -458,29 +458,15 @@ class RetrievalService:
         if gallery.labels is None:
             raise RetrievalError("this gallery has no classes, so no query can be right or wrong: choose the test "
                                  "split or upload a zip of class folders")
-        key = ("rankings", checkpoint.key, gallery.key)
 
-        def rank(report):
-            with self._lock:
-                if key in self._rankings:
-                    return self._rankings[key]
-            saved = self._saved_figures(shipped_gallery.load_rankings, checkpoint, gallery)
-            if saved is not None:
-                with self._lock:
-                    return self._rankings.get_or_make(key, lambda: saved)
-            indexed = self.index(checkpoint, gallery)
+        def rank(vectors):
             try:
-                ranked = rank_gallery(indexed.index.vectors(), gallery.labels, k=RANKED_K, missed=MISSED_KEPT)
+                return rank_gallery(vectors, gallery.labels, k=RANKED_K, missed=MISSED_KEPT)
             except ValueError as error:  # no class with two items
                 raise RetrievalError(f"the gallery's queries cannot be ranked: {error}") from None
-            with self._lock:
-                return self._rankings.get_or_make(key, lambda: ranked)
 
-        with self._lock:
-            if key in self._rankings:
-                self._rankings.move_to_end(key)
-                return self._rankings[key]
-        return self._builds.run(key, rank)
+        return self._kept_figures(self._rankings, ("rankings", checkpoint.key, gallery.key), checkpoint, gallery,
+                                  shipped_gallery.load_rankings, rank)
 
     def pair_similarities(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
         """The cosines of every pair of a labelled gallery's items by class sameness (memvir.retrieval.verification,
@@ -491,29 +477,35 @@ class RetrievalService:
         if gallery.labels is None:
             raise RetrievalError("this gallery has no classes, so no pair is of the same class or another: choose "
                                  "the test split or upload a zip of class folders")
-        key = ("pairs", checkpoint.key, gallery.key)
 
-        def compute(report):
-            with self._lock:
-                if key in self._pairs:
-                    return self._pairs[key]
-            saved = self._saved_figures(shipped_gallery.load_pairs, checkpoint, gallery)
-            if saved is not None:
-                with self._lock:
-                    return self._pairs.get_or_make(key, lambda: saved)
-            indexed = self.index(checkpoint, gallery)
+        def pair(vectors):
             try:
-                pairs = pair_similarities(indexed.index.vectors(), gallery.labels, max_fmr=MAX_FMR)
+                return pair_similarities(vectors, gallery.labels, max_fmr=MAX_FMR)
             except ValueError as error:  # no pair of one kind
                 raise RetrievalError(f"the gallery's pairs cannot be told apart: {error}") from None
+
+        return self._kept_figures(self._pairs, ("pairs", checkpoint.key, gallery.key), checkpoint, gallery,
+                                  shipped_gallery.load_pairs, pair)
+
+    def _kept_figures(self, kept, key, checkpoint: LoadedCheckpoint, gallery: Gallery, load, compute):
+        """The figures of `key` in `kept`: read from beside the checkpoint where saved there (`_saved_figures`),
+        else `compute(the gallery index's vectors)`, once per gallery index (a request for figures being computed
+        waits for them), then kept."""
+        def build(report):
             with self._lock:
-                return self._pairs.get_or_make(key, lambda: pairs)
+                if key in kept:
+                    return kept[key]
+            figures = self._saved_figures(load, checkpoint, gallery)
+            if figures is None:
+                figures = compute(self.index(checkpoint, gallery).index.vectors())
+            with self._lock:
+                return kept.get_or_make(key, lambda: figures)
 
         with self._lock:
-            if key in self._pairs:
-                self._pairs.move_to_end(key)
-                return self._pairs[key]
-        return self._builds.run(key, compute)
+            if key in kept:
+                kept.move_to_end(key)
+                return kept[key]
+        return self._builds.run(key, build)
 
     def _saved_figures(self, load, checkpoint: LoadedCheckpoint, gallery: Gallery):
         """The figures `load` (memvir.retrieval.shipped_gallery.load_rankings / load_pairs) reads from beside the
