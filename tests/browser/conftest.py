@@ -16,6 +16,57 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "browser"
+PROBE_MS = 3000
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.flaky(reruns=1, only_rerun=["TimeoutError"]))
+
+
+def _page_health(page) -> str:
+    """Whether `page` runs its script (a timer fires) and draws (an animation frame fires), each within PROBE_MS."""
+    from playwright.sync_api import Error
+
+    try:
+        page.wait_for_function("""() => {
+            if (!window.memvirProbe) {
+                window.memvirProbe = {timer: false, frame: false};
+                setTimeout(() => { window.memvirProbe.timer = true; });
+                requestAnimationFrame(() => { window.memvirProbe.frame = true; });
+            }
+            return window.memvirProbe.timer;
+        }""", polling=100, timeout=PROBE_MS)
+    except Error:
+        return f"its script ran no timer within {PROBE_MS / 1000:g} s (its main thread is busy or the page is gone)"
+    try:
+        page.wait_for_function("() => window.memvirProbe.frame", polling=100, timeout=PROBE_MS)
+    except Error:
+        return f"its timers run, but it drew no frame within {PROBE_MS / 1000:g} s"
+    return "its timers run and it draws frames"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    browser = item.funcargs.get("browser") if hasattr(item, "funcargs") else None
+    if report.when != "call" or not report.failed or browser is None:
+        return
+    lines = []
+    pages = [page for context in browser.contexts for page in context.pages]
+    for number, page in enumerate(pages):
+        health = _page_health(page)
+        shot = SCREENSHOTS / "failed" / f"{item.name}-{number}.png"
+        try:
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot), timeout=PROBE_MS)
+            saved = f"screenshot {shot.relative_to(SCREENSHOTS.parents[1])}"
+        except Exception as error:  # a page that draws no frame cannot be photographed either
+            saved = f"no screenshot ({type(error).__name__})"
+        lines.append(f"page {number} ({page.url}): {health}; {saved}")
+    report.sections.append(("browser pages at the failure", "\n".join(lines) or "no page was open"))
 
 
 @pytest.fixture(scope="session")
