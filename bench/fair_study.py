@@ -4,6 +4,8 @@
     .venv/bin/python bench/fair_study.py run --jobs 2         # search, then the chosen settings at 5 seeds, controls
     .venv/bin/python bench/fair_study.py run --profile gpu --device cuda
     .venv/bin/python bench/fair_study.py report               # the tables of docs/reproduction.md, from results.json
+    .venv/bin/python bench/fair_study.py run --profile regime # the paper's regime: fine-tuning a pretrained backbone
+    .venv/bin/python bench/fair_study.py run --profile regime-30   # ... on 30 % of its classes, at the regime's choice
 
 The protocol (docs/reproduction.md, "A fair comparison", states it before any result) follows "A Metric Learning
 Reality Check" (Musgrave, Belongie, Lim, ECCV 2020), whose protocol the paper reports in its Table 2:
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings, run
 sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTPUT = ROOT / "docs" / "reproduction" / "fair"
+REPRODUCTION = ROOT / "docs" / "reproduction"
 METRICS = ("recall@1", "r_precision", "map@r")
 CHOICE_METRIC = "val_map@r"
 SEARCH_SEED = 2025  # a project constant: the trials' settings are fixed before any run
@@ -59,13 +61,36 @@ class Profile:
     epochs: int = 12
     warmup: float = 2.0
     dataset: str = "glyphs"
+    init: str | None = None  # a checkpoint folder the backbone is fine-tuned from (`train --init`)
+    search_eval_every: int = 0  # epochs between a search run's validation evaluations (0: at its end only)
+    final_eval_every: int = 3
+    held_out: int = 0  # training classes the finals hold out as validation (a share of the classes; 0: none)
+    choose_from: str | None = None  # a profile whose search chose the settings (this one runs no search)
+    controls: bool = True
+    study: str = "fair"  # its folder under docs/reproduction/ (results.json, per_query/), shared by related profiles
 
 
+SEEDS = (0, 1, 2, 3, 4)
+PRETRAINED = "checkpoints/glyphs-pretrain-convnet"
+FEW_CLASSES = 116  # glyphs-few's training classes
+# The paper's regime (docs/reproduction.md, "The paper's regime"): the pretrained backbone fine-tuned on glyphs-few's
+# 116 classes, long enough for the baseline to fit them; its length was fixed from the baseline's validation curve
+# alone (the probe there) before any MemVir run. The class shares of the paper's Table 1b reuse its choices.
+REGIME = dict(dataset="glyphs-few", init=PRETRAINED, epochs=100, warmup=20.0, search_eval_every=10,
+              final_eval_every=10, controls=False, study="regime")
 PROFILES = {
-    "cpu": Profile("cpu", folds=2, fold_size=255, trials=6, seeds=(0, 1, 2, 3, 4)),
-    "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=(0, 1, 2, 3, 4)),
+    "cpu": Profile("cpu", folds=2, fold_size=255, trials=6, seeds=SEEDS),
+    "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=SEEDS),
     # the whole pipeline in a couple of minutes, to try the runner (write it elsewhere: --output)
     "smoke": Profile("smoke", folds=2, fold_size=6, trials=2, seeds=(0, 1), epochs=2, warmup=1, dataset="glyphs-mini"),
+    "regime": Profile("regime", folds=2, fold_size=38, trials=5, seeds=SEEDS, **REGIME),
+    **{f"regime-{share}": Profile(f"regime-{share}", folds=2, fold_size=38, trials=5, seeds=SEEDS, **REGIME,
+                                  held_out=FEW_CLASSES - round(FEW_CLASSES * share / 100), choose_from="regime")
+       for share in (10, 30, 70)},
+    # the regime's pipeline on the bundled backbone in a few minutes, to try it
+    "regime-smoke": Profile("regime-smoke", folds=2, fold_size=38, trials=2, seeds=(0, 1), dataset="glyphs-few",
+                            init=PRETRAINED, epochs=2, warmup=1, search_eval_every=1, final_eval_every=1,
+                            controls=False, study="regime-smoke"),
 }
 
 
@@ -88,6 +113,8 @@ class Setting:
                 "--scale", f"{self.scale:g}", "--memvir-n", str(self.n), "--memvir-m", str(self.m),
                 "--warmup-epochs", f"{profile.warmup:g}", "--epochs", str(profile.epochs), "--batch-size", "128",
                 "--lr", f"{self.lr:.3g}", "--class-lr", f"{self.class_lr:.3g}", "--adam-eps", f"{self.adam_eps:g}"]
+        if profile.init:
+            args += ["--init", profile.init]
         if self.reduction != "official":
             args += ["--memvir-reduction", self.reduction]
         if self.labels != "virtual":
@@ -180,7 +207,7 @@ def control_setting(control: str, chosen: dict[str, Setting]) -> Setting:
 
 # ------------------------------------------------------------------------------------------------------- results
 class Results:
-    """OUTPUT/results.json: one record per finished run, written whole after each (a stop loses no finished run)."""
+    """STUDY/results.json: one record per finished run, written whole after each (a stop loses no finished run)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -236,8 +263,11 @@ class Job:
     def args(self, profile: Profile) -> list[str]:
         args = self.setting.args(profile) + ["--seed", str(self.seed)]
         if self.phase == "search":
-            return args + ["--val-classes", str(profile.fold_size), "--val-fold", str(self.fold), "--eval-every", "0"]
-        return args + ["--eval-every", "3"]
+            return args + ["--val-classes", str(profile.fold_size), "--val-fold", str(self.fold), "--eval-every",
+                           str(profile.search_eval_every)]
+        if profile.held_out:
+            args += ["--val-classes", str(profile.held_out), "--val-fold", "0"]
+        return args + ["--eval-every", str(profile.final_eval_every)]
 
     def keys(self, profile: Profile) -> dict:
         return {"profile": profile.name, "phase": self.phase, "arm": self.arm, "seed": self.seed,
@@ -247,30 +277,39 @@ class Job:
 def pending_jobs(results: Results, profile: Profile) -> list[Job]:
     """What can run now and has no result: the search; the finals of arms whose search is done; the controls once
     the arms they start from are chosen."""
-    jobs = [Job("search", arm, trial_setting(arm, t, profile.trials), trial=t, fold=f)
-            for t in range(profile.trials) for arm in ARMS for f in range(profile.folds)]
-    chosen = chosen_settings(results, profile)
+    if profile.choose_from:
+        jobs, chosen = [], chosen_settings(results, PROFILES[profile.choose_from])
+    else:
+        jobs = [Job("search", arm, trial_setting(arm, t, profile.trials), trial=t, fold=f)
+                for t in range(profile.trials) for arm in ARMS for f in range(profile.folds)]
+        chosen = chosen_settings(results, profile)
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
     jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()]
-    jobs += [Job("control", name, control_setting(name, chosen), seed=s)
-             for s in profile.seeds for name, _, arm, _, _ in CONTROLS if arm in chosen]
+    if profile.controls:
+        jobs += [Job("control", name, control_setting(name, chosen), seed=s)
+                 for s in profile.seeds for name, _, arm, _, _ in CONTROLS if arm in chosen]
     return [job for job in jobs if results.find(**job.keys(profile)) is None]
 
 
-def read_run(run: Path, test: bool) -> dict:
-    """The final evaluation's metrics (validation only where `test` is False), the evaluation curve, and the mean
-    share of Adam's parameters whose step grows with the gradient after the warm-up (memvir.train.adam_regime)."""
+def read_run(run: Path, test: bool, curves: bool = True) -> dict:
+    """The final evaluation's metrics (validation only where `test` is False), the evaluation curve (where `curves`),
+    the training batches' mean cos(x, W_y) at each logged step (the paper's Fig. 5), and the mean share of Adam's
+    parameters whose step grows with the gradient after the warm-up (memvir.train.adam_regime)."""
     from memvir.run_folder import RunFolder
 
     records = RunFolder(run).records()
     evals = [r for r in records if r["type"] == "eval"]
+    steps = [r for r in records if r["type"] == "step"]
     keep = [*METRICS, *(f"val_{m}" for m in METRICS)] if test else [f"val_{m}" for m in METRICS]
-    metrics = {k: evals[-1][k] for k in keep if k in evals[-1]}
-    curve = [[r["step"]] + [r.get(k) for k in keep] for r in evals] if test else []
-    after = [r for r in records if r["type"] == "step" and not r["warmup"] and "adam_eps_share" in r]
+    keep = [k for k in keep if k in evals[-1]]
+    metrics = {k: evals[-1][k] for k in keep}
+    curve = [[r["step"]] + [r.get(k) for k in keep] for r in evals] if curves else []
+    cosine = [[r["step"], round(r["mean_target_cosine"], 4)] for r in steps if "mean_target_cosine" in r]
+    after = [r for r in steps if not r["warmup"] and "adam_eps_share" in r]
     shares = {name: statistics.mean(r[name] for r in after) if after else None
               for name in ("adam_eps_share", "adam_eps_share_class")}
-    return {"metrics": metrics, "curve_columns": ["step", *keep] if test else [], "curve": curve, **shares}
+    return {"metrics": metrics, "curve_columns": ["step", *keep] if curves else [], "curve": curve,
+            "target_cosine": cosine if curves else [], **shares}
 
 
 def per_query(run: Path, profile: Profile, job: Job, env: dict, output: Path) -> str:
@@ -313,7 +352,8 @@ def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: i
         raise RuntimeError(f"{job.name} failed (exit {finished.returncode}); its output is in {log}")
     record = {**job.keys(profile), "setting": asdict(job.setting), "device": device,
               "command": shown_command(args, job, profile),
-              **read_run(out, test=job.phase != "search")}
+              **read_run(out, test=job.phase != "search",
+                         curves=job.phase != "search" or profile.search_eval_every > 0)}
     if job.phase != "search":
         record["per_query"] = per_query(out, profile, job, env, output)
     results.add(record)
@@ -469,9 +509,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cpu_count / jobs threads)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (every run of the study on that device)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "fair", help="where the run folders go")
-    parser.add_argument("--output", type=Path, default=OUTPUT, help="where results.json and per_query/ go")
+    parser.add_argument("--output", type=Path, help="where results.json and per_query/ go (default: "
+                        "docs/reproduction/STUDY, the profile's study)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
+    args.output = args.output or REPRODUCTION / profile.study
     if args.command == "run":
         run_study(profile, args.jobs, args.device, args.runs, args.output)
     print(plan(profile) if args.command == "plan" else report(profile, args.output))

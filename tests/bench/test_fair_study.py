@@ -158,3 +158,45 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
     for table in (fair_study.search_table(results, CPU), fair_study.final_table(results, CPU),
                   fair_study.comparison_table(fair_study.comparisons(results, CPU))):
         assert table in doc
+
+
+REGIME = PROFILES["regime"]
+
+
+def test_the_regime_fine_tunes_the_bundled_backbone_and_its_search_runs_draw_validation_curves(tmp_path):
+    search_job = pending_jobs(_results(tmp_path, []), REGIME)[0]
+    args = search_job.args(REGIME)
+    assert args[args.index("--dataset") + 1] == "glyphs-few"
+    assert args[args.index("--init") + 1] == "checkpoints/glyphs-pretrain-convnet"
+    assert (Path(__file__).resolve().parents[2] / "checkpoints" / "glyphs-pretrain-convnet" / "config.json").is_file()
+    assert args[-6:] == ["--val-classes", "38", "--val-fold", "0", "--eval-every", "10"]
+    assert "--init" not in pending_jobs(_results(tmp_path, []), CPU)[0].args(CPU)  # the glyphs study: from scratch
+
+
+def test_a_class_share_profile_trains_the_regime_s_choices_on_that_share_of_the_classes(tmp_path):
+    share = PROFILES["regime-30"]
+    assert share.study == REGIME.study  # one results.json: the choice is read from the regime's search
+    assert pending_jobs(_results(tmp_path, []), share) == []  # no search of its own, nothing before the regime's
+    search = [{**_search_record(arm, t, f, 0.5 + 0.01 * t * (arm == "memvir-official")), "profile": "regime"}
+              for arm in ARMS for t in range(REGIME.trials) for f in (0, 1)]
+    jobs = pending_jobs(_results(tmp_path, search), share)
+    assert {job.phase for job in jobs} == {"final"} and len(jobs) == len(ARMS) * len(share.seeds)  # no controls
+    official = next(job for job in jobs if job.arm == "memvir-official")
+    assert official.setting == trial_setting("memvir-official", REGIME.trials - 1, REGIME.trials)
+    args = official.args(share)
+    # 30 % of glyphs-few's 116 classes trained (35), the other 81 held out and scored as validation
+    assert args[args.index("--val-classes") + 1] == "81" and args[args.index("--val-fold") + 1] == "0"
+    assert PROFILES["regime-10"].held_out == 116 - 12 and PROFILES["regime-70"].held_out == 116 - 81
+
+
+def test_a_run_s_record_keeps_its_curves_and_its_target_cosines(tmp_path):
+    steps = [{"type": "step", "step": s, "warmup": s < 20, "mean_target_cosine": c}
+             for s, c in ((10, 0.41234567), (20, 0.6), (30, 0.75))]
+    evals = [{"type": "eval", "step": s, "recall@1": 0.9, "r_precision": 0.5, "map@r": m, "val_map@r": v,
+              "val_recall@1": 0.9, "val_r_precision": 0.6} for s, m, v in ((0, 0.4, 0.7), (30, 0.45, 0.65))]
+    run = _run_folder(tmp_path / "run", [*steps, *evals])
+    searched = fair_study.read_run(run, test=False)
+    assert searched["curve_columns"] == ["step", "val_recall@1", "val_r_precision", "val_map@r"]
+    assert searched["curve"] == [[0, 0.9, 0.6, 0.7], [30, 0.9, 0.6, 0.65]]  # no test metric in a search's curve
+    assert searched["target_cosine"] == [[10, 0.4123], [20, 0.6], [30, 0.75]]
+    assert fair_study.read_run(run, test=False, curves=False)["curve"] == []
