@@ -67,6 +67,10 @@ class SnapshotEvent:
     focus_classes: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [f]
     focus_embeddings: torch.Tensor = field(default_factory=lambda: torch.empty(0, 0))  # [q, D]
     focus_labels: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [q]
+    # which images those are: the probe's indices in the test split, the few-class view's in the training split (as
+    # memvir.train.trainer.training_data gives the splits), so that a picture's point can be shown as its image
+    probe_items: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [p]
+    focus_items: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # [q]
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,22 @@ The run trains in a process of its own (demo.runs.process), whose event thread h
 `LiveRun._on_event`, which keeps what the page shows, built from the events alone: the records of metrics.jsonl (each
 event's `record()`), the latest step, the state, and each snapshot projected to 2-D at once with PCA. Raw snapshot
 embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
-of CPU that training would otherwise get). Each snapshot's few-class view goes to `focus` (demo.train.focus_view). A
-finished run is read back from its folder alike (`from_folder`).
+of CPU that training would otherwise get), and those of the points that are images (the probe set, the few-class
+view's images: a few hundred rows), for their neighbours on a click (demo.train.neighbours). Each snapshot's few-class
+view goes to `focus` (demo.train.focus_view). A finished run is read back from its folder alike (`from_folder`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from demo.runs.messages import Ready
 from demo.train.focus_view import FocusTrack
@@ -26,11 +30,36 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class ImageSet:
+    """One snapshot's points that are images: where each lies in the full embedding space, and which image it is."""
+
+    split: str  # "train" (the few-class view's images) or "test" (the probe set), of trainer.training_data's splits
+    items: np.ndarray  # [n] the images' indices in that split
+    labels: np.ndarray  # [n]
+    embeddings: np.ndarray  # [n, D] float32 unit rows
+
+
+def snapshot_images(event) -> dict[str, ImageSet]:
+    """A SnapshotEvent's image sets, by the name the page's clicks use; a set whose images it does not name (an
+    event from before `probe_items` and `focus_items`) is left out."""
+    sets = {}
+    for name, split, items, labels, embeddings in (
+            ("focus", "train", event.focus_items, event.focus_labels, event.focus_embeddings),
+            ("probe", "test", event.probe_items, event.probe_labels, event.probe_embeddings)):
+        if len(items) and len(items) == len(labels) == embeddings.shape[0]:
+            sets[name] = ImageSet(split, items.numpy().copy(), labels.numpy().copy(),
+                                  embeddings.float().numpy().copy())
+    return sets
+
+
+@dataclass(frozen=True)
 class SnapshotView:
-    """One snapshot as the page keeps it: its 2-D projection only (PCA, or UMAP once the worker has it)."""
+    """One snapshot as the page keeps it: its 2-D projection (PCA, or UMAP once the worker has it), and its points
+    that are images, by set name (`ImageSet`)."""
 
     step: int
     projected: object  # memvir.analysis.projection.ProjectedSnapshot
+    images: dict = field(default_factory=dict)
 
 
 class LiveRun:
@@ -212,7 +241,7 @@ class LiveRun:
             log.warning("run %s: snapshot at step %s not projected: %s", self.id, event.step, error)
             return
         with self.lock:
-            self.snapshots.append(SnapshotView(event.step, projected))
+            self.snapshots.append(SnapshotView(event.step, projected, snapshot_images(event)))
             if len(self.snapshots) > self._snapshot_history:
                 # Thin out rather than forget the start: the early picture (virtual classes sitting on the real
                 # ones) is what scrubbing back is for.
@@ -230,7 +259,7 @@ class LiveRun:
             key = (self.id, raw.step)
             done = worker.result(key)
             if done is not None:
-                self.snapshots = [SnapshotView(view.step, done) if view.step == raw.step else view
+                self.snapshots = [dataclasses.replace(view, projected=done) if view.step == raw.step else view
                                   for view in self.snapshots]
                 self.latest_raw_snapshot = None  # projected for good: the raw embeddings can go
                 self.snapshot_version += 1

@@ -15,6 +15,10 @@
 // asking meanwhile, and a run trains on whether or not a page watches it. "Stopped" is judged against the answers'
 // own pace, which a crowd of watchers slows (demo.runs.audience): four of its gaps, and at least STALE_AFTER_MS.
 //
+// A click on a point of the snapshot picture that is an image (its trace's meta names a "pick" set, the point's row
+// last in its customdata) is sent to the server through two out-of-sight components, the pick as JSON in a text box
+// and a button that sends it (demo.train.neighbours): gr.Plot passes no click of its own.
+//
 // Start and Compare with baseline bring the status line and the loss chart into view (the run's buttons stay in sight
 // while the visitor scrolls through the settings, page.css): what the click started, or why it was refused, is there.
 () => {
@@ -115,6 +119,30 @@
         }
     }
 
+    function sendPick(event) {
+        const point = event.points && event.points[0];
+        const pick = point && point.data && point.data.meta && point.data.meta.pick;
+        const chart = document.querySelector("#embedding-plot .js-plotly-plot");
+        const box = document.querySelector("#snapshot-pick textarea, #snapshot-pick input");
+        const send = document.querySelector("#snapshot-pick-go");
+        const data = point && point.customdata;  // a row of customdata: an array, or a typed one
+        if (!pick || !chart || !box || !send || !data || !data.length) return;
+        const step = chart.layout && chart.layout.meta && chart.layout.meta.step;
+        const row = Number(data[data.length - 1]);
+        box.value = JSON.stringify({step, set: pick, row});
+        box.dispatchEvent(new Event("input", {bubbles: true}));
+        send.click();
+    }
+
+    function listenForPicks() {
+        const chart = document.querySelector("#embedding-plot .js-plotly-plot");
+        // plotly replaces its event emitter when it draws a chart anew: listen again on each new one
+        if (chart && chart._ev && chart._ev !== chart.memvirPicks) {
+            chart.memvirPicks = chart._ev;
+            chart.on("plotly_click", sendPick);
+        }
+    }
+
     let scheduled = false;
     new MutationObserver(() => {
         if (scheduled) return;
@@ -123,6 +151,7 @@
             scheduled = false;
             document.querySelectorAll(".js-plotly-plot").forEach(fit);
             showNewNotices();
+            listenForPicks();
         });
     }).observe(document.body, {childList: true, subtree: true});
 }

@@ -404,17 +404,20 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
     if len(projected.probe_xy):
         probe_labels = np.asarray(projected.probe_labels)
         probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
+        # meta "pick" and the row last in customdata: a click opens the image's neighbours (demo.train.neighbours)
         traces.append(scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
-                              mode="markers", customdata=probe_labels,
+                              mode="markers", customdata=np.column_stack([probe_labels, np.arange(len(probe_labels))]),
+                              meta={"pick": "probe"},
                               marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
-                              hovertemplate="probe, test class %{customdata}<extra></extra>"))
+                              hovertemplate="probe, test class %{customdata[0]}<br>click: its nearest neighbours"
+                                            "<extra></extra>"))
 
     method = projected.method.upper()
     axis = "PC" if projected.method == "pca" else method
     # equal units (scaleanchor): distances on screen mean the same both ways
     layout = house_layout(f"Embeddings at step {projected.step}, {method}", f"{axis} 1", f"{axis} 2",
                           f"embedding-{projected.method}", height=EMBEDDING_HEIGHT,
-                          yaxis=dict(scaleanchor="x", scaleratio=1))
+                          yaxis=dict(scaleanchor="x", scaleratio=1), meta={"step": int(projected.step)})
     if len(traces) > MAX_LEGEND_ROW_ENTRIES:
         # Dozens of ages (N up to 45) would stack legend rows over the whole plot: list them, scrolling, at the side.
         layout = merged(layout, dict(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),

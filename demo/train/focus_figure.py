@@ -79,8 +79,9 @@ def _scale_bar(view: FocusView) -> tuple[dict, dict]:
 
 
 def _hover_data(labels: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    """[n, 3] rows of (class, angle to its class's live weight in degrees, that angle's cosine), for the hover text."""
-    return np.column_stack([labels, angles, np.cos(np.radians(angles))])
+    """[n, 4] rows of (class, angle to its class's live weight in degrees, that angle's cosine, row), for the hover
+    text and, for the images' dots, the row a click names (demo.train.neighbours)."""
+    return np.column_stack([labels, angles, np.cos(np.radians(angles)), np.arange(len(labels))])
 
 
 def few_class_figure(view: FocusView | None) -> go.Figure:
@@ -112,6 +113,10 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
                         "drawn to the scale bar")
         else:
             distance = "<br>%{customdata[1]:.1f}° from its class weight now (cos %{customdata[2]:.3f})"
+        meta = {"kind": kind, "age": age}
+        if kind == "embeddings" and age == 0:
+            meta["pick"] = "focus"  # the images' dots: a click opens one with its neighbours
+            distance += "<br>click: its nearest neighbours"
         marker = dict(symbol=symbol, size=size, line=outline or dict(width=0))
         # the legend lists embeddings, then weights, each from now back (the traces are drawn in another order)
         traces.append(scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name, hoverinfo="skip",
@@ -119,7 +124,7 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
                               marker=dict(marker, color=shade(LEGEND_GREY, age, oldest))))
         traces.append(scatter(
             x=xy[:, 0], y=xy[:, 1], name=name, mode="markers", customdata=_hover_data(labels, angles),
-            legendgroup=name, showlegend=False, meta={"kind": kind, "age": age},
+            legendgroup=name, showlegend=False, meta=meta,
             marker=dict(marker, color=[shade(colors[int(label)], age, oldest) for label in labels]),
             hovertemplate=f"class %{{customdata[0]:d}}<br>{name}{distance}<extra></extra>"))
 
@@ -153,4 +158,4 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
         legend=dict(orientation="h", x=0, xanchor="left", y=-0.14, yanchor="top", font=dict(size=11)),
         xaxis=dict(range=list(view.x_range), zeroline=False),
         yaxis=dict(range=list(view.y_range), zeroline=False, scaleanchor="x", scaleratio=1),
-        shapes=[bar], annotations=[bar_words]))
+        shapes=[bar], annotations=[bar_words], meta={"step": int(projection.step)}))

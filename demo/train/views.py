@@ -17,7 +17,7 @@ from demo.common.inputs import whole_numbers
 from demo.common.shared_plot import SharedPlot
 from demo.common.shims import refuse_outside_choices
 from demo.runs.manager import RunManager
-from demo.train import live_view, words
+from demo.train import live_view, neighbours, words
 from demo.train.live_view import FigureBuilder
 from demo.train.poll import PollState, poll, recolor, show_snapshot
 from demo.train.results_table import results_markdown
@@ -112,6 +112,15 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
                                                elem_classes="small-note", padding=True)
                 # the answer to the classes box beside it, not at the top of the page
                 classes_notice = gr.Markdown("", elem_id="classes-notice", elem_classes="small-note", padding=True)
+        with gr.Column(elem_id="neighbours"):
+            neighbours_caption = gr.Markdown(neighbours.HINT, elem_id="neighbours-caption",
+                                             elem_classes="small-note", padding=True)
+            neighbours_gallery = gr.Gallery(label="The image clicked and its nearest neighbours", columns=3,
+                                            height="auto", object_fit="contain", allow_preview=True,
+                                            elem_id="neighbours-gallery")
+    # A click on an image's point, as the page's script sends it (demo/static/page.js): out of sight
+    picked_point = gr.Textbox("", visible="hidden", elem_id="snapshot-pick")
+    show_picked = gr.Button("Show the clicked image's neighbours", visible="hidden", elem_id="snapshot-pick-go")
     views_sent = gr.State(None)
     # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
     views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
@@ -140,6 +149,9 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
                     api_name="color_snapshot", api_visibility="private", show_progress="hidden")
     follow.input(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
                  api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
+    show_picked.click(bind(neighbours.show_neighbours, runs), [state, picked_point, color_by],
+                      [state, neighbours_gallery, neighbours_caption, embedding_plot, follow, snapshot_step],
+                      api_name="snapshot_neighbours", api_visibility="private", show_progress="hidden")
     focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [classes_notice],
                          api_name="show_classes", api_visibility="private", show_progress="hidden")
     return Views(status, notice, follow, focus_classes, classes_notice)

@@ -55,7 +55,8 @@ SNAPSHOT_HELP = """**What you are seeing.** A few training classes (the caption 
 in its own colour, the same in every snapshot. The map, PCA or UMAP, squeezes the embedding space into two \
 dimensions: it keeps where the classes lie beside one another and shortens most distances.
 
-- **Dots**: the network's embeddings of the class's training images now.
+- **Dots**: the network's embeddings of the class's training images now. Click one to see its image beside its \
+nearest neighbours in the full embedding space, under the picture.
 - **Outlined diamonds**: the class weights now, which the loss compares embeddings with.
 - **Rings**: the class's embeddings stored j(M+1) steps ago, placed by the map like the dots; paler is older. Where \
 they sit apart from the dots, the network has moved those images on since.

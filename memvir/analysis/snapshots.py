@@ -68,4 +68,6 @@ class SnapshotMaker:
             class_weight_ages=weight_rows // num_classes,
             probe_embeddings=probe_embeddings, probe_labels=probe_labels,
             focus_classes=self.focus_classes.clone(), focus_embeddings=focus_embeddings, focus_labels=focus_labels,
+            probe_items=torch.tensor(self._probe, dtype=torch.long),
+            focus_items=torch.tensor(self._focus_items, dtype=torch.long),
         )

@@ -60,6 +60,22 @@ def _allocation_failed(error: BaseException) -> bool:
     return "can't allocate memory" in text or "out of memory" in text or "cannot allocate memory" in text
 
 
+def training_data(config: TrainConfig):
+    """(splits, validation) as a Trainer of `config` trains and evaluates on them: the dataset at its size and seed,
+    read clean throughout without augmentation, and `config.val_classes` training classes held out as validation
+    (None without). A snapshot's item indices (memvir.events.SnapshotEvent) index these splits."""
+    from memvir.data import load_dataset
+    from memvir.data.splits import without_augmentation
+    from memvir.data.validation import hold_out_validation
+
+    data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size, seed=config.seed)
+    if not config.augment:
+        data = without_augmentation(data)
+    if config.val_classes:
+        return hold_out_validation(data, config.val_classes, config.val_fold)
+    return data, None
+
+
 def _batch_norms(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
 
@@ -76,9 +92,6 @@ class Trainer:
                  load_init: bool = True):
         """load_init: start the model from `config.init_from` when it names a checkpoint folder; False when a
         trainer state will replace the weights (a resume: the run's own weights, not the init, are where it is)."""
-        from memvir.data import load_dataset
-        from memvir.data.splits import without_augmentation
-        from memvir.data.validation import hold_out_validation
         from memvir.models.embedding_model import EmbeddingModel
 
         self.config = config
@@ -97,13 +110,7 @@ class Trainer:
         self.state = "ready"
 
         torch.manual_seed(config.seed)
-        self.data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size,
-                                 seed=config.seed)
-        if not config.augment:
-            self.data = without_augmentation(self.data)
-        self.validation = None
-        if config.val_classes:
-            self.data, self.validation = hold_out_validation(self.data, config.val_classes, config.val_fold)
+        self.data, self.validation = training_data(config)
         info = self.data.info
         self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
                                        sampler=config.sampler, samples_per_class=config.samples_per_class,

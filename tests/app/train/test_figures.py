@@ -278,7 +278,9 @@ def test_embedding_class_weights_real_outlined_virtual_fading_and_probe_crosses(
     assert opacity[0] == opacity[2] > opacity[3] == opacity[5]
     probe = trace(fig, "probe (test classes)")
     assert probe.marker.symbol == "x" and len(probe.x) == 4
-    np.testing.assert_array_equal(probe.customdata, [5, 5, 6, 6])
+    # each cross's class, then its row: what a click on it sends (demo.train.neighbours)
+    np.testing.assert_array_equal(probe.customdata, [[5, 0], [5, 1], [6, 2], [6, 3]])
+    assert probe.meta == {"pick": "probe"}
 
 
 def test_embedding_by_class_colours_rows_by_label_and_hovers_class_and_age():

@@ -166,10 +166,11 @@ def test_each_kind_and_age_is_one_trace_in_plain_words():
         ("weights", 2): "class weights from 22 steps ago"}
     np.testing.assert_array_equal(traces["weights", 1].x, [0.1, 1.1])
     np.testing.assert_array_equal(traces["embeddings", 2].y, [0.2])
-    # each point's class, its angle to its class's live weight and that angle's cosine, for the hover text
+    # each point's class, its angle to its class's live weight, that angle's cosine (the hover text), its row
     np.testing.assert_allclose(traces["embeddings", 0].customdata,
-                               [[3, 50, np.cos(np.radians(50))], [3, 55, np.cos(np.radians(55))],
-                                [7, 60, np.cos(np.radians(60))]])
+                               [[3, 50, np.cos(np.radians(50)), 0], [3, 55, np.cos(np.radians(55)), 1],
+                                [7, 60, np.cos(np.radians(60)), 2]])
+    assert traces["embeddings", 0].meta["pick"] == "focus" and "pick" not in traces["embeddings", 1].meta
     np.testing.assert_allclose(traces["weights", 2].customdata[:, 1], [14.0, 15.0])
     assert "%{customdata[1]:.1f}° from the class weight now" in traces["weights", 1].hovertemplate
     assert "from its class weight now" in traces["embeddings", 1].hovertemplate
