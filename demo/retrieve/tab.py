@@ -15,6 +15,7 @@ classes are listed beside it, to pick from.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -113,7 +114,8 @@ def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: 
     hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
                             exclude=exclude, query_class=query_class)
     tiles = with_cutoff([Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name,
-                              hit.same_class) for rank, hit in enumerate(hits, 1)], cutoff)
+                              hit.same_class, clickable=(gallery.key, hit.index))
+                         for rank, hit in enumerate(hits, 1)], cutoff)
     summary = f"{len(hits)} nearest of {gallery.size:,} images in {gallery.description}, with their cosine similarity"
     if query_class is not None:
         same = sum(hit.same_class is True for hit in hits)
@@ -166,6 +168,35 @@ def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, 
     index = picked["sample"][picked_position(evt, len(picked["sample"]))]
     return results(retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
                    query_class=gallery.class_of(index), cutoff=cutoff)
+
+
+def clicked_tile(picked, gallery) -> int:
+    """The gallery item of a clicked result tile, sent by the page's script as {"gallery": key, "item": i};
+    ValueError in words for anything else, or for a tile of another gallery than the one chosen now."""
+    try:
+        values = json.loads(picked) if isinstance(picked, str) else None
+    except json.JSONDecodeError:
+        values = None
+    if not isinstance(values, dict) or not isinstance(values.get("gallery"), str):
+        raise ValueError("click one of the results to search with it")
+    item = values.get("item")
+    if values["gallery"] != gallery.key:
+        raise ValueError("those results came from another gallery than the one chosen now: search again, then "
+                         "click a result")
+    if not isinstance(item, int) or isinstance(item, bool) or not 0 <= item < gallery.size:
+        raise ValueError(f"the result clicked is not an image of {gallery.description}: search again, then click a "
+                         "result")
+    return item
+
+
+@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+def search_result_tile(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None, cutoff=None,
+                       progress=PROGRESS):
+    """A click on a result: search with that gallery image, itself left out (its nearest neighbours)."""
+    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
+    item = clicked_tile(picked, gallery)
+    return results(retrieval, checkpoint, gallery, gallery.image(item), k, exclude=item,
+                   query_class=gallery.class_of(item), cutoff=cutoff)
 
 
 def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
@@ -522,6 +553,10 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                                   buttons=[])
                         with gr.Column(scale=1, min_width=240):
                             result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
+                    # a click on a result tile, as the page's script sends it: out of sight
+                    clicked_result = gr.Textbox("", visible="hidden", elem_id="tile-pick")
+                    tile_clicked = gr.Button("Search with the result clicked", visible="hidden",
+                                             elem_id="tile-pick-go")
                 with gr.Tab("Hardest", elem_id="view-hardest"):
                     gr.Markdown("The gallery's own images as queries, worst first: what the checkpoint gets wrong, "
                                 "and the images of the query's class it should have found. With **Compare with**, "
@@ -589,6 +624,10 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
     search_upload_button.click(bind(search_upload, retrieval),
                                [checkpoint, source, k, query_class, query_file, gallery_files, cutoff], search_outputs,
                                api_name="search_upload")
+    # a click on a result, as the page's script sends it (demo/static/page.js): its gallery and item
+    tile_clicked.click(bind(search_result_tile, retrieval),
+                       [checkpoint, source, k, clicked_result, gallery_files, cutoff], search_outputs,
+                       api_name="search_result_tile", api_visibility="private")
     search_drawing_button.click(bind(search_drawing, retrieval),
                                 [checkpoint, source, k, query_class, sketch, gallery_files, cutoff], search_outputs,
                                 api_name="search_drawing")

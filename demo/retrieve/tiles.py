@@ -7,7 +7,8 @@ data URIs (a thumbnail is a few kB), so a search leaves no files behind. The mar
 tick or cross is drawn by CSS (demo/static/page.css): the page ships no font with those glyphs. A same-class item the
 query missed (ranked after the top k) is shown greyed, at its rank, marked "missed". A hit below the similarity
 cut-off (the threshold view's) stays at its rank, dimmed and marked "below the cut-off": hiding it would hide what the
-model ranked there. Class names can come from a visitor's zip, so every text is escaped.
+model ranked there. A search's hits are clickable: a click searches with that image (the page's script sends its
+gallery and item, demo/static/page.js). Class names can come from a visitor's zip, so every text is escaped.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ class Tile:
     same_class: bool | None
     missed: bool = False  # a same-class item ranked after the top k: shown greyed
     below_cutoff: bool = False  # its similarity is below the cut-off: shown dimmed
+    # (gallery key, item) where a click on it searches with it (demo.retrieve.tab.search_result_tile); None: not
+    clickable: tuple[str, int] | None = None
 
 
 def _mark(tile: Tile) -> tuple[str, str | None]:
@@ -80,6 +83,10 @@ def tile_html(tile: Tile) -> str:
                      f'{BELOW_CUTOFF[1]}</span>')
         classes += f" {BELOW_CUTOFF[0]}"
         style = f' style="{_BELOW_CUTOFF_STYLE}"'
+    if tile.clickable:
+        gallery, item = tile.clickable
+        style += (f' data-gallery="{html.escape(gallery)}" data-item="{int(item)}" tabindex="0" role="button"'
+                  ' title="Click: search with this image, its nearest neighbours"')
     return (f'<figure class="{classes}"{style}><img src="{data_uri(tile.image)}" alt="{html.escape(caption(tile))}">'
             f'<figcaption>{"".join(lines)}</figcaption></figure>')
 

@@ -15,9 +15,10 @@
 // asking meanwhile, and a run trains on whether or not a page watches it. "Stopped" is judged against the answers'
 // own pace, which a crowd of watchers slows (demo.runs.audience): four of its gaps, and at least STALE_AFTER_MS.
 //
-// A click on a point of the snapshot picture that is an image (its trace's meta names a "pick" set, the point's row
-// last in its customdata) is sent to the server through two out-of-sight components, the pick as JSON in a text box
-// and a button that sends it (demo.train.neighbours): gr.Plot passes no click of its own.
+// A click on a search's result tile (its gallery and item in data attributes), or on a point of the snapshot picture
+// that is an image (its trace's meta names a "pick" set, the point's row last in its customdata), is sent to the
+// server through two out-of-sight components: the click as JSON in a text box, and a button that sends it
+// (demo.retrieve.tab.search_result_tile, demo.train.neighbours). gr.HTML and gr.Plot pass no such click themselves.
 //
 // Start and Compare with baseline bring the status line and the loss chart into view (the run's buttons stay in sight
 // while the visitor scrolls through the settings, page.css): what the click started, or why it was refused, is there.
@@ -44,6 +45,17 @@
             "catches up by itself when the answers come again; a run trains on meanwhile.";
         stale.hidden = false;
     }, 1000);
+
+    // A click on a search's result tile searches with that image (demo.retrieve.tab.search_result_tile)
+    document.addEventListener("click", (event) => {
+        const tile = event.target instanceof Element && event.target.closest("#results .result-tile[data-item]");
+        const box = document.querySelector("#tile-pick textarea, #tile-pick input");
+        const send = document.querySelector("#tile-pick-go");
+        if (!tile || !box || !send) return;
+        box.value = JSON.stringify({gallery: tile.dataset.gallery, item: Number(tile.dataset.item)});
+        box.dispatchEvent(new Event("input", {bubbles: true}));
+        send.click();
+    });
 
     document.addEventListener("click", (event) => {
         if (!(event.target instanceof Element) || !event.target.closest("#start, #baseline")) return;

@@ -387,7 +387,7 @@ API = {
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
            "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
            "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff",
-           "show_gallery_upload", "pick_query_class", "snapshot_neighbours"}
+           "show_gallery_upload", "pick_query_class", "snapshot_neighbours", "search_result_tile"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):

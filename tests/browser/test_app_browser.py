@@ -64,7 +64,17 @@ def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
     assert results.count() == 8  # k defaults to 8
     assert "similarity" in page.locator("#results").inner_text() or results.first.is_visible()
     assert "Recall@1" in page.locator("#retrieval-summary").inner_text()
+    assert "share the query's class" not in page.locator("#retrieval-summary").inner_text()  # no class typed
     screenshot("retrieval-results")
+
+    # a click on a result searches with that gallery image, whose class the gallery knows
+    second = results.nth(1).get_attribute("data-item")
+    results.nth(1).click()
+    page.wait_for_function(
+        "() => document.querySelector('#retrieval-summary').innerText.includes(\"share the query's class\")",
+        timeout=WAIT_MS)
+    assert results.count() == 8
+    assert second not in [results.nth(i).get_attribute("data-item") for i in range(8)]  # itself left out
 
 
 def test_search_with_a_drawing(page, screenshot):

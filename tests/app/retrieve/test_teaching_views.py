@@ -348,3 +348,49 @@ def test_warming_up_ranks_the_default_pair_so_the_views_rank_nothing(two, monkey
     tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
     tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
     assert len(ranked) == 2
+
+
+def _tile_clicks(tiles: str) -> list[str]:
+    """What the page's script sends for each clickable tile: {"gallery": ..., "item": ...} as JSON."""
+    import json
+
+    return [json.dumps({"gallery": html.unescape(gallery), "item": int(item)})
+            for gallery, item in re.findall(r'data-gallery="([^"]*)" data-item="(\d+)"', tiles)]
+
+
+def test_a_clicked_result_searches_with_that_gallery_image_without_itself(two):
+    """A result tile's click ranks the whole gallery against that image, itself left out: the tiles are the brute
+    force's order of the gallery's vectors, with their classes and cosines."""
+    service, folders = two
+    choice = folders["baseline"]
+    item = 100
+    checkpoint = service.load_checkpoint(choice)
+    gallery = service.test_split_gallery(checkpoint)
+    _, first_tiles, _ = tab.search_result_tile(service, choice, tab.TEST_SPLIT, 5, _tile_clicks(
+        tab.tiles_html([Tile(gallery.image(item), 1, 1.0, None, None, clickable=(gallery.key, item))]))[0])
+    query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0].numpy()
+    vectors, labels = reference_embeddings(service, choice)
+    similarity = vectors @ (query.astype(np.float64) / np.linalg.norm(query))
+    order = [i for i in np.lexsort((np.arange(len(labels)), -similarity)) if i != item][:5]
+    names = load_dataset("glyphs-mini").test.class_names
+    expected = [f"#{rank} {similarity[i]:.3f} {names[labels[i]]} "
+                f"{'same' if labels[i] == labels[item] else 'other'} class" for rank, i in enumerate(order, 1)]
+    assert [html.unescape(text) for text in re.findall(r'<img [^>]*alt="([^"]*)"', first_tiles)] == expected
+    # its tiles are clickable in turn, each naming its own item
+    assert [int(re.search(r'"item": (\d+)', click).group(1)) for click in _tile_clicks(first_tiles)] == order
+
+
+@pytest.mark.parametrize(("picked", "message"), [
+    ("nonsense", "click one of the results to search with it"),
+    ('{"gallery": "upload:elsewhere", "item": 3}', "those results came from another gallery than the one chosen"),
+    ("{gallery}", "click one of the results"),
+    ('{"gallery": "GALLERY", "item": 1e9}', "the result clicked is not an image of the glyphs-mini test split"),
+    ('{"gallery": "GALLERY", "item": -1}', "the result clicked is not an image of"),
+])
+def test_a_click_that_names_no_result_of_the_gallery_chosen_is_refused_in_words(two, picked, message):
+    service, folders = two
+    gallery = service.test_split_gallery(service.load_checkpoint(folders["baseline"]))
+    with pytest.warns(UserWarning):
+        about, tiles, _ = tab.search_result_tile(service, folders["baseline"], tab.TEST_SPLIT, 5,
+                                                 picked.replace("GALLERY", gallery.key))
+    assert about.startswith("⚠️ ") and message in about and tiles == ""
