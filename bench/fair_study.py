@@ -492,6 +492,89 @@ def comparison_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+COLOURS = {"baseline": "#7f7f7f", "memvir-official": "#d62728", "memvir-balanced": "#1f77b4"}
+
+
+def _curve_mean(records: list[dict], column: str, key: str = "curve") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, mean, sd) over `records` of one curve column (`key` "curve", or "target_cosine" with column None),
+    at the steps every record has."""
+    if key == "target_cosine":
+        series = [dict((step, value) for step, value in r[key]) for r in records]
+    else:
+        at = records[0]["curve_columns"].index(column)
+        series = [{row[0]: row[at] for row in r[key]} for r in records]
+    steps = sorted(set.intersection(*(set(one) for one in series)))
+    values = np.array([[one[step] for step in steps] for one in series], dtype=float)
+    return np.array(steps), values.mean(axis=0), values.std(axis=0, ddof=1) if len(values) > 1 else 0 * values[0]
+
+
+def overfit_table(results: Results, profile: Profile) -> str:
+    """Each arm's finals: test MAP@R at the start (the pretrained backbone), at its best evaluation and at the end
+    (means over seeds), and the training batches' mean cos(x, W_y) at the end (the paper's Fig. 5)."""
+    lines = ["| arm | seeds | MAP@R at step 0 | best MAP@R (step) | final MAP@R | final − best | cos(x, W_y) at the "
+             "end |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for arm in ARMS:
+        group = _group(results, profile, arm)
+        if not group:
+            continue
+        steps, mean, _ = _curve_mean(group, "map@r")
+        best = int(np.argmax(mean))
+        cosine = statistics.mean(r["target_cosine"][-1][1] for r in group)
+        lines.append(f"| {ARM_NAMES[arm]} | {len(group)} | {100 * mean[0]:.2f} | {100 * mean[best]:.2f} "
+                     f"({int(steps[best])}) | {100 * mean[-1]:.2f} | {100 * (mean[-1] - mean[best]):+.2f} | "
+                     f"{cosine:.3f} |")
+    return "\n".join(lines)
+
+
+def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
+    """The regime's curves: validation MAP@R of each arm's chosen trial (its search runs, the folds' mean), the
+    finals' test MAP@R and their training batches' mean cos(x, W_y) (seeds' mean, sd as a band); None before any
+    final."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt
+
+    chosen = chosen_settings(results, profile)
+    if not any(_group(results, profile, arm) for arm in ARMS):
+        return None
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    last_step = [0, 0, 0]  # each panel's last step: the warm-up ends at warmup / epochs of it
+    for arm in ARMS:
+        colour = COLOURS[arm]
+        if arm in chosen:
+            trial = next(t for t in range(profile.trials) if trial_setting(arm, t, profile.trials) == chosen[arm])
+            folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=trial, fold=f)
+                     for f in range(profile.folds)]
+            steps, mean, _ = _curve_mean(folds, "val_map@r")
+            axes[0].plot(steps, 100 * mean, color=colour, label=f"{ARM_NAMES[arm]} (trial {trial})")
+            last_step[0] = max(last_step[0], int(steps[-1]))
+        group = _group(results, profile, arm)
+        if group:
+            for panel, key, column, scale in ((1, "curve", "map@r", 100), (2, "target_cosine", None, 1)):
+                axis = axes[panel]
+                steps, mean, spread = _curve_mean(group, column, key)
+                last_step[panel] = max(last_step[panel], int(steps[-1]))
+                axis.plot(steps, scale * mean, color=colour, label=f"{ARM_NAMES[arm]} ({len(group)} seeds)")
+                axis.fill_between(steps, scale * (mean - spread), scale * (mean + spread), color=colour, alpha=0.15)
+    titles = (("validation MAP@R, chosen trials (seed 0, folds' mean)", "MAP@R (%)"),
+              ("test MAP@R, finals (mean ± sd over seeds)", "MAP@R (%)"),
+              ("mean cos(x, W_y) of the training batches (paper Fig. 5)", "cos(x, W_y)"))
+    for axis, (title, label), last in zip(axes, titles, last_step, strict=True):
+        axis.axvline(last * profile.warmup / profile.epochs, color="#999999", linestyle=":", linewidth=1)
+        axis.set_title(title, fontsize=10)
+        axis.set_xlabel("step (dotted: the warm-up's end)")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.suptitle(f"The paper's regime: {profile.dataset} fine-tuned from the pretrained backbone "
+                    f"({profile.epochs} epochs, warm-up {profile.warmup:g})", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
 def report(profile: Profile, output: Path) -> str:
     results = Results(output / "results.json")
     parts = [plan(profile), "## Search (validation MAP@R, seed 0)", search_table(results, profile)]
@@ -499,6 +582,10 @@ def report(profile: Profile, output: Path) -> str:
         parts += ["## Chosen settings at every seed (test classes)", final_table(results, profile),
                   "## Paired comparisons (points; Holm over the table's rows)",
                   comparison_table(comparisons(results, profile))]
+        if not profile.controls:  # the regime's profiles: does the baseline over-fit, and MemVir change that?
+            parts += ["## Over-fitting: the finals' test curves", overfit_table(results, profile)]
+            if plot_regime(results, profile, output / f"{profile.name}.png"):
+                parts.append(f"![{profile.name}]({output.name}/{profile.name}.png)")
     return "\n\n".join(parts)
 
 

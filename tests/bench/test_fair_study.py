@@ -200,3 +200,19 @@ def test_a_run_s_record_keeps_its_curves_and_its_target_cosines(tmp_path):
     assert searched["curve"] == [[0, 0.9, 0.6, 0.7], [30, 0.9, 0.6, 0.65]]  # no test metric in a search's curve
     assert searched["target_cosine"] == [[10, 0.4123], [20, 0.6], [30, 0.75]]
     assert fair_study.read_run(run, test=False, curves=False)["curve"] == []
+
+
+def test_the_over_fitting_table_reads_each_arm_s_mean_test_curve_its_best_and_its_end(tmp_path):
+    def final(arm, seed, curve, cosine):
+        return {"profile": "regime", "phase": "final", "arm": arm, "seed": seed, "trial": None, "fold": None,
+                "curve_columns": ["step", "recall@1", "map@r"], "curve": [[s, 0.9, m] for s, m in curve],
+                "target_cosine": [[1, 0.1], [200, cosine]]}
+
+    records = [final("baseline", 0, [(0, 0.80), (100, 0.86), (200, 0.84)], 0.80),
+               final("baseline", 1, [(0, 0.80), (100, 0.84), (200, 0.83)], 0.90),
+               final("memvir-official", 0, [(0, 0.80), (100, 0.82), (200, 0.85)], 0.60)]
+    table = fair_study.overfit_table(_results(tmp_path, records), REGIME)
+    # baseline: means 80, 85, 83.5 -> best 85 at step 100, the end 1.5 below it; cos at the end (0.8 + 0.9) / 2
+    assert "| baseline | 2 | 80.00 | 85.00 (100) | 83.50 | -1.50 | 0.850 |" in table
+    assert "| MemVir, paper's reduction | 1 | 80.00 | 85.00 (200) | 85.00 | +0.00 | 0.600 |" in table
+    assert "balanced" not in table  # no finals yet
