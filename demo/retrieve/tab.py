@@ -549,8 +549,12 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                                             "clicked last)", elem_id="compare-pick")
                     with gr.Row(equal_height=False):
                         with gr.Column(scale=0, min_width=176):
-                            seen_query = gr.Image(label="Model input", height=160, width=160, interactive=False,
-                                                  buttons=[])
+                            # its label above it, not gradio's badge over the image's corner (it covered the
+                            # drawn query's strokes)
+                            gr.Markdown("**Model input**: the query as the model sees it", elem_id="model-input-label",
+                                        elem_classes="small-note")
+                            seen_query = gr.Image(label="Model input", show_label=False, height=160, width=160,
+                                                  interactive=False, buttons=[], elem_id="model-input")
                         with gr.Column(scale=1, min_width=240):
                             result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
                     # a click on a result tile, as the page's script sends it: out of sight

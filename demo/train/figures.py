@@ -422,4 +422,8 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
         # Dozens of ages (N up to 45) would stack legend rows over the whole plot: list them, scrolling, at the side.
         layout = merged(layout, dict(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),
                                      margin=dict(r=20)))
+    else:
+        # Its rows under the plot, as the few-class picture's: above it, two or three rows of them covered the title
+        # (the top margin the rows took above holds them below; the plot keeps its height)
+        layout = merged(layout, dict(legend=dict(y=-0.2, yanchor="top"), margin=dict(t=45, b=100)))
     return built(traces, layout)

@@ -32,10 +32,11 @@ from memvir.losses import LOSSES, loss_defaults
 from memvir.models.backbones import available_backbones
 
 FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"
+# Short enough that the chosen one shows whole in the box at the left column's width (a browser test checks it)
 DATASET_CHOICES = [
-    ("glyphs: the embedded characters (~2,000 classes)", "glyphs"),
-    ("glyphs-mini: 48 characters, for a quick look", "glyphs-mini"),
-    ("a folder of class folders on this machine", FOLDER_CHOICE),
+    ("glyphs: ~2,000 characters", "glyphs"),
+    ("glyphs-mini: 48 characters", "glyphs-mini"),
+    ("a folder on this machine", FOLDER_CHOICE),
     ("an uploaded zip of class folders", ZIP_CHOICE),
 ]
 LOSS_CHOICES = LOSSES  # every loss and backbone of the library
@@ -108,7 +109,8 @@ def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, see
                          loss_params=loss_params, **numbers, **{name: value for name, value in chosen.items() if value},
                          eval_at_start=EVAL_AT_START)
     run = runs.start(config, visitor)
-    return PollState(run_id=run.id), f"Started run `{run.id}`."
+    # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
+    return PollState(run_id=run.id), f"Started run `{run.id}`"
 
 
 def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
@@ -256,8 +258,10 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                         stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
                         reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
                     baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
-                dataset = refuse_outside_choices(gr.Dropdown(DATASET_CHOICES, value=DEFAULTS["dataset"],
-                                                             label="Dataset"), "the dataset")
+                dataset = refuse_outside_choices(gr.Dropdown(
+                    DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
+                    info="The embedded characters in twelve faces (glyphs-mini: a quick look), or your own images: "
+                         "one sub-folder per class."), "the dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
                                          info="One sub-folder of images per class; the first half of the "
                                               "classes (by name) trains, the rest tests.")

@@ -251,7 +251,7 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     before = time.time()
     state, notice = train_tab.start(runs, *GOOD, memvir_schedule=None, memvir_store_dtype=None, visitor="alice")
     (run,) = runs.runs()
-    assert (state, notice) == (PollState(run_id=run.id), f"Started run `{run.id}`.")
+    assert (state, notice) == (PollState(run_id=run.id), f"Started run `{run.id}`")
     # unset choices take the library's defaults; the page's own departures from them apply
     assert (run.config.memvir_schedule, run.config.memvir_store_dtype, run.config.eval_at_start) == (
         "curriculum", "float32", False)

@@ -76,7 +76,7 @@ def main() -> None:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"http://127.0.0.1:{port}/")
                 page.get_by_label("Dataset").click()
-                page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+                page.get_by_role("option", name="glyphs-mini: 48 characters").click()
                 page.wait_for_function(
                     "() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
                     timeout=WAIT_MS)

@@ -23,7 +23,7 @@ def _plot_points(page, plot_id: str, trace_name: str | None = None) -> int:
 
 def test_train_then_stop(page, screenshot):
     page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     page.get_by_label("Batch size", exact=True).fill("32")
     page.get_by_label("Epochs", exact=True).fill("300")
     page.locator("#start").click()
@@ -65,6 +65,9 @@ def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
     assert "similarity" in page.locator("#results").inner_text() or results.first.is_visible()
     assert "Recall@1" in page.locator("#retrieval-summary").inner_text()
     assert "share the query's class" not in page.locator("#retrieval-summary").inner_text()  # no class typed
+    # the model input's label sits above the image, not over its corner
+    label, shown = page.locator("#model-input-label").bounding_box(), page.locator("#model-input img").bounding_box()
+    assert label["y"] + label["height"] <= shown["y"] + 1
     screenshot("retrieval-results")
 
     # a click on a result searches with that gallery image, whose class the gallery knows

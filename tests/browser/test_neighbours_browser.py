@@ -32,7 +32,7 @@ def _ringed(page) -> bool:
 
 def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screenshot):
     page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     page.get_by_label("Batch size", exact=True).fill("32")
     page.get_by_label("Epochs", exact=True).fill("300")
     page.locator("#start").click()
@@ -62,6 +62,9 @@ def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screens
                                       return c && c._fullData.some(t => t.name === 'probe (test classes)'); }""",
                            timeout=WAIT_MS)
     assert not _ringed(page)
+    # the legend's rows sit under the plot: above it, they covered the title
+    title, legend = (page.locator(f"#embedding-plot {part}").first.bounding_box() for part in (".gtitle", ".legend"))
+    assert legend["y"] >= title["y"] + title["height"]
     _click_point(page, 3)
     page.wait_for_function(
         "() => document.querySelector('#neighbours-caption').innerText.includes('a probe image')", timeout=WAIT_MS)
@@ -69,3 +72,4 @@ def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screens
                                       return c && c._fullData.some(t => t.name === 'the image clicked'); }""",
                            timeout=WAIT_MS)
     assert page.locator("#neighbours-gallery img").count() >= 9
+    screenshot("train-neighbours-all-classes")

@@ -26,7 +26,7 @@ def _inside_viewport(page, selector: str) -> bool:
 
 def _pick_glyphs_mini(page):
     page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
                            timeout=WAIT_MS)
 

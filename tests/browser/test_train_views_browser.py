@@ -18,7 +18,7 @@ WAIT_MS = 240_000
 def _start_glyphs_mini(page, epochs: int) -> str:
     """glyphs-mini with the settings the page suggests for it (N = 3, M = 10, warm-up 1 epoch); the run's id."""
     page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters, for a quick look").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
                            timeout=WAIT_MS)
     page.get_by_label("Epochs", exact=True).fill(str(epochs))
