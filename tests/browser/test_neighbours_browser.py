@@ -1,4 +1,4 @@
-"""Neighbours on a click, in a real chromium: a real mouse click on a dot of the few-class picture and on a probe's
+"""Neighbours on a click, in a real chromium at a laptop's and a phone's size: a real mouse click on a dot of the few-class picture and on a probe's
 cross in the all-classes picture opens that image beside its nearest neighbours, and rings them in the picture."""
 
 import pytest
@@ -30,7 +30,10 @@ def _ringed(page) -> bool:
     }""")
 
 
-def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screenshot):
+@pytest.mark.parametrize(("width", "height"), [(1400, 900), (390, 844)])
+def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(open_page, app_url, screenshot, width, height):
+    page = open_page(app_url, width, height)
+    suffix = "" if width > 600 else "-phone"
     page.get_by_label("Dataset").click()
     page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     page.get_by_label("Batch size", exact=True).fill("32")
@@ -55,7 +58,7 @@ def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screens
                                       return c && c._fullData.some(t => t.name === 'the image clicked'); }""",
                            timeout=WAIT_MS)
     assert not page.locator("#follow input").is_checked()  # the picture stays while the visitor looks
-    screenshot("train-neighbours")
+    screenshot(f"train-neighbours{suffix}", page)
 
     page.get_by_label("all classes by class").check()  # the probe's crosses
     page.wait_for_function("""() => { const c = document.querySelector('#embedding-plot .js-plotly-plot');
@@ -72,4 +75,4 @@ def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(page, screens
                                       return c && c._fullData.some(t => t.name === 'the image clicked'); }""",
                            timeout=WAIT_MS)
     assert page.locator("#neighbours-gallery img").count() >= 9
-    screenshot("train-neighbours-all-classes")
+    screenshot(f"train-neighbours-all-classes{suffix}", page)
