@@ -298,28 +298,32 @@ def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoi
 
 @reporting(message_slot=0, outputs=2, cleared={1: ""})
 def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, order, compare=False,
-                 files=None, progress=PROGRESS):
-    """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most."""
+                 files=None, cutoff=None, progress=PROGRESS):
+    """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most; hits below the
+    similarity cut-off (a cosine, or empty) dimmed, as the search's are."""
     from memvir.retrieval.failures import hardest_queries, largest_differences
 
     orders = dict((value, label) for label, value in hardest.ORDERS)
     if not compare and order not in orders:
         raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
+    cutoff = threshold.parse_cutoff(cutoff)
     ranked = _ranked_pair(retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
     checkpoint, gallery, rankings = ranked[0]
     how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
            "class it missed, greyed, at their ranks")
+    if cutoff is not None:
+        how += f"; those below the cut-off {cutoff:.4f} dimmed"
     if not compare:
         positions = hardest_queries(rankings, by=order, count=hardest.ROWS)
         summary = (f"**The {len(positions)} hardest** of {len(rankings):,} queries of {gallery.description} for "
                    f"`{checkpoint.name}`, by {orders[order]}: {how}.")
-        return summary, hardest.hardest_html(gallery, rankings, positions)
+        return summary, hardest.hardest_html(gallery, rankings, positions, cutoff)
     second, _, second_rankings = ranked[1]
     better = largest_differences(rankings, second_rankings, count=hardest.ROWS)
     names = (checkpoint.name, second.name)
     summary = (f"**Where they differ most**: the queries of {gallery.description} whose AP@R differs most between "
                f"`{names[0]}` and `{names[1]}`, both ways; {how}.")
-    return summary, hardest.differences_html(gallery, names, (rankings, second_rankings), better)
+    return summary, hardest.differences_html(gallery, names, (rankings, second_rankings), better, cutoff)
 
 
 @reporting(message_slot=0, outputs=4, cleared={1: None, 2: None, 3: None})
@@ -649,7 +653,8 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                                  [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files,
                                   cutoff], search_outputs, api_name="compare_drawing")
     hardest_button.click(bind(show_hardest, retrieval),
-                         [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files],
+                         [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files,
+                          cutoff],
                          [hardest_summary, hardest_rows], api_name="hardest_queries")
     per_class_button.click(bind(show_per_class, retrieval),
                            [checkpoint, second_checkpoint, source, per_class_compare, gallery_files],

@@ -379,7 +379,7 @@ API = {
     "/compare_drawing": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "sketch", "files",
                          "cutoff"],
     "/compare_gallery_item": ["checkpoint_choice", "second_checkpoint", "source", "k", "files", "cutoff"],
-    "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files"],
+    "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files", "cutoff"],
     "/per_class_metrics": ["checkpoint_choice", "second_checkpoint", "source", "compare", "files"],
     "/threshold_view": ["checkpoint_choice", "source", "fmr", "cutoff", "files"],
 }

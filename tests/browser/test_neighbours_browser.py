@@ -1,5 +1,6 @@
-"""Neighbours on a click, in a real chromium at a laptop's and a phone's size: a real mouse click on a dot of the few-class picture and on a probe's
-cross in the all-classes picture opens that image beside its nearest neighbours, and rings them in the picture."""
+"""Neighbours on a click, in a real chromium at a laptop's and a phone's size: a real mouse click on a dot of the
+few-class picture and on a probe's cross in the all-classes picture opens that image beside its nearest neighbours,
+and rings them in the picture."""
 
 import pytest
 

@@ -394,3 +394,26 @@ def test_a_click_that_names_no_result_of_the_gallery_chosen_is_refused_in_words(
         about, tiles, _ = tab.search_result_tile(service, folders["baseline"], tab.TEST_SPLIT, 5,
                                                  picked.replace("GALLERY", gallery.key))
     assert about.startswith("⚠️ ") and message in about and tiles == ""
+
+
+def test_the_hardest_view_dims_the_hits_below_the_cut_off_as_the_search_does(two):
+    """The worst query's top k by brute force, with a cut-off where its similarity first drops: the tiles above it
+    stay, the others are dimmed and marked, and the summary says so."""
+    service, folders = two
+    vectors, labels = reference_embeddings(service, folders["memvir"])
+    expected = reference_all(vectors, labels)
+    worst = sorted(range(len(labels)), key=lambda i: (expected[i, 0], -expected[i, 1], i))[0]
+    similarity = vectors @ vectors[worst]
+    order = [i for i in np.lexsort((np.arange(len(labels)), -similarity)) if i != worst][:tab.RANKED_K]
+    # the first place where the similarity drops (the sign vectors tie in steps): the cut-off goes there
+    kept = next(j for j in range(1, len(order)) if similarity[order[j - 1]] > similarity[order[j]])
+    cut = (similarity[order[kept - 1]] + similarity[order[kept]]) / 2
+    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r",
+                                     cutoff=f"{cut:.6f}")
+    first_row = rows.split('<div class="hard-row">')[1]
+    shown = first_row.split('<div class="hard-tiles">')[1].split("</div>")[0]
+    dimmed = ["below-cutoff" in tile for tile in shown.split("<figure")[1:]]
+    assert dimmed == [False] * kept + [True] * (tab.RANKED_K - kept)
+    assert f"those below the cut-off {float(f'{cut:.6f}'):.4f} dimmed" in summary
+    _, plain = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
+    assert "below-cutoff" not in plain
