@@ -54,7 +54,7 @@ def main() -> None:
     print("| click | first (s) | median of later (s) | later / the picture alone |")
     print("|---|---:|---:|---:|")
     for picture, name in (("few", "focus"), ("age", "probe")):
-        def click(row):
+        def click(row, name=name, picture=picture):
             return neighbours.show_neighbours(runs, PollState(run_id="bench"), json.dumps(
                 {"step": step, "set": name, "row": row}), picture)
 

@@ -46,6 +46,20 @@
         stale.hidden = false;
     }, 1000);
 
+    // Gradio's dropdown opens its list when it takes focus, and left by Tab it stays open (every dropdown tabbed
+    // through kept its list over the page): once focus has left a dropdown's box for anywhere but its own list, it is
+    // closed as its Escape key closes it.
+    document.addEventListener("focusout", (event) => {
+        const box = event.target;
+        if (!(box instanceof HTMLInputElement) || box.getAttribute("role") !== "combobox") return;
+        setTimeout(() => {
+            const list = document.getElementById(box.getAttribute("aria-controls") || "");
+            const inside = box === document.activeElement || (list && list.contains(document.activeElement));
+            if (inside || box.getAttribute("aria-expanded") !== "true") return;
+            box.dispatchEvent(new KeyboardEvent("keydown", {key: "Escape", bubbles: true}));
+        }, 0);
+    }, true);
+
     // A click on a search's result tile searches with that image (demo.retrieve.tab.search_result_tile)
     document.addEventListener("click", (event) => {
         const tile = event.target instanceof Element && event.target.closest("#results .result-tile[data-item]");

@@ -1,5 +1,6 @@
 """What the page shows fits where it is shown, in a real chromium at a laptop's and a phone's size: every text box
-shows its whole value or placeholder (the dataset's name and the bundled checkpoints' were cut off)."""
+shows its whole value or placeholder (the dataset's name and the bundled checkpoints' were cut off), and a dropdown
+left by Tab closes its list."""
 
 import pytest
 
@@ -31,3 +32,21 @@ def test_every_text_box_shows_its_whole_value_or_placeholder(open_page, bundled_
     page.wait_for_function("() => document.querySelector('#checkpoint input') && "
                            "document.querySelector('#checkpoint input').value.includes('bundled')", timeout=90_000)
     assert page.evaluate(CLIPPED) == []
+
+
+def test_a_dropdown_opened_by_focus_closes_when_tab_leaves_it(page):
+    """Gradio opens a dropdown's list when it takes focus; left by Tab, each stayed open over the page."""
+    expanded = ("() => [...document.querySelectorAll('input[role=combobox]')]"
+                ".filter(box => box.getAttribute('aria-expanded') === 'true').length")
+    shown = "() => [...document.querySelectorAll('[role=listbox]')].filter(list => list.offsetParent).length"
+    page.locator("#dataset input").focus()
+    page.wait_for_function(f"() => ({expanded})() === 1", timeout=30_000)  # opened by focus, as gradio does
+    for _ in range(3):  # the dataset's, the backbone's and the loss's dropdowns, one after another
+        page.keyboard.press("Tab")
+        page.wait_for_function(f"() => ({expanded})() <= 1", timeout=30_000)
+    page.keyboard.press("Tab")
+    page.wait_for_function(f"() => ({expanded})() === 0 && ({shown})() === 0", timeout=30_000)
+    # a pick with the mouse still works
+    page.locator("#dataset input").click()
+    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
+    assert page.locator("#dataset input").input_value() == "glyphs-mini: 48 characters"
