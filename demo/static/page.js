@@ -47,18 +47,17 @@
     }, 1000);
 
     // Gradio's dropdown opens its list when it takes focus, and left by Tab it stays open (every dropdown tabbed
-    // through kept its list over the page): once focus has left a dropdown's box for anywhere but its own list, it is
-    // closed as its Escape key closes it.
-    document.addEventListener("focusout", (event) => {
-        const box = event.target;
-        if (!(box instanceof HTMLInputElement) || box.getAttribute("role") !== "combobox") return;
-        setTimeout(() => {
+    // through kept its list over the page), as does one that an answer redraws while focus is elsewhere: a dropdown
+    // open without focus in its box or its list is closed as its Escape key closes it, when focus leaves it and
+    // whenever the page changes.
+    function closeLeftDropdowns() {
+        for (const box of document.querySelectorAll('input[role="combobox"][aria-expanded="true"]')) {
             const list = document.getElementById(box.getAttribute("aria-controls") || "");
-            const inside = box === document.activeElement || (list && list.contains(document.activeElement));
-            if (inside || box.getAttribute("aria-expanded") !== "true") return;
+            if (box === document.activeElement || (list && list.contains(document.activeElement))) continue;
             box.dispatchEvent(new KeyboardEvent("keydown", {key: "Escape", bubbles: true}));
-        }, 0);
-    }, true);
+        }
+    }
+    document.addEventListener("focusout", () => setTimeout(closeLeftDropdowns, 0), true);
 
     // A click on a search's result tile searches with that image (demo.retrieve.tab.search_result_tile)
     document.addEventListener("click", (event) => {
@@ -178,6 +177,7 @@
             document.querySelectorAll(".js-plotly-plot").forEach(fit);
             showNewNotices();
             listenForPicks();
+            closeLeftDropdowns();
         });
     }).observe(document.body, {childList: true, subtree: true});
 }

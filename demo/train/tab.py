@@ -260,8 +260,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
                 dataset = refuse_outside_choices(gr.Dropdown(
                     DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
-                    info="The embedded characters in twelve faces (glyphs-mini: a quick look), or your own images: "
-                         "one sub-folder per class."), "the dataset")
+                    info=words.DATASET_INFO), "the dataset")
                 folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
                                          info="One sub-folder of images per class; the first half of the "
                                               "classes (by name) trains, the rest tests.")

@@ -216,3 +216,30 @@ def test_the_over_fitting_table_reads_each_arm_s_mean_test_curve_its_best_and_it
     assert "| baseline | 2 | 80.00 | 85.00 (100) | 83.50 | -1.50 | 0.850 |" in table
     assert "| MemVir, paper's reduction | 1 | 80.00 | 85.00 (200) | 85.00 | +0.00 | 0.600 |" in table
     assert "balanced" not in table  # no finals yet
+
+
+def test_the_page_offers_the_paper_s_regime_if_and_only_if_its_study_found_memvir_ahead():
+    """The rule fixed in docs/reproduction.md before the finals: a preset for the regime iff a MemVir arm beats the
+    baseline on test MAP@R with Holm p < 0.05; otherwise the page says that it is not offered, and why."""
+    from demo.train import words
+    from demo.train.presets import PRESETS
+
+    root = Path(__file__).resolve().parents[2]
+    results = Results(root / "docs" / "reproduction" / "regime" / "results.json")
+    assert not [job for job in pending_jobs(results, REGIME) if job.phase in ("search", "final")]
+    rows = fair_study.comparisons(results, REGIME)
+    ahead = [row for row in rows if row["reference"] == "baseline" and row["metric"] == "map@r"
+             and fair_stats_verdict(row) == "gain"]
+    offered = any(preset.settings().get("dataset") == "glyphs-few" for preset in PRESETS.values()) or \
+        "glyphs-few" in PRESETS
+    assert offered == bool(ahead)
+    if not ahead:
+        assert "is not offered" in words.DATASET_INFO and "changed no test metric measurably" in words.DATASET_INFO
+        # and no MemVir - baseline row of the regime's table is a gain in any metric
+        assert all(fair_stats_verdict(row) != "gain" for row in rows if row["reference"] == "baseline")
+
+
+def fair_stats_verdict(row) -> str:
+    import fair_stats
+
+    return fair_stats.verdict(row["t"].mean_diff, row["holm"])
