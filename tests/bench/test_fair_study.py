@@ -243,3 +243,15 @@ def fair_stats_verdict(row) -> str:
     import fair_stats
 
     return fair_stats.verdict(row["t"].mean_diff, row["holm"])
+
+
+def test_docs_reproduction_gives_the_regime_report_s_tables():
+    """Every table of docs/reproduction.md's section 10 is the report's, recomputed from its results.json."""
+    root = Path(__file__).resolve().parents[2]
+    results = Results(root / "docs" / "reproduction" / "regime" / "results.json")
+    doc = (root / "docs" / "reproduction.md").read_text()
+    assert len(pending_jobs(results, REGIME)) == 0, "the regime's search and finals are complete"
+    for table in (fair_study.search_table(results, REGIME), fair_study.final_table(results, REGIME),
+                  fair_study.comparison_table(fair_study.comparisons(results, REGIME)),
+                  fair_study.overfit_table(results, REGIME)):
+        assert table in doc
