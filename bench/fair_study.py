@@ -526,6 +526,44 @@ def overfit_table(results: Results, profile: Profile) -> str:
     return "\n".join(lines)
 
 
+def share_table(results: Results, names: tuple[str, ...]) -> str:
+    """The paper's Table 1b for the regime: for each profile (a share of the training classes), the baseline's test
+    MAP@R and Recall@1, and each MemVir arm's paired difference with its Holm-adjusted p (Holm over that profile's
+    own comparisons table, as its report gives it)."""
+    import fair_stats  # scipy: only the report needs it
+
+    lines = ["| training classes | seeds | baseline MAP@R | baseline Recall@1 | official − baseline, MAP@R | "
+             "balanced − baseline, MAP@R | official − baseline, Recall@1 | balanced − baseline, Recall@1 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        profile = PROFILES[name]
+        group = _group(results, profile, "baseline")
+        rows = {(r["other"], r["metric"]): r for r in comparisons(results, profile) if r["reference"] == "baseline"}
+        if not group or not rows:
+            continue
+        trained = FEW_CLASSES - profile.held_out
+
+        def cell(arm, metric, rows=rows):
+            row = rows.get((arm, metric))
+            if row is None:
+                return ""
+            word = fair_stats.verdict(row["t"].mean_diff, row["holm"])
+            shown = f"{row['t'].mean_diff:+.2f} (Holm {fair_stats.format_p(row['holm'])})"
+            return f"**{shown}**" if word != "no difference shown" else shown
+
+        values = {metric: [100 * r["metrics"][metric] for r in group] for metric in ("map@r", "recall@1")}
+        spread = {metric: statistics.stdev(v) if len(v) > 1 else 0.0 for metric, v in values.items()}
+        lines.append(f"| {trained} of {FEW_CLASSES} ({round(100 * trained / FEW_CLASSES)} %) | {len(group)} | "
+                     f"{statistics.mean(values['map@r']):.2f} ± {spread['map@r']:.2f} | "
+                     f"{statistics.mean(values['recall@1']):.2f} ± {spread['recall@1']:.2f} | "
+                     f"{cell('memvir-official', 'map@r')} | {cell('memvir-balanced', 'map@r')} | "
+                     f"{cell('memvir-official', 'recall@1')} | {cell('memvir-balanced', 'recall@1')} |")
+    return "\n".join(lines)
+
+
+REGIME_SHARES = ("regime-10", "regime-30", "regime-70", "regime")
+
+
 def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
     """The regime's curves: validation MAP@R of each arm's chosen trial (its search runs, the folds' mean), the
     finals' test MAP@R and their training batches' mean cos(x, W_y) (seeds' mean, sd as a band); None before any
@@ -584,6 +622,9 @@ def report(profile: Profile, output: Path) -> str:
                   comparison_table(comparisons(results, profile))]
         if not profile.controls:  # the regime's profiles: does the baseline over-fit, and MemVir change that?
             parts += ["## Over-fitting: the finals' test curves", overfit_table(results, profile)]
+            if profile.name in REGIME_SHARES:
+                parts += ["## The shares of the training classes (the paper's Table 1b)",
+                          share_table(results, REGIME_SHARES)]
             if plot_regime(results, profile, output / f"{profile.name}.png"):
                 parts.append(f"![{profile.name}]({output.name}/{profile.name}.png)")
     return "\n\n".join(parts)
