@@ -59,15 +59,20 @@
     }
     document.addEventListener("focusout", () => setTimeout(closeLeftDropdowns, 0), true);
 
+    // A click sent through an out-of-sight text box (#name) and the button beside it (#name-go)
+    function sendClick(name, value) {
+        const box = document.querySelector(`#${name} textarea, #${name} input`);
+        const send = document.querySelector(`#${name}-go`);
+        if (!box || !send) return;
+        box.value = JSON.stringify(value);
+        box.dispatchEvent(new Event("input", {bubbles: true}));
+        send.click();
+    }
+
     // A click on a search's result tile searches with that image (demo.retrieve.tab.search_result_tile)
     document.addEventListener("click", (event) => {
         const tile = event.target instanceof Element && event.target.closest("#results .result-tile[data-item]");
-        const box = document.querySelector("#tile-pick textarea, #tile-pick input");
-        const send = document.querySelector("#tile-pick-go");
-        if (!tile || !box || !send) return;
-        box.value = JSON.stringify({gallery: tile.dataset.gallery, item: Number(tile.dataset.item)});
-        box.dispatchEvent(new Event("input", {bubbles: true}));
-        send.click();
+        if (tile) sendClick("tile-pick", {gallery: tile.dataset.gallery, item: Number(tile.dataset.item)});
     });
 
     document.addEventListener("click", (event) => {
@@ -148,15 +153,10 @@
         const point = event.points && event.points[0];
         const pick = point && point.data && point.data.meta && point.data.meta.pick;
         const chart = document.querySelector("#embedding-plot .js-plotly-plot");
-        const box = document.querySelector("#snapshot-pick textarea, #snapshot-pick input");
-        const send = document.querySelector("#snapshot-pick-go");
         const data = point && point.customdata;  // a row of customdata: an array, or a typed one
-        if (!pick || !chart || !box || !send || !data || !data.length) return;
+        if (!pick || !chart || !data || !data.length) return;
         const step = chart.layout && chart.layout.meta && chart.layout.meta.step;
-        const row = Number(data[data.length - 1]);
-        box.value = JSON.stringify({step, set: pick, row});
-        box.dispatchEvent(new Event("input", {bubbles: true}));
-        send.click();
+        sendClick("snapshot-pick", {step, set: pick, row: Number(data[data.length - 1])});
     }
 
     function listenForPicks() {
