@@ -15,7 +15,6 @@ from pathlib import Path
 import gradio as gr
 
 from demo.common import shims
-from demo.common.handlers import bind
 from demo.common.inputs import InputRefused, check_text
 from demo.common.settings import AppSettings
 from demo.retrieve import tab as retrieve_tab
@@ -67,17 +66,26 @@ class App:
         self.run_manager.close()
 
 
-def on_load(runs: RunManager, retrieval: RetrievalService, visitor=None, request: gr.Request = None):
-    """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint choices."""
-    # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
-    # (demo.common.handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
-    visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
-    try:
-        check_text(visitor, "the visitor key")
-    except InputRefused as error:  # not a key this app made (the browser's storage was edited): a fresh one
-        log.warning("load refused the page's visitor key: %s", error)
-        visitor = uuid.uuid4().hex
-    return visitor, *train_tab.opened(runs, visitor), retrieve_tab.checkpoint_list(retrieval)
+class PageHandlers:
+    """The page's own handler, bound to the runs and the retrieval service: the load event. `build_app` wires the
+    bound method; tests call it the same way."""
+
+    def __init__(self, runs: RunManager, retrieval: RetrievalService):
+        self.runs = runs
+        self.retrieve = retrieve_tab.RetrieveHandlers(retrieval)  # the checkpoint list, as the tab's select fills it
+
+    def load(self, visitor=None, request: gr.Request = None):
+        """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint
+        choices."""
+        # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
+        # (demo.common.handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
+        visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
+        try:
+            check_text(visitor, "the visitor key")
+        except InputRefused as error:  # not a key this app made (the browser's storage was edited): a fresh one
+            log.warning("load refused the page's visitor key: %s", error)
+            visitor = uuid.uuid4().hex
+        return visitor, *train_tab.opened(self.runs, visitor), self.retrieve.checkpoint_list()
 
 
 def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,
@@ -96,7 +104,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
             checkpoint = retrieve_tab.build(retrieval)
         # queue=False: every tab sends it once as it opens, and it only reads (the visitor's run, the checkpoint
         # list), so tabs must not wait in line for one another's (docs/benchmarks.md, "Many watchers").
-        blocks.load(bind(on_load, runs, retrieval), [visitor],
+        blocks.load(PageHandlers(runs, retrieval).load, [visitor],
                     [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load",
                     api_visibility="private", queue=False)
     return App(blocks, runs, retrieval, settings, figures)

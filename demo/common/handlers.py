@@ -1,9 +1,11 @@
-"""What every event handler of the page shares: its context bound in, who is asking, and refusals as messages.
+"""What every event handler of the page shares: who is asking, and refusals as messages.
 
-Handlers are module-level functions whose first parameters are what they work on (the run manager, the retrieval
-service), so tests call them directly; `bind` fixes those for the page. Bad input anywhere becomes a warning toast
-plus a message in the page (`reporting`), never a traceback: every text argument is checked first
-(demo.common.inputs.check_text), and each refusal is logged as one line.
+Handlers are methods of a small class per tab or concern that holds what they work on (demo.train.tab.TrainHandlers
+the run manager, demo.retrieve.tab.RetrieveHandlers the retrieval service, ...). The page wires the bound methods:
+Gradio reads a bound method's signature and type hints without `self`, so it passes gr.Request and gr.SelectData by
+their annotations and names the API's parameters after the rest; tests call the same methods. Bad input anywhere
+becomes a warning toast plus a message in the page (`reporting`), never a traceback: every text argument is checked
+first (demo.common.inputs.check_text), and each refusal is logged as one line.
 """
 
 from __future__ import annotations
@@ -17,21 +19,6 @@ import gradio as gr
 from demo.common.inputs import InputRefused, check_text, shown
 
 log = logging.getLogger(__name__)
-
-
-def bind(handler, *context):
-    """`handler` with its first parameters fixed to `context`, as functools.partial would, but still a function
-    whose signature and type hints Gradio reads: it finds the gr.Request and gr.SelectData it passes by their
-    annotations, which it cannot see through a partial (it would pass None), and names the API's parameters after
-    the remaining ones."""
-
-    @functools.wraps(handler)
-    def bound(*args, **kwargs):
-        return handler(*context, *args, **kwargs)
-
-    signature = inspect.signature(handler)
-    bound.__signature__ = signature.replace(parameters=list(signature.parameters.values())[len(context):])
-    return bound
 
 
 def visitor_key(visitor: str | None, request: gr.Request | None) -> str:
@@ -70,11 +57,13 @@ def reporting(message_slot: int, outputs: int, cleared: dict | None = None):
 
     def decorate(handler):
         parameters = list(inspect.signature(handler).parameters)
+        # A method's `self` is its first parameter and its first argument: neither is a text to check.
+        skipped = 1 if parameters[:1] == ["self"] else 0
 
         @functools.wraps(handler)
         def wrapper(*args, **kwargs):
             try:
-                check_texts(parameters, args, kwargs)
+                check_texts(parameters[skipped:], args[skipped:], kwargs)
                 return handler(*args, **kwargs)
             except ValueError as error:
                 message = str(error)

@@ -6,11 +6,11 @@ Three views teach what a checkpoint gets wrong: one query side by side for two c
 fourth, the threshold view (demo.retrieve.threshold), shows the gallery's same-class and other-class pair cosines, the
 FNMR at a chosen FMR, and sets the similarity cut-off the result tiles honour.
 
-Handlers are module-level functions of the `RetrievalService` (bound in by `build`), so tests call them directly.
-They read the widgets, ask the service (demo.retrieve.service) and turn its results into tiles (demo.retrieve.tiles)
-and a summary; the models, galleries and indexes are the service's. The tab starts on the service's default
-checkpoint, and its "Query's class" example is a class of the gallery chosen, so following it works; the gallery's
-classes are listed beside it, to pick from.
+The handlers are methods of `RetrieveHandlers`, which holds the `RetrievalService`; `build` wires the bound methods
+and tests call them the same way. They read the widgets, ask the service (demo.retrieve.service) and turn its
+results into tiles (demo.retrieve.tiles) and a summary; the models, galleries and indexes are the service's. The tab
+starts on the service's default checkpoint, and its "Query's class" example is a class of the gallery chosen, so
+following it works; the gallery's classes are listed beside it, to pick from.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 from PIL import Image
 
-from demo.common.handlers import bind, reporting
+from demo.common.handlers import reporting
 from demo.common.inputs import whole_number
 from demo.common.shims import pass_undecoded, refuse_outside_choices
 from demo.common.uploads import load_image, load_sketch
@@ -95,16 +95,6 @@ def searchable(retrieval: RetrievalService, checkpoint_choice, source, files, pr
     return checkpoint, gallery
 
 
-@reporting(message_slot=0, outputs=3, cleared={1: [], 2: None})
-def prepare(retrieval: RetrievalService, checkpoint_choice, source, files=None, progress=PROGRESS):
-    """Load the checkpoint and index the gallery; show a sample of it to click."""
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    indexed = retrieval.index(checkpoint, gallery)
-    sample = retrieval.sample(gallery)
-    tiles = [(thumbnail(gallery.image(i), gallery.glyphs), pick_caption(gallery, i)) for i in sample]
-    return describe(checkpoint, gallery, indexed), tiles, {"sample": sample, "gallery": gallery.key}
-
-
 def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query, k, drawn=False,
             exclude=None, query_class=None, cutoff=None):
     """(summary, result tiles, the query as the model sees it) for one search; hits below `cutoff` (a cosine, or
@@ -134,42 +124,6 @@ def cutoff_words(tiles: list[Tile], cutoff: float | None) -> str:
     return f" · {below} of {len(tiles)} below the cut-off {cutoff:.4f}, dimmed"
 
 
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def search_upload(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, query_file=None,
-                  files=None, cutoff=None, progress=PROGRESS):
-    if not query_file:
-        raise ValueError("upload a query image first")
-    settings = retrieval.settings
-    image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    return results(retrieval, checkpoint, gallery, image, k, query_class=retrieval.match_class(gallery, query_class),
-                   cutoff=cutoff)
-
-
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def search_drawing(retrieval: RetrievalService, checkpoint_choice, source, k, query_class, sketch=None, files=None,
-                   cutoff=None, progress=PROGRESS):
-    settings = retrieval.settings
-    composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
-    if composite is None:
-        raise ValueError("draw a character on the sketchpad first")
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    return results(retrieval, checkpoint, gallery, composite, k, drawn=True,
-                   query_class=retrieval.match_class(gallery, query_class), cutoff=cutoff)
-
-
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def search_gallery_item(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None, cutoff=None,
-                        evt: gr.SelectData = None, progress=PROGRESS):
-    """Search with the sample image clicked (in the gallery that Load sampled)."""
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    if not picked or picked.get("gallery") != gallery.key:
-        raise ValueError("the gallery changed: press Load again, then pick an image")
-    index = picked["sample"][picked_position(evt, len(picked["sample"]))]
-    return results(retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
-                   query_class=gallery.class_of(index), cutoff=cutoff)
-
-
 def clicked_tile(picked, gallery) -> int:
     """The gallery item of a clicked result tile, sent by the page's script as {"gallery": key, "item": i};
     ValueError in words for anything else, or for a tile of another gallery than the one chosen now."""
@@ -187,16 +141,6 @@ def clicked_tile(picked, gallery) -> int:
         raise ValueError(f"the result clicked is not an image of {gallery.description}: search again, then click a "
                          "result")
     return item
-
-
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def search_result_tile(retrieval: RetrievalService, checkpoint_choice, source, k, picked, files=None, cutoff=None,
-                       progress=PROGRESS):
-    """A click on a result: search with that gallery image, itself left out (its nearest neighbours)."""
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    item = clicked_tile(picked, gallery)
-    return results(retrieval, checkpoint, gallery, gallery.image(item), k, exclude=item,
-                   query_class=gallery.class_of(item), cutoff=cutoff)
 
 
 def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
@@ -228,30 +172,6 @@ def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_
     return "  \n".join(lines), side_by_side.side_by_side_html(*columns), shown
 
 
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def compare_upload(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                   query_file=None, files=None, cutoff=None, progress=PROGRESS):
-    """The uploaded query searched by both checkpoints, side by side."""
-    if not query_file:
-        raise ValueError("upload a query image first")
-    settings = retrieval.settings
-    image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
-    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, image, files,
-                                progress, cutoff=cutoff)
-
-
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def compare_drawing(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                    sketch=None, files=None, cutoff=None, progress=PROGRESS):
-    """The drawing searched by both checkpoints, side by side."""
-    settings = retrieval.settings
-    composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
-    if composite is None:
-        raise ValueError("draw a character on the sketchpad first")
-    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, composite,
-                                files, progress, drawn=True, cutoff=cutoff)
-
-
 def remember_pick(picked, evt: gr.SelectData = None):
     """Which sample image was clicked last (its place among those shown), for Side by side; None for a click that
     names none of them."""
@@ -259,21 +179,6 @@ def remember_pick(picked, evt: gr.SelectData = None):
         return picked_position(evt, len((picked or {}).get("sample") or []))
     except (ValueError, TypeError):
         return None
-
-
-@reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
-def compare_gallery_item(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, picked,
-                         pick_position=None, files=None, cutoff=None, progress=PROGRESS):
-    """The sample image clicked last, searched by both checkpoints side by side, its own class known."""
-    _, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    if not picked or picked.get("gallery") != gallery.key:
-        raise ValueError("the gallery changed: press Load again, then pick an image")
-    sample = picked["sample"]
-    if isinstance(pick_position, bool) or not isinstance(pick_position, int) or not 0 <= pick_position < len(sample):
-        raise ValueError("click an image of the Pick tab first, then ask for it side by side")
-    item = sample[pick_position]
-    return side_by_side_results(retrieval, checkpoint_choice, second_checkpoint, source, k, gallery.class_of(item),
-                                gallery.image(item), files, progress, picked_item=(gallery.key, item), cutoff=cutoff)
 
 
 def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, files, progress, compare):
@@ -296,114 +201,11 @@ def _ranked_pair(retrieval: RetrievalService, checkpoint_choice, second_checkpoi
     return ranked
 
 
-@reporting(message_slot=0, outputs=2, cleared={1: ""})
-def show_hardest(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, order, compare=False,
-                 files=None, cutoff=None, progress=PROGRESS):
-    """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most; hits below the
-    similarity cut-off (a cosine, or empty) dimmed, as the search's are."""
-    from memvir.retrieval.failures import hardest_queries, largest_differences
-
-    orders = dict((value, label) for label, value in hardest.ORDERS)
-    if not compare and order not in orders:
-        raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
-    cutoff = threshold.parse_cutoff(cutoff)
-    ranked = _ranked_pair(retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
-    checkpoint, gallery, rankings = ranked[0]
-    how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
-           "class it missed, greyed, at their ranks")
-    if cutoff is not None:
-        how += f"; those below the cut-off {cutoff:.4f} dimmed"
-    if not compare:
-        positions = hardest_queries(rankings, by=order, count=hardest.ROWS)
-        summary = (f"**The {len(positions)} hardest** of {len(rankings):,} queries of {gallery.description} for "
-                   f"`{checkpoint.name}`, by {orders[order]}: {how}.")
-        return summary, hardest.hardest_html(gallery, rankings, positions, cutoff)
-    second, _, second_rankings = ranked[1]
-    better = largest_differences(rankings, second_rankings, count=hardest.ROWS)
-    names = (checkpoint.name, second.name)
-    summary = (f"**Where they differ most**: the queries of {gallery.description} whose AP@R differs most between "
-               f"`{names[0]}` and `{names[1]}`, both ways; {how}.")
-    return summary, hardest.differences_html(gallery, names, (rankings, second_rankings), better, cutoff)
-
-
-@reporting(message_slot=0, outputs=4, cleared={1: None, 2: None, 3: None})
-def show_per_class(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, compare=False,
-                   files=None, progress=PROGRESS):
-    """Recall@1, R-Precision and MAP@R per class (and the difference of two checkpoints), the most-confused pairs,
-    and the table as a CSV."""
-    import pandas as pd
-
-    from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
-
-    ranked = _ranked_pair(retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
-    gallery = ranked[0][1]
-    names = [checkpoint.name for checkpoint, _, _ in ranked]
-    tables = [per_class_metrics(rankings) for _, _, rankings in ranked]
-    difference = per_class_difference(*tables) if compare else None
-    letters = per_class_table.LETTERS[:len(names)]
-    frame = per_class_table.table(gallery, list(letters), tables, difference)
-    confusions = [per_class_table.confusions_table(gallery, confused_class_pairs(rankings, gallery.labels,
-                                                                                 per_class_table.CONFUSED_PAIRS))
-                  for _, _, rankings in ranked]
-    if compare:
-        for letter, one in zip(letters, confusions, strict=True):
-            one.insert(0, "checkpoint", letter)
-    keys = tuple(checkpoint.key for checkpoint, _, _ in ranked) + (gallery.key,)
-    csv = per_class_table.write_csv(per_class_table.table(gallery, names, tables, difference),
-                                    retrieval.settings.downloads_dir, keys, "per-class-" + "-vs-".join(names))
-    overall = [table.overall() for table in tables]
-    means = "; ".join(f"{letter + ' = ' if compare else ''}`{name}`: Recall@1 {one['recall@1']:.3f}, R-Precision "
-                      f"{one['r_precision']:.3f}, MAP@R {one['map@r']:.3f}"
-                      for letter, name, one in zip(letters, names, overall, strict=True))
-    summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}, the worst MAP@R first; click a "
-               f"column's header to sort. Over all queries: {means}." + (" Δ is B minus A." if compare else ""))
-    return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
-
-
 def _pairs_of(retrieval: RetrievalService, checkpoint_choice, source, files, progress):
     checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     # Seconds the first time for a gallery (the default checkpoint's is done as the app starts), then kept.
     progress(0.0, desc="Comparing every pair of the gallery's images (once per checkpoint)")
     return checkpoint, gallery, retrieval.pair_similarities(checkpoint, gallery)
-
-
-@reporting(message_slot=0, outputs=2, cleared={1: None})
-def show_threshold(retrieval: RetrievalService, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR, cutoff=None,
-                   files=None, progress=PROGRESS):
-    """The gallery's pair cosines by class sameness, the FNMR at the chosen FMR (and at each offered one), and the
-    cut-off's FMR and FNMR when one is set."""
-    fmr = threshold.chosen_fmr(fmr)
-    cutoff = threshold.parse_cutoff(cutoff)
-    checkpoint, gallery, pairs = _pairs_of(retrieval, checkpoint_choice, source, files, progress)
-    points = {value: pairs.threshold_at_fmr(value) for _, value in threshold.FMRS}
-    at_cutoff = None if cutoff is None else pairs.at_threshold(cutoff)
-    return (threshold.summary(checkpoint.name, gallery, pairs, points, fmr, at_cutoff),
-            threshold.figure(pairs, points[fmr].threshold, fmr, cutoff))
-
-
-@reporting(message_slot=0, outputs=2)
-def threshold_as_cutoff(retrieval: RetrievalService, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR,
-                        files=None, progress=PROGRESS):
-    """The cut-off box set to the threshold at the chosen FMR, so that the result tiles honour it."""
-    fmr = threshold.chosen_fmr(fmr)
-    _, _, pairs = _pairs_of(retrieval, checkpoint_choice, source, files, progress)
-    point = pairs.threshold_at_fmr(fmr)
-    note = (f"Cut-off set to {point.threshold:.4f}, the threshold at FMR {fmr:g}: hits below it are dimmed in the "
-            "Search view and Side by side. Empty the box for none.")
-    return note, repr(point.threshold)  # every digit: the tiles compare with the threshold itself
-
-
-@reporting(message_slot=0, outputs=3, cleared={1: None, 2: None})
-def export_gallery(retrieval: RetrievalService, checkpoint_choice, source, files=None, progress=PROGRESS):
-    """The gallery's embeddings by the checkpoint, with labels and thumbnails, as a TensorBoard projector bundle
-    (zipped) and as .npz, offered to save (the file boxes are hidden until there is something in them)."""
-    checkpoint, gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
-    progress(0.0, desc="Writing the embeddings, labels and thumbnails (once per checkpoint)")
-    zip_path, npz_path = retrieval.export(checkpoint, gallery)
-    note = (f"{gallery.size:,} embeddings of {gallery.description}. `{zip_path.name}`: unzip it and run "
-            f"`tensorboard --logdir {zip_path.stem}` (the projector tab). `{npz_path.name}`: `numpy.load` gives "
-            "`embeddings`, `labels` and `class_names`.")
-    return note, gr.update(value=str(zip_path), visible=True), gr.update(value=str(npz_path), visible=True)
 
 
 def picked_position(evt: gr.SelectData | None, shown: int) -> int:
@@ -413,11 +215,6 @@ def picked_position(evt: gr.SelectData | None, shown: int) -> int:
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < shown:
         raise ValueError(f"the image picked is not one of the {shown} shown: press Load, then click one of them")
     return position
-
-
-def checkpoint_list(retrieval: RetrievalService):
-    """The checkpoint choices as they are now (a run may have saved one since the page was built)."""
-    return gr.update(choices=retrieval.checkpoint_choices())
 
 
 def query_class_example(retrieval: RetrievalService, checkpoint_choice, source, files=None) -> str:
@@ -441,12 +238,6 @@ def query_class_choices(retrieval: RetrievalService, checkpoint_choice, source, 
         return []
 
 
-def query_class_hint(retrieval: RetrievalService, checkpoint_choice, source, files=None):
-    """(the "Query's class" box's placeholder, the class list's choices) for the gallery chosen."""
-    return (gr.update(placeholder=query_class_example(retrieval, checkpoint_choice, source, files)),
-            gr.update(choices=query_class_choices(retrieval, checkpoint_choice, source, files), value=None))
-
-
 def gallery_upload_shown(source):
     """The gallery's drop zone, shown only while the gallery to search is the visitor's upload."""
     return gr.update(visible=source == UPLOADED)
@@ -466,19 +257,223 @@ def picked_class(value):
     return gr.skip() if value is None else value
 
 
-@reporting(message_slot=0, outputs=2, cleared={1: None})
-def download_checkpoint(retrieval: RetrievalService, checkpoint_choice):
-    """The checkpoint's config.json, model.safetensors and model card in one zip, offered to save (the page hides
-    the file box while it is empty)."""
-    path = retrieval.download_zip(checkpoint_choice)
-    note = f"`{path.name}`: unzip it, then load the folder with `memvir.EmbeddingModel.from_pretrained`."
-    return note, str(path)
+class RetrieveHandlers:
+    """The Retrieve tab's handlers, bound to the `RetrievalService` they ask: `build` wires the bound methods
+    (`load_button.click(handlers.prepare, ...)`), and tests call them the same way."""
+
+    def __init__(self, retrieval: RetrievalService):
+        self.retrieval = retrieval
+
+    def checkpoint_list(self):
+        """The checkpoint choices as they are now (a run may have saved one since the page was built)."""
+        return gr.update(choices=self.retrieval.checkpoint_choices())
+
+    @reporting(message_slot=0, outputs=3, cleared={1: [], 2: None})
+    def prepare(self, checkpoint_choice, source, files=None, progress=PROGRESS):
+        """Load the checkpoint and index the gallery; show a sample of it to click."""
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        indexed = self.retrieval.index(checkpoint, gallery)
+        sample = self.retrieval.sample(gallery)
+        tiles = [(thumbnail(gallery.image(i), gallery.glyphs), pick_caption(gallery, i)) for i in sample]
+        return describe(checkpoint, gallery, indexed), tiles, {"sample": sample, "gallery": gallery.key}
+
+    def query_class_hint(self, checkpoint_choice, source, files=None):
+        """(the "Query's class" box's placeholder, the class list's choices) for the gallery chosen."""
+        return (gr.update(placeholder=query_class_example(self.retrieval, checkpoint_choice, source, files)),
+                gr.update(choices=query_class_choices(self.retrieval, checkpoint_choice, source, files), value=None))
+
+    @reporting(message_slot=0, outputs=2, cleared={1: None})
+    def download_checkpoint(self, checkpoint_choice):
+        """The checkpoint's config.json, model.safetensors and model card in one zip, offered to save (the page hides
+        the file box while it is empty)."""
+        path = self.retrieval.download_zip(checkpoint_choice)
+        note = f"`{path.name}`: unzip it, then load the folder with `memvir.EmbeddingModel.from_pretrained`."
+        return note, str(path)
+
+    @reporting(message_slot=0, outputs=3, cleared={1: None, 2: None})
+    def export_gallery(self, checkpoint_choice, source, files=None, progress=PROGRESS):
+        """The gallery's embeddings by the checkpoint, with labels and thumbnails, as a TensorBoard projector bundle
+        (zipped) and as .npz, offered to save (the file boxes are hidden until there is something in them)."""
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        progress(0.0, desc="Writing the embeddings, labels and thumbnails (once per checkpoint)")
+        zip_path, npz_path = self.retrieval.export(checkpoint, gallery)
+        note = (f"{gallery.size:,} embeddings of {gallery.description}. `{zip_path.name}`: unzip it and run "
+                f"`tensorboard --logdir {zip_path.stem}` (the projector tab). `{npz_path.name}`: `numpy.load` gives "
+                "`embeddings`, `labels` and `class_names`.")
+        return note, gr.update(value=str(zip_path), visible=True), gr.update(value=str(npz_path), visible=True)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def search_upload(self, checkpoint_choice, source, k, query_class, query_file=None,
+                      files=None, cutoff=None, progress=PROGRESS):
+        if not query_file:
+            raise ValueError("upload a query image first")
+        settings = self.retrieval.settings
+        image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        return results(self.retrieval, checkpoint, gallery, image, k,
+                       query_class=self.retrieval.match_class(gallery, query_class), cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def search_drawing(self, checkpoint_choice, source, k, query_class, sketch=None, files=None,
+                       cutoff=None, progress=PROGRESS):
+        settings = self.retrieval.settings
+        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
+        if composite is None:
+            raise ValueError("draw a character on the sketchpad first")
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        return results(self.retrieval, checkpoint, gallery, composite, k, drawn=True,
+                       query_class=self.retrieval.match_class(gallery, query_class), cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def search_gallery_item(self, checkpoint_choice, source, k, picked, files=None, cutoff=None,
+                            evt: gr.SelectData = None, progress=PROGRESS):
+        """Search with the sample image clicked (in the gallery that Load sampled)."""
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        if not picked or picked.get("gallery") != gallery.key:
+            raise ValueError("the gallery changed: press Load again, then pick an image")
+        index = picked["sample"][picked_position(evt, len(picked["sample"]))]
+        return results(self.retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
+                       query_class=gallery.class_of(index), cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def search_result_tile(self, checkpoint_choice, source, k, picked, files=None, cutoff=None,
+                           progress=PROGRESS):
+        """A click on a result: search with that gallery image, itself left out (its nearest neighbours)."""
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        item = clicked_tile(picked, gallery)
+        return results(self.retrieval, checkpoint, gallery, gallery.image(item), k, exclude=item,
+                       query_class=gallery.class_of(item), cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def compare_upload(self, checkpoint_choice, second_checkpoint, source, k, query_class,
+                       query_file=None, files=None, cutoff=None, progress=PROGRESS):
+        """The uploaded query searched by both checkpoints, side by side."""
+        if not query_file:
+            raise ValueError("upload a query image first")
+        settings = self.retrieval.settings
+        image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
+        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, image,
+                                    files, progress, cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def compare_drawing(self, checkpoint_choice, second_checkpoint, source, k, query_class,
+                        sketch=None, files=None, cutoff=None, progress=PROGRESS):
+        """The drawing searched by both checkpoints, side by side."""
+        settings = self.retrieval.settings
+        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
+        if composite is None:
+            raise ValueError("draw a character on the sketchpad first")
+        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k, query_class,
+                                    composite, files, progress, drawn=True, cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
+    def compare_gallery_item(self, checkpoint_choice, second_checkpoint, source, k, picked,
+                             pick_position=None, files=None, cutoff=None, progress=PROGRESS):
+        """The sample image clicked last, searched by both checkpoints side by side, its own class known."""
+        _, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        if not picked or picked.get("gallery") != gallery.key:
+            raise ValueError("the gallery changed: press Load again, then pick an image")
+        sample = picked["sample"]
+        if (isinstance(pick_position, bool) or not isinstance(pick_position, int)
+                or not 0 <= pick_position < len(sample)):
+            raise ValueError("click an image of the Pick tab first, then ask for it side by side")
+        item = sample[pick_position]
+        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k,
+                                    gallery.class_of(item), gallery.image(item), files, progress,
+                                    picked_item=(gallery.key, item), cutoff=cutoff)
+
+    @reporting(message_slot=0, outputs=2, cleared={1: ""})
+    def show_hardest(self, checkpoint_choice, second_checkpoint, source, order, compare=False,
+                     files=None, cutoff=None, progress=PROGRESS):
+        """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most; hits below the
+        similarity cut-off (a cosine, or empty) dimmed, as the search's are."""
+        from memvir.retrieval.failures import hardest_queries, largest_differences
+
+        orders = dict((value, label) for label, value in hardest.ORDERS)
+        if not compare and order not in orders:
+            raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
+        cutoff = threshold.parse_cutoff(cutoff)
+        ranked = _ranked_pair(self.retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
+        checkpoint, gallery, rankings = ranked[0]
+        how = (f"each row the query, its {RANKED_K} nearest marked same or other class, then the nearest images of its "
+               "class it missed, greyed, at their ranks")
+        if cutoff is not None:
+            how += f"; those below the cut-off {cutoff:.4f} dimmed"
+        if not compare:
+            positions = hardest_queries(rankings, by=order, count=hardest.ROWS)
+            summary = (f"**The {len(positions)} hardest** of {len(rankings):,} queries of {gallery.description} for "
+                       f"`{checkpoint.name}`, by {orders[order]}: {how}.")
+            return summary, hardest.hardest_html(gallery, rankings, positions, cutoff)
+        second, _, second_rankings = ranked[1]
+        better = largest_differences(rankings, second_rankings, count=hardest.ROWS)
+        names = (checkpoint.name, second.name)
+        summary = (f"**Where they differ most**: the queries of {gallery.description} whose AP@R differs most between "
+                   f"`{names[0]}` and `{names[1]}`, both ways; {how}.")
+        return summary, hardest.differences_html(gallery, names, (rankings, second_rankings), better, cutoff)
+
+    @reporting(message_slot=0, outputs=4, cleared={1: None, 2: None, 3: None})
+    def show_per_class(self, checkpoint_choice, second_checkpoint, source, compare=False,
+                       files=None, progress=PROGRESS):
+        """Recall@1, R-Precision and MAP@R per class (and the difference of two checkpoints), the most-confused pairs,
+        and the table as a CSV."""
+        import pandas as pd
+
+        from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
+
+        ranked = _ranked_pair(self.retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
+        gallery = ranked[0][1]
+        names = [checkpoint.name for checkpoint, _, _ in ranked]
+        tables = [per_class_metrics(rankings) for _, _, rankings in ranked]
+        difference = per_class_difference(*tables) if compare else None
+        letters = per_class_table.LETTERS[:len(names)]
+        frame = per_class_table.table(gallery, list(letters), tables, difference)
+        confusions = [per_class_table.confusions_table(gallery, confused_class_pairs(rankings, gallery.labels,
+                                                                                     per_class_table.CONFUSED_PAIRS))
+                      for _, _, rankings in ranked]
+        if compare:
+            for letter, one in zip(letters, confusions, strict=True):
+                one.insert(0, "checkpoint", letter)
+        keys = tuple(checkpoint.key for checkpoint, _, _ in ranked) + (gallery.key,)
+        csv = per_class_table.write_csv(per_class_table.table(gallery, names, tables, difference),
+                                        self.retrieval.settings.downloads_dir, keys, "per-class-" + "-vs-".join(names))
+        overall = [table.overall() for table in tables]
+        means = "; ".join(f"{letter + ' = ' if compare else ''}`{name}`: Recall@1 {one['recall@1']:.3f}, R-Precision "
+                          f"{one['r_precision']:.3f}, MAP@R {one['map@r']:.3f}"
+                          for letter, name, one in zip(letters, names, overall, strict=True))
+        summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}, the worst MAP@R first; click a "
+                   f"column's header to sort. Over all queries: {means}." + (" Δ is B minus A." if compare else ""))
+        return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
+
+    @reporting(message_slot=0, outputs=2, cleared={1: None})
+    def show_threshold(self, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR, cutoff=None,
+                       files=None, progress=PROGRESS):
+        """The gallery's pair cosines by class sameness, the FNMR at the chosen FMR (and at each offered one), and the
+        cut-off's FMR and FNMR when one is set."""
+        fmr = threshold.chosen_fmr(fmr)
+        cutoff = threshold.parse_cutoff(cutoff)
+        checkpoint, gallery, pairs = _pairs_of(self.retrieval, checkpoint_choice, source, files, progress)
+        points = {value: pairs.threshold_at_fmr(value) for _, value in threshold.FMRS}
+        at_cutoff = None if cutoff is None else pairs.at_threshold(cutoff)
+        return (threshold.summary(checkpoint.name, gallery, pairs, points, fmr, at_cutoff),
+                threshold.figure(pairs, points[fmr].threshold, fmr, cutoff))
+
+    @reporting(message_slot=0, outputs=2)
+    def threshold_as_cutoff(self, checkpoint_choice, source, fmr=threshold.DEFAULT_FMR,
+                            files=None, progress=PROGRESS):
+        """The cut-off box set to the threshold at the chosen FMR, so that the result tiles honour it."""
+        fmr = threshold.chosen_fmr(fmr)
+        _, _, pairs = _pairs_of(self.retrieval, checkpoint_choice, source, files, progress)
+        point = pairs.threshold_at_fmr(fmr)
+        note = (f"Cut-off set to {point.threshold:.4f}, the threshold at FMR {fmr:g}: hits below it are dimmed in the "
+                "Search view and Side by side. Empty the box for none.")
+        return note, repr(point.threshold)  # every digit: the tiles compare with the threshold itself
 
 
 # ---------------------------------------------------------------------------------------------- layout and wiring
 def build(retrieval: RetrievalService) -> gr.Dropdown:
     """The Retrieve tab, inside the page's gr.Tabs, with its events; returns the checkpoint choice, which the page's
     load event refreshes."""
+    handlers = RetrieveHandlers(retrieval)
     choices = retrieval.checkpoint_choices()
     default = retrieval.default_checkpoint()
     with gr.Tab("Retrieve", id="retrieve") as retrieve_tab:
@@ -608,63 +603,63 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                         threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
                         cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
 
-    retrieve_tab.select(bind(checkpoint_list, retrieval), None, [checkpoint], api_name="list_checkpoints",
+    retrieve_tab.select(handlers.checkpoint_list, None, [checkpoint], api_name="list_checkpoints",
                         show_progress="hidden")
-    retrieve_tab.select(bind(checkpoint_list, retrieval), None, [second_checkpoint],
+    retrieve_tab.select(handlers.checkpoint_list, None, [second_checkpoint],
                         api_name="list_second_checkpoints", api_visibility="private", show_progress="hidden")
-    load_button.click(bind(prepare, retrieval), [checkpoint, source, gallery_files], [about, sample_gallery, picked],
+    load_button.click(handlers.prepare, [checkpoint, source, gallery_files], [about, sample_gallery, picked],
                       api_name="prepare_retrieval")
     source.change(gallery_upload_shown, [source], [gallery_files], api_name="show_gallery_upload",
                   api_visibility="private", show_progress="hidden")
-    gr.on([checkpoint.change, source.change, load_button.click], bind(query_class_hint, retrieval),
+    gr.on([checkpoint.change, source.change, load_button.click], handlers.query_class_hint,
           [checkpoint, source, gallery_files], [query_class, class_list], api_name="query_class_hint",
           api_visibility="private", show_progress="hidden")
     class_list.input(picked_class, [class_list], [query_class], api_name="pick_query_class", api_visibility="private",
                      show_progress="hidden")
-    download_button.click(bind(download_checkpoint, retrieval), [checkpoint], [download_note, checkpoint_zip],
+    download_button.click(handlers.download_checkpoint, [checkpoint], [download_note, checkpoint_zip],
                           api_name="download_checkpoint")
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
     sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", api_visibility="private",
                  show_progress="hidden")
-    export_button.click(bind(export_gallery, retrieval), [checkpoint, source, gallery_files],
+    export_button.click(handlers.export_gallery, [checkpoint, source, gallery_files],
                         [export_note, export_zip, export_npz], api_name="export_gallery")
     search_outputs = [about, result_tiles, seen_query]
-    search_upload_button.click(bind(search_upload, retrieval),
+    search_upload_button.click(handlers.search_upload,
                                [checkpoint, source, k, query_class, query_file, gallery_files, cutoff], search_outputs,
                                api_name="search_upload")
     # a click on a result, as the page's script sends it (demo/static/page.js): its gallery and item
-    tile_clicked.click(bind(search_result_tile, retrieval),
+    tile_clicked.click(handlers.search_result_tile,
                        [checkpoint, source, k, clicked_result, gallery_files, cutoff], search_outputs,
                        api_name="search_result_tile", api_visibility="private")
-    search_drawing_button.click(bind(search_drawing, retrieval),
+    search_drawing_button.click(handlers.search_drawing,
                                 [checkpoint, source, k, query_class, sketch, gallery_files, cutoff], search_outputs,
                                 api_name="search_drawing")
-    sample_gallery.select(bind(search_gallery_item, retrieval), [checkpoint, source, k, picked, gallery_files, cutoff],
+    sample_gallery.select(handlers.search_gallery_item, [checkpoint, source, k, picked, gallery_files, cutoff],
                           search_outputs, api_name="search_gallery_item")
     sample_gallery.select(remember_pick, [picked], [pick_position], api_name="remember_pick",
                           api_visibility="private", show_progress="hidden")
-    compare_pick_button.click(bind(compare_gallery_item, retrieval),
+    compare_pick_button.click(handlers.compare_gallery_item,
                               [checkpoint, second_checkpoint, source, k, picked, pick_position, gallery_files, cutoff],
                               search_outputs, api_name="compare_gallery_item")
-    compare_upload_button.click(bind(compare_upload, retrieval),
+    compare_upload_button.click(handlers.compare_upload,
                                 [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files,
                                  cutoff], search_outputs, api_name="compare_upload")
-    compare_drawing_button.click(bind(compare_drawing, retrieval),
+    compare_drawing_button.click(handlers.compare_drawing,
                                  [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files,
                                   cutoff], search_outputs, api_name="compare_drawing")
-    hardest_button.click(bind(show_hardest, retrieval),
+    hardest_button.click(handlers.show_hardest,
                          [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files,
                           cutoff],
                          [hardest_summary, hardest_rows], api_name="hardest_queries")
-    per_class_button.click(bind(show_per_class, retrieval),
+    per_class_button.click(handlers.show_per_class,
                            [checkpoint, second_checkpoint, source, per_class_compare, gallery_files],
                            [per_class_summary, per_class_frame, confused_frame, per_class_csv],
                            api_name="per_class_metrics")
-    threshold_button.click(bind(show_threshold, retrieval), [checkpoint, source, fmr, cutoff, gallery_files],
+    threshold_button.click(handlers.show_threshold, [checkpoint, source, fmr, cutoff, gallery_files],
                            [threshold_summary, threshold_plot], api_name="threshold_view")
     # A page convenience (threshold_view gives a client the thresholds); the view is redrawn with the cut-off's line.
-    cutoff_button.click(bind(threshold_as_cutoff, retrieval), [checkpoint, source, fmr, gallery_files],
+    cutoff_button.click(handlers.threshold_as_cutoff, [checkpoint, source, fmr, gallery_files],
                         [cutoff_note, cutoff], api_name="threshold_as_cutoff", api_visibility="private").then(
-        bind(show_threshold, retrieval), [checkpoint, source, fmr, cutoff, gallery_files],
+        handlers.show_threshold, [checkpoint, source, fmr, cutoff, gallery_files],
         [threshold_summary, threshold_plot], api_name="threshold_view_with_cutoff", api_visibility="private")
     return checkpoint

@@ -116,46 +116,54 @@ def marked(figure, name: str, row: int, rows: np.ndarray):
                               figure.layout.to_plotly_json())
 
 
-@reporting(message_slot=2, outputs=6)
-def show_neighbours(runs: RunManager, state: PollState, picked, color_by):
-    """A click on an image's point: (state, the neighbours as a gallery, their caption, the picture with them
-    ringed, follow unticked, the scrub slider at the snapshot), so that the picture stays while the visitor looks."""
-    pick = parse_pick(picked)
-    run = runs.get(state.run_id)
-    if run is None:
-        raise ValueError("no run is shown here: start one, then click a point of its snapshot")
-    with run.lock:
-        view = next((kept for kept in run.snapshots if kept.step == pick.step), None)
-    if view is None:
-        raise ValueError(f"the snapshot of step {pick.step:,} is no longer kept (older ones are thinned out): click "
-                         "a point of a newer one")
-    images = view.images.get(pick.set)
-    if images is None:
-        raise ValueError(f"the snapshot of step {pick.step:,} keeps no {PICK_SETS[pick.set][1]} to show")
-    if pick.row >= len(images.items):
-        raise ValueError(f"the snapshot of step {pick.step:,} has {len(images.items)} {PICK_SETS[pick.set][1]}; "
-                         f"row {pick.row} is not one of them")
-    rows, cosines = nearest(images, pick.row)
-    data = _splits(run.config)
-    split = data.train if images.split == "train" else data.test
-    label = int(images.labels[pick.row])
-    tiles = [(split.image(int(images.items[pick.row])), f"clicked · class {_class_name(split, label)}")]
-    same = 0
-    for rank, (found, cosine) in enumerate(zip(rows, cosines, strict=True), start=1):
-        found_label = int(images.labels[found])
-        same += found_label == label
-        mark = "✓ same class" if found_label == label else "✗ another class"
-        tiles.append((split.image(int(images.items[found])),
-                      f"{rank}. class {_class_name(split, found_label)} · cos {cosine:.3f} · {mark}"))
-    dimension = images.embeddings.shape[1]
-    one, many = PICK_SETS[pick.set]
-    caption = (f"**Step {pick.step:,}: {one}, class {_class_name(split, label)}**, and its {len(rows)} nearest "
-               f"among the snapshot's {len(images.items)} {many}, by cosine in "
-               f"the full {dimension}-dimensional embedding space: {same} of {len(rows)} share its class. The "
-               "picture rings them (where the map put them: near in the space is not always near on the map). "
-               "**Follow the latest snapshot** is unticked so that the picture stays; tick it to follow the run.")
-    figure, _ = live_view.embedding_view(run, pick.step, color_by)
-    if SET_OF_PICTURE.get(color_by) == pick.set:
-        figure = marked(figure, pick.set, pick.row, rows)
-    return (dataclasses.replace(state, scrubbed_step=pick.step), tiles, caption, figure, False,
-            gr.update(value=pick.step))
+class NeighbourHandlers:
+    """The click's handler, bound to the runs (a `RunManager`): demo.train.views wires the bound method; tests call it
+    the same way."""
+
+    def __init__(self, runs: RunManager):
+        self.runs = runs
+
+    @reporting(message_slot=2, outputs=6)
+    def show_neighbours(self, state: PollState, picked, color_by):
+        """A click on an image's point: (state, the neighbours as a gallery, their caption, the picture with them
+        ringed, follow unticked, the scrub slider at the snapshot), so that the picture stays while the visitor
+        looks."""
+        pick = parse_pick(picked)
+        run = self.runs.get(state.run_id)
+        if run is None:
+            raise ValueError("no run is shown here: start one, then click a point of its snapshot")
+        with run.lock:
+            view = next((kept for kept in run.snapshots if kept.step == pick.step), None)
+        if view is None:
+            raise ValueError(f"the snapshot of step {pick.step:,} is no longer kept (older ones are thinned out): "
+                             "click a point of a newer one")
+        images = view.images.get(pick.set)
+        if images is None:
+            raise ValueError(f"the snapshot of step {pick.step:,} keeps no {PICK_SETS[pick.set][1]} to show")
+        if pick.row >= len(images.items):
+            raise ValueError(f"the snapshot of step {pick.step:,} has {len(images.items)} {PICK_SETS[pick.set][1]}; "
+                             f"row {pick.row} is not one of them")
+        rows, cosines = nearest(images, pick.row)
+        data = _splits(run.config)
+        split = data.train if images.split == "train" else data.test
+        label = int(images.labels[pick.row])
+        tiles = [(split.image(int(images.items[pick.row])), f"clicked · class {_class_name(split, label)}")]
+        same = 0
+        for rank, (found, cosine) in enumerate(zip(rows, cosines, strict=True), start=1):
+            found_label = int(images.labels[found])
+            same += found_label == label
+            mark = "✓ same class" if found_label == label else "✗ another class"
+            tiles.append((split.image(int(images.items[found])),
+                          f"{rank}. class {_class_name(split, found_label)} · cos {cosine:.3f} · {mark}"))
+        dimension = images.embeddings.shape[1]
+        one, many = PICK_SETS[pick.set]
+        caption = (f"**Step {pick.step:,}: {one}, class {_class_name(split, label)}**, and its {len(rows)} nearest "
+                   f"among the snapshot's {len(images.items)} {many}, by cosine in "
+                   f"the full {dimension}-dimensional embedding space: {same} of {len(rows)} share its class. The "
+                   "picture rings them (where the map put them: near in the space is not always near on the map). "
+                   "**Follow the latest snapshot** is unticked so that the picture stays; tick it to follow the run.")
+        figure, _ = live_view.embedding_view(run, pick.step, color_by)
+        if SET_OF_PICTURE.get(color_by) == pick.set:
+            figure = marked(figure, pick.set, pick.row, rows)
+        return (dataclasses.replace(state, scrubbed_step=pick.step), tiles, caption, figure, False,
+                gr.update(value=pick.step))

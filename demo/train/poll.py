@@ -1,7 +1,8 @@
-"""The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current:
-the poll (every second), scrubbing the snapshots, and recolouring them (or switching between the few-class view and
-all classes: `color_by` is one of live_view.PICTURES). The spread curves and the results table have a poll of their
-own (demo.train.views), which the page sends only when the poll's views key says they changed.
+"""The Train tab's live view: `PollState`, what one page was last sent, and the handlers that keep the view current
+(`PollHandlers`, bound to the runs and the figures): the poll (every second), scrubbing the snapshots, and recolouring
+them (or switching between the few-class view and all classes: `color_by` is one of live_view.PICTURES). The
+spread curves and the results table have a poll of their own (demo.train.views), which the page sends only when the
+poll's views key says they changed.
 
 A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
 are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
@@ -53,23 +54,47 @@ class PollState:
     interval: float = POLL_SECONDS  # the page's poll interval as last sent (demo.runs.audience)
 
 
-def poll(runs: RunManager, figures: FigureBuilder, state: PollState, color_by, follow, visitor=None,
-         request: gr.Request = None):
-    """Every second: status line always; figures only when what they show changed (gr.skip otherwise); the views
-    key only when it changed, which is what sends the page's second poll (demo.train.views)."""
-    visitor = visitor_key(visitor, request)
-    run = runs.attach(visitor, state.run_id, after=state.after)
-    _use_umap(runs, run, color_by)
-    interval, pages = runs.audience.interval(run, visitor)
-    status = live_view.status_markdown(run, visitor) + crowd_note(interval, pages)
-    curves, sent_curves = _curves(figures, run, state.curves)
-    (embedding, caption, slider), sent_embedding = _embedding(figures, run, state.embedding, color_by, follow)
-    views = views_key(figures, run)
-    new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
-                                    embedding=sent_embedding, views=views, interval=interval)
-    timer = gr.update(value=interval) if interval != state.interval else gr.skip()
-    return (new_state, status, *curves, embedding, caption, slider, timer,
-            views if views != state.views else gr.skip())
+class PollHandlers:
+    """The live view's handlers, bound to the runs (a `RunManager`) and the `FigureBuilder` that draws them: the poll,
+    scrubbing and recolouring. demo.train.views wires the bound methods; tests call them the same way."""
+
+    def __init__(self, runs: RunManager, figures: FigureBuilder):
+        self.runs = runs
+        self.figures = figures
+
+    def poll(self, state: PollState, color_by, follow, visitor=None, request: gr.Request = None):
+        """Every second: status line always; figures only when what they show changed (gr.skip otherwise); the
+        views key only when it changed, which is what sends the page's second poll (demo.train.views)."""
+        visitor = visitor_key(visitor, request)
+        run = self.runs.attach(visitor, state.run_id, after=state.after)
+        _use_umap(self.runs, run, color_by)
+        interval, pages = self.runs.audience.interval(run, visitor)
+        status = live_view.status_markdown(run, visitor) + crowd_note(interval, pages)
+        curves, sent_curves = _curves(self.figures, run, state.curves)
+        (embedding, caption, slider), sent_embedding = _embedding(self.figures, run, state.embedding, color_by,
+                                                                  follow)
+        views = views_key(self.figures, run)
+        new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
+                                        embedding=sent_embedding, views=views, interval=interval)
+        timer = gr.update(value=interval) if interval != state.interval else gr.skip()
+        return (new_state, status, *curves, embedding, caption, slider, timer,
+                views if views != state.views else gr.skip())
+
+    def show_snapshot(self, state: PollState, step, color_by):
+        """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
+        run = self.runs.get(state.run_id)
+        figure, caption = live_view.embedding_view(run, step, color_by)
+        _, last = live_view.snapshot_range(run)
+        return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
+
+    def recolor(self, state: PollState, follow, color_by, step=None):
+        """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
+        picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it
+        read, without the scrubbed step."""
+        run = self.runs.get(state.run_id)
+        _use_umap(self.runs, run, color_by)
+        scrubbed = step if step is not None else state.scrubbed_step
+        return live_view.embedding_view(run, None if follow else scrubbed, color_by)
 
 
 def crowd_note(interval: float, pages: int) -> str:
@@ -143,19 +168,3 @@ def _embedding(figures: FigureBuilder, run, sent: EmbeddingSent | None, color_by
     return (figure, caption, gr.update(maximum=max(step, 1), value=step)), wanted
 
 
-def show_snapshot(runs: RunManager, state: PollState, step, color_by):
-    """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
-    run = runs.get(state.run_id)
-    figure, caption = live_view.embedding_view(run, step, color_by)
-    _, last = live_view.snapshot_range(run)
-    return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
-
-
-def recolor(runs: RunManager, state: PollState, follow, color_by, step=None):
-    """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
-    picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it read,
-    without the scrubbed step."""
-    run = runs.get(state.run_id)
-    _use_umap(runs, run, color_by)
-    scrubbed = step if step is not None else state.scrubbed_step
-    return live_view.embedding_view(run, None if follow else scrubbed, color_by)

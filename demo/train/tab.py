@@ -1,11 +1,11 @@
 """The Train tab: its controls, their handlers and its wiring; the live views beside them are demo.train.views's
 (their poll, scrubbing and recolouring demo.train.poll's).
 
-Handlers are module-level functions of the `RunManager` (bound in by `build`), so tests call them directly. They
-turn widget values into a `TrainConfig` and calls on the manager, nothing more: the training is the library's, the
-runs' bookkeeping demo.runs.manager's. The page starts from the library's defaults (`TrainConfig()`) with glyphs' preset
-(demo.train.presets: 12 epochs and the balanced reduction, chosen on validation classes), except where it names a reason
-below.
+The handlers are methods of `TrainHandlers`, which holds the `RunManager`; `build` wires the bound methods and tests
+call them the same way. They turn widget values into a `TrainConfig` and calls on the manager, nothing more: the
+training is the library's, the runs' bookkeeping demo.runs.manager's. The page starts from the library's defaults
+(`TrainConfig()`) with glyphs' preset (demo.train.presets: 12 epochs and the balanced reduction, chosen on validation
+classes), except where it names a reason below.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from demo.common.allowed_paths import dataset_folder
-from demo.common.handlers import bind, reporting, visitor_key
+from demo.common.handlers import reporting, visitor_key
 from demo.common.inputs import positive_number, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
 from demo.common.uploads import unpack_upload
@@ -76,128 +76,131 @@ def dataset_name(runs: RunManager, dataset, folder_path, zip_file) -> str:
     return dataset
 
 
-@reporting(message_slot=1, outputs=2)
-def start(runs: RunManager, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
-          snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
-          memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, class_lr=None, adam_eps=None,
-          loss_scale=None, visitor=None, request: gr.Request = None):
-    """Start a run with these settings, or say why not."""
-    visitor = visitor_key(visitor, request)
-    if memvir_reduction and memvir_reduction not in REDUCTIONS:
-        raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
-    # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
-    numbers = dict(
-        batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
-        lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
-        memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
-        warmup_epochs=float(warmup_epochs or 0),
-        val_classes=whole_number(val_classes or 0, "validation classes", 0),
-        snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
-        eval_every=whole_number(eval_every, "eval every", 0),
-        focus_classes=whole_numbers(focus_classes, "classes shown", MAX_FOCUS_CLASSES),
-        class_lr=positive_number(DEFAULTS["class_lr"] if class_lr is None else class_lr, "class-weight learning rate"),
-        adam_eps=positive_number(DEFAULTS["adam_eps"] if adam_eps is None else adam_eps, "Adam eps"),
-    )
-    if loss not in LOSSES:
-        raise ValueError(f"the loss is one of {', '.join(LOSSES)}, got {loss}")
-    # The scale box is the loss's own scale; a loss without one (softmax, proxy-anchor) ignores it.
-    takes_scale = "scale" in loss_defaults(loss)
-    loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
-    chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
-              "memvir_reduction": memvir_reduction}
-    config = TrainConfig(dataset=dataset_name(runs, dataset, folder_path, zip_file), backbone=backbone, loss=loss,
-                         loss_params=loss_params, **numbers, **{name: value for name, value in chosen.items() if value},
-                         eval_at_start=EVAL_AT_START)
-    run = runs.start(config, visitor)
-    # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
-    return PollState(run_id=run.id), f"Started run `{run.id}`"
-
-
 def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
     """The run this page shows (the buttons act on it), even before its first poll."""
     run = runs.attach(visitor, state.run_id, after=state.after)
     return run.id if run else None
 
 
-@reporting(message_slot=0, outputs=1)
-def stop(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    visitor = visitor_key(visitor, request)
-    runs.stop(_shown_run_id(runs, state, visitor), visitor)
-    return "Stopping: the run saves a checkpoint before its next step."
+class TrainHandlers:
+    """The handlers of the Train tab's controls, bound to the `RunManager` they act on: the page wires the bound
+    methods (`start_button.click(handlers.start, ...)`), and tests call them the same way."""
 
+    def __init__(self, runs: RunManager):
+        self.runs = runs
 
-@reporting(message_slot=0, outputs=1)
-def pause(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    visitor = visitor_key(visitor, request)
-    runs.pause(_shown_run_id(runs, state, visitor), visitor)
-    return "Pausing before the next step; Resume continues."
+    @reporting(message_slot=1, outputs=2)
+    def start(self, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
+              snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
+              memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, class_lr=None, adam_eps=None,
+              loss_scale=None, visitor=None, request: gr.Request = None):
+        """Start a run with these settings, or say why not."""
+        visitor = visitor_key(visitor, request)
+        if memvir_reduction and memvir_reduction not in REDUCTIONS:
+            raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
+        # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
+        numbers = dict(
+            batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
+            lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
+            memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
+            warmup_epochs=float(warmup_epochs or 0),
+            val_classes=whole_number(val_classes or 0, "validation classes", 0),
+            snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
+            eval_every=whole_number(eval_every, "eval every", 0),
+            focus_classes=whole_numbers(focus_classes, "classes shown", MAX_FOCUS_CLASSES),
+            class_lr=positive_number(DEFAULTS["class_lr"] if class_lr is None else class_lr,
+                                     "class-weight learning rate"),
+            adam_eps=positive_number(DEFAULTS["adam_eps"] if adam_eps is None else adam_eps, "Adam eps"),
+        )
+        if loss not in LOSSES:
+            raise ValueError(f"the loss is one of {', '.join(LOSSES)}, got {loss}")
+        # The scale box is the loss's own scale; a loss without one (softmax, proxy-anchor) ignores it.
+        takes_scale = "scale" in loss_defaults(loss)
+        loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
+        chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
+                  "memvir_reduction": memvir_reduction}
+        config = TrainConfig(dataset=dataset_name(self.runs, dataset, folder_path, zip_file), backbone=backbone,
+                             loss=loss, loss_params=loss_params, **numbers,
+                             **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
+        run = self.runs.start(config, visitor)
+        # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
+        return PollState(run_id=run.id), f"Started run `{run.id}`"
 
+    @reporting(message_slot=0, outputs=1)
+    def stop(self, state: PollState, visitor=None, request: gr.Request = None):
+        visitor = visitor_key(visitor, request)
+        self.runs.stop(_shown_run_id(self.runs, state, visitor), visitor)
+        return "Stopping: the run saves a checkpoint before its next step."
 
-@reporting(message_slot=0, outputs=1)
-def resume(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    visitor = visitor_key(visitor, request)
-    runs.resume(_shown_run_id(runs, state, visitor), visitor)
-    return "Resumed."
+    @reporting(message_slot=0, outputs=1)
+    def pause(self, state: PollState, visitor=None, request: gr.Request = None):
+        visitor = visitor_key(visitor, request)
+        self.runs.pause(_shown_run_id(self.runs, state, visitor), visitor)
+        return "Pausing before the next step; Resume continues."
 
+    @reporting(message_slot=0, outputs=1)
+    def resume(self, state: PollState, visitor=None, request: gr.Request = None):
+        visitor = visitor_key(visitor, request)
+        self.runs.resume(_shown_run_id(self.runs, state, visitor), visitor)
+        return "Resumed."
 
-@reporting(message_slot=0, outputs=1)
-def compare(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    visitor = visitor_key(visitor, request)
-    run = runs.get(_shown_run_id(runs, state, visitor))
-    # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
-    tuned = tuned_baseline(run.config) if run else None
-    baseline = runs.compare_with_baseline(run.id if run else None, visitor, tuned.settings() if tuned else None)
-    if baseline.training:
-        return f"{words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE} {words.baseline_optimiser(tuned)}"
-    return (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained again; "
-            f"it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
+    @reporting(message_slot=0, outputs=1)
+    def compare(self, state: PollState, visitor=None, request: gr.Request = None):
+        visitor = visitor_key(visitor, request)
+        run = self.runs.get(_shown_run_id(self.runs, state, visitor))
+        # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
+        tuned = tuned_baseline(run.config) if run else None
+        baseline = self.runs.compare_with_baseline(run.id if run else None, visitor,
+                                                   tuned.settings() if tuned else None)
+        if baseline.training:
+            started = words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE
+            return f"{started} {words.baseline_optimiser(tuned)}"
+        return (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained "
+                f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
+    @reporting(message_slot=0, outputs=1)
+    def update_memvir(self, state: PollState, memvir_n, memvir_m, warmup_epochs, visitor=None,
+                      request: gr.Request = None):
+        """A slider released: the running run takes the new N, M or warm-up before its next step."""
+        visitor = visitor_key(visitor, request)
+        run = self.runs.get(state.run_id)
+        if run is None or not run.training:
+            return "The new MemVir settings apply when you press Start."
+        wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
+                  "warmup_epochs": float(warmup_epochs or 0)}
+        # against what the run will use once the changes already asked for apply: N 2 -> 4 -> 2 must end at 2
+        changes = {name: value for name, value in wanted.items() if run.requested_values.get(name) != value}
+        if not changes:
+            return "The run already uses these MemVir settings."
+        self.runs.update(run.id, visitor, **changes)
+        return "Asked for the new MemVir settings; the status line says at which step they apply."
 
-@reporting(message_slot=0, outputs=1)
-def update_memvir(runs: RunManager, state: PollState, memvir_n, memvir_m, warmup_epochs, visitor=None,
-                  request: gr.Request = None):
-    """A slider released: the running run takes the new N, M or warm-up before its next step."""
-    visitor = visitor_key(visitor, request)
-    run = runs.get(state.run_id)
-    if run is None or not run.training:
-        return "The new MemVir settings apply when you press Start."
-    wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
-              "warmup_epochs": float(warmup_epochs or 0)}
-    # against what the run will use once the changes already asked for apply: N 2 -> 4 -> 2 must end at 2
-    changes = {name: value for name, value in wanted.items() if run.requested_values.get(name) != value}
-    if not changes:
-        return "The run already uses these MemVir settings."
-    runs.update(run.id, visitor, **changes)
-    return "Asked for the new MemVir settings; the status line says at which step they apply."
+    @reporting(message_slot=1, outputs=16)
+    def reset(self, state: PollState, visitor=None, request: gr.Request = None):
+        """The default settings again (RESET_SETTINGS, then the classes shown, empty), and only runs started from now on
+        shown; stops the run shown if it is the visitor's."""
+        visitor = visitor_key(visitor, request)
+        run = self.runs.get(state.run_id)
+        message = "Reset: choose the settings and press Start."
+        if run is not None and run.owner == visitor and run.busy:
+            self.runs.stop(run.id, visitor)
+            message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
+        return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS),
+                DEFAULTS["loss_params"]["scale"], "")
 
+    @reporting(message_slot=0, outputs=1)
+    def push_to_hub(self, state: PollState, repo_id, visitor=None, request: gr.Request = None):
+        from memvir.hub import push
 
-@reporting(message_slot=1, outputs=16)
-def reset(runs: RunManager, state: PollState, visitor=None, request: gr.Request = None):
-    """The default settings again (RESET_SETTINGS, then the classes shown, empty), and only runs started from now on
-    shown; stops the run shown if it is the visitor's."""
-    visitor = visitor_key(visitor, request)
-    run = runs.get(state.run_id)
-    message = "Reset: choose the settings and press Start."
-    if run is not None and run.owner == visitor and run.busy:
-        runs.stop(run.id, visitor)
-        message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
-    return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS),
-            DEFAULTS["loss_params"]["scale"], "")
-
-
-@reporting(message_slot=0, outputs=1)
-def push_to_hub(runs: RunManager, state: PollState, repo_id, visitor=None, request: gr.Request = None):
-    from memvir.hub import push
-
-    run = runs.get(state.run_id)
-    if run is None:
-        raise ValueError("there is no run to push: train one first")
-    if run.owner != visitor_key(visitor, request):
-        raise ValueError("only the visitor who started this run can push it")
-    if run.busy:
-        raise ValueError("the run is still training: stop it or let it finish, then push")
-    url = push(run.folder, (repo_id or "").strip())
-    return f"Pushed to {url}"
+        run = self.runs.get(state.run_id)
+        if run is None:
+            raise ValueError("there is no run to push: train one first")
+        if run.owner != visitor_key(visitor, request):
+            raise ValueError("only the visitor who started this run can push it")
+        if run.busy:
+            raise ValueError("the run is still training: stop it or let it finish, then push")
+        url = push(run.folder, (repo_id or "").strip())
+        return f"Pushed to {url}"
 
 
 def loss_scale_for(dataset, loss):
@@ -242,6 +245,7 @@ class TrainTab:
 
 def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, timer: gr.Timer) -> TrainTab:
     """The Train tab, inside the page's gr.Tabs, with its events; `timer` drives its live view."""
+    handlers = TrainHandlers(runs)
     with gr.Tab("Train", id="train"):
         state = gr.State(PollState())
         # The classes and #run-buttons place the status line and the loss chart under Start on a phone (page.css).
@@ -332,24 +336,24 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                   api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
     loss.input(loss_scale_for, [dataset, loss], [loss_scale], api_name="loss_scale", api_visibility="private",
                show_progress="hidden", queue=False)
-    start_button.click(bind(start, runs), [*settings, visitor], [state, notice], api_name="start")
-    stop_button.click(bind(stop, runs), [state, visitor], [notice], api_name="stop")
-    pause_button.click(bind(pause, runs), [state, visitor], [notice], api_name="pause")
-    resume_button.click(bind(resume, runs), [state, visitor], [notice], api_name="resume")
+    start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start")
+    stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop")
+    pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause")
+    resume_button.click(handlers.resume, [state, visitor], [notice], api_name="resume")
     # Resumed, the picture follows the run again (a scrub while paused had unticked it).
     resume_button.click(None, None, [views.follow], js="() => true")
     # The baseline's trainer takes seconds to build: say so at once, in the browser.
     baseline_button.click(None, None, [notice], js=f"() => {json.dumps(words.BASELINE_STARTING)}")
-    baseline_button.click(bind(compare, runs), [state, visitor], [notice], api_name="compare_baseline")
-    reset_button.click(bind(reset, runs), [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
-                                                              epochs, lr, seed, schedule, val_classes, store_dtype,
-                                                              reduction, class_lr, adam_eps, loss, loss_scale,
-                                                              views.focus_classes],
+    baseline_button.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline")
+    reset_button.click(handlers.reset, [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
+                                                          epochs, lr, seed, schedule, val_classes, store_dtype,
+                                                          reduction, class_lr, adam_eps, loss, loss_scale,
+                                                          views.focus_classes],
                        api_name="reset", api_visibility="private")
     # the answers beside the sliders and the classes box were about the run Reset leaves
     reset_button.click(None, None, [memvir_notice, views.classes_notice], js="() => ['', '']")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
-        slider.release(bind(update_memvir, runs), [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
+        slider.release(handlers.update_memvir, [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
                        api_name=name, show_progress="hidden")
-    push_button.click(bind(push_to_hub, runs), [state, repo_id, visitor], [push_note], api_name="push_to_hub")
+    push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub")
     return TrainTab(state, push_button, push_note)

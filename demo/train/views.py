@@ -1,7 +1,7 @@
 """The Train tab's right-hand side: the live views of the run shown (status, curves, the spread curves, the snapshot
 picture with its controls and the words beside it, the results table), their events, and the handlers that are
-theirs alone: the second poll (spread curves and results table, sent when the first poll's views key changes) and
-the choice of the few-class view's classes.
+theirs alone (`ViewsHandlers`, bound to the runs and the figures): the second poll (spread curves and results table,
+sent when the first poll's views key changes) and the choice of the few-class view's classes.
 
 The first poll, scrubbing and recolouring are demo.train.poll's; the controls on the left are demo.train.tab's.
 """
@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from demo.common.handlers import bind, reporting, visitor_key
+from demo.common.handlers import reporting, visitor_key
 from demo.common.inputs import whole_numbers
 from demo.common.shared_plot import SharedPlot
 from demo.common.shims import refuse_outside_choices
 from demo.runs.manager import RunManager
 from demo.train import live_view, neighbours, words
 from demo.train.live_view import FigureBuilder
-from demo.train.poll import PollState, poll, recolor, show_snapshot
+from demo.train.neighbours import NeighbourHandlers
+from demo.train.poll import PollHandlers, PollState
 from demo.train.results_table import results_markdown
 from memvir.config import MAX_FOCUS_CLASSES
 
@@ -37,33 +38,41 @@ class ViewsSent:
     results: str
 
 
-def poll_views(runs: RunManager, figures: FigureBuilder, state: PollState, sent: ViewsSent | None, visitor=None,
-               request: gr.Request = None):
-    """After each poll (which settles the run shown): the spread curves and the results table, when they changed."""
-    visitor = visitor_key(visitor, request)
-    run = runs.attach(visitor, state.run_id, after=state.after)
-    if run is None:
-        key, spread, results = None, live_view.empty_spread(), ""
-    else:
-        key, spread = figures.spread(run)
-        results = results_markdown(run, run.baseline)
-    wanted = ViewsSent(key, results)
-    if sent is not None and sent.key == key:
-        spread = (gr.skip(), gr.skip())
-    return wanted, *spread, results if sent is None or sent.results != results else gr.skip()
+class ViewsHandlers:
+    """The handlers that are the views' alone, bound to the runs (a `RunManager`) and the `FigureBuilder`: the second
+    poll and the choice of the few-class view's classes. `build` wires the bound methods; tests call them the same
+    way."""
 
+    def __init__(self, runs: RunManager, figures: FigureBuilder):
+        self.runs = runs
+        self.figures = figures
 
-@reporting(message_slot=0, outputs=1)
-def show_classes(runs: RunManager, state: PollState, focus_classes, visitor=None, request: gr.Request = None):
-    """Enter in the classes box: the running run draws these classes from its next snapshot on."""
-    visitor = visitor_key(visitor, request)
-    classes = whole_numbers(focus_classes, "classes", MAX_FOCUS_CLASSES)
-    run = runs.get(state.run_id)
-    if run is None or not run.training:
-        return "These classes are drawn from the first snapshot of the next run you start."
-    runs.show_classes(run.id, visitor, classes)
-    shown = ", ".join(map(str, classes)) if classes else "the run's own pick"
-    return f"Asked for classes {shown}: the next snapshot draws them."
+    def poll_views(self, state: PollState, sent: ViewsSent | None, visitor=None, request: gr.Request = None):
+        """After a poll (which settles the run shown): the spread curves and the results table, when they
+        changed."""
+        visitor = visitor_key(visitor, request)
+        run = self.runs.attach(visitor, state.run_id, after=state.after)
+        if run is None:
+            key, spread, results = None, live_view.empty_spread(), ""
+        else:
+            key, spread = self.figures.spread(run)
+            results = results_markdown(run, run.baseline)
+        wanted = ViewsSent(key, results)
+        if sent is not None and sent.key == key:
+            spread = (gr.skip(), gr.skip())
+        return wanted, *spread, results if sent is None or sent.results != results else gr.skip()
+
+    @reporting(message_slot=0, outputs=1)
+    def show_classes(self, state: PollState, focus_classes, visitor=None, request: gr.Request = None):
+        """Enter in the classes box: the running run draws these classes from its next snapshot on."""
+        visitor = visitor_key(visitor, request)
+        classes = whole_numbers(focus_classes, "classes", MAX_FOCUS_CLASSES)
+        run = self.runs.get(state.run_id)
+        if run is None or not run.training:
+            return "These classes are drawn from the first snapshot of the next run you start."
+        self.runs.show_classes(run.id, visitor, classes)
+        shown = ", ".join(map(str, classes)) if classes else "the run's own pick"
+        return f"Asked for classes {shown}: the next snapshot draws them."
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class Views:
 def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
           timer: gr.Timer) -> Views:
     """The views, inside the tab's right-hand column, with their events."""
+    live, handlers, clicks = PollHandlers(runs, figures), ViewsHandlers(runs, figures), NeighbourHandlers(runs)
     status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
     notice = gr.Markdown("", elem_id="notice")
     results = gr.Markdown("", elem_id="results-table")
@@ -129,30 +139,30 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
     # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
-    polled = timer.tick(bind(poll, runs, figures), [state, color_by, follow, visitor],
+    polled = timer.tick(live.poll, [state, color_by, follow, visitor],
                         [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption,
                          snapshot_step, timer, views_key], api_name="poll", show_progress="hidden", queue=False)
     # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
     polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its
     # snapshots), never while a page rests, rather than after every poll.
-    views_key.change(bind(poll_views, runs, figures), [state, views_sent, visitor],
+    views_key.change(handlers.poll_views, [state, views_sent, visitor],
                      [views_sent, drift_plot, spread_plot, results], api_name="poll_views", api_visibility="private",
                      show_progress="hidden", queue=False)
-    snapshot_step.release(bind(show_snapshot, runs), [state, snapshot_step, color_by],
+    snapshot_step.release(live.show_snapshot, [state, snapshot_step, color_by],
                           [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
                           api_visibility="private", show_progress="hidden")
     # A drag unticks "follow" at its first move, in the browser: otherwise a poll that brings a new snapshot moves the
     # thumb back to the newest step under the visitor's pointer, and the release shows the newest again.
     snapshot_step.input(None, None, [follow], js="() => false")
-    color_by.change(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
+    color_by.change(live.recolor, [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
                     api_name="color_snapshot", api_visibility="private", show_progress="hidden")
-    follow.input(bind(recolor, runs), [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
+    follow.input(live.recolor, [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
                  api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
-    show_picked.click(bind(neighbours.show_neighbours, runs), [state, picked_point, color_by],
+    show_picked.click(clicks.show_neighbours, [state, picked_point, color_by],
                       [state, neighbours_gallery, neighbours_caption, embedding_plot, follow, snapshot_step],
                       api_name="snapshot_neighbours", api_visibility="private", show_progress="hidden")
-    focus_classes.submit(bind(show_classes, runs), [state, focus_classes, visitor], [classes_notice],
+    focus_classes.submit(handlers.show_classes, [state, focus_classes, visitor], [classes_notice],
                          api_name="show_classes", api_visibility="private", show_progress="hidden")
     return Views(status, notice, follow, focus_classes, classes_notice)
 

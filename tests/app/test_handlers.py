@@ -13,18 +13,19 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 import torch
+from gradio.utils import get_type_hints as gradio_type_hints
 from PIL import Image
 
-from demo.common.handlers import bind
+from demo.common.handlers import reporting
 from demo.common.settings import AppSettings
-from demo.page import App, build_app, on_load
+from demo.page import App, PageHandlers, build_app
 from demo.retrieve import tab as retrieve_tab
 from demo.retrieve.service import RetrievalService
 from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
-from demo.train.poll import CurvesSent, EmbeddingSent, PollState, poll, recolor, show_snapshot
+from demo.train.poll import CurvesSent, EmbeddingSent, PollHandlers, PollState
 from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
 from memvir.events import SnapshotEvent, StatusEvent
@@ -99,8 +100,9 @@ def test_a_crowd_s_pages_poll_at_their_share_and_the_owner_s_every_second(tmp_pa
     runs.run = _live_run(tmp_path)
     states = {f"v{k}": PollState() for k in range(39)}
     answers = {}
+    live = PollHandlers(runs, figures)
     for visitor in states:  # all arrive within a second
-        states[visitor], status, *_, timer, _ = poll(runs, figures, states[visitor], "age", True, visitor=visitor)
+        states[visitor], status, *_, timer, _ = live.poll(states[visitor], "age", True, visitor=visitor)
         answers[visitor] = (status, timer)
     # the first four pages are few enough for a poll a second; from the fifth on, ceil(pages / 8) seconds
     assert [answers[f"v{k}"][1] for k in range(4)] == [SKIP] * 4
@@ -108,21 +110,23 @@ def test_a_crowd_s_pages_poll_at_their_share_and_the_owner_s_every_second(tmp_pa
     assert answers["v8"][1] == gr.update(value=2.0) and answers["v38"][1] == gr.update(value=5.0)
     assert "39 pages are watching this run: this one updates every 5 s" in answers["v38"][0]
     assert "pages are watching" not in answers["v0"][0]
-    owner_state, status, *_, timer, _ = poll(runs, figures, PollState(), "age", True, visitor="alice")
+    owner_state, status, *_, timer, _ = live.poll(PollState(), "age", True, visitor="alice")
     assert timer == SKIP and "pages are watching" not in status  # 40 pages, but alice owns the run
     # the same interval again: no timer sent
-    assert poll(runs, figures, states["v38"], "age", True, visitor="v38")[-2] == SKIP
+    assert live.poll(states["v38"], "age", True, visitor="v38")[-2] == SKIP
     # the crowd leaves (no poll for 13 s); one page left polls every second again
     now[0] += 13.0
-    _, status, *_, timer, _ = poll(runs, figures, states["v38"], "age", True, visitor="v38")
+    _, status, *_, timer, _ = live.poll(states["v38"], "age", True, visitor="v38")
     assert timer == gr.update(value=1.0) and "pages are watching" not in status
 
 
 def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     runs, figures = StandInRuns(), StandInFigures()
 
+    live = PollHandlers(runs, figures)
+
     # a fresh page, no run: the empty views once, then nothing new
-    state, status, *views, timer, key = poll(runs, figures, PollState(), "age", True, visitor="bob")
+    state, status, *views, timer, key = live.poll(PollState(), "age", True, visitor="bob")
     assert status.startswith("**Ready.**")
     assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
@@ -130,12 +134,12 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
     assert key == "no run"  # the page's second poll: the empty spread figures and no results table
     assert timer == SKIP  # one page, no crowd: its timer stays at a poll a second
-    again, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
+    again, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
     assert views == [SKIP] * 6 and again == state and key == SKIP
 
     # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
     runs.run = _live_run(tmp_path)
-    state, status, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, status, *views, timer, key = live.poll(state, "age", True, visitor="bob")
     assert status.startswith("**Training** · step 0 of 45")
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
@@ -144,11 +148,11 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
                               views=running)
     assert key == running
-    assert poll(runs, figures, state, "age", True, visitor="bob")[2:] == (SKIP,) * 8
+    assert live.poll(state, "age", True, visitor="bob")[2:] == (SKIP,) * 8
 
     # new records and the first snapshot: both views, the slider moved to the snapshot's step
     figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
-    state, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
     assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
                      "caption of step 30", gr.update(maximum=30, value=30)]
     assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
@@ -156,26 +160,26 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
 
     # a spread measure: the spread figures redrawn, and the page asks for them
     figures.spread_key = ("r1", 30)
-    state, _, *views, timer, key = poll(runs, figures, state, "age", True, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
     assert views == [SKIP] * 6 and key == repr((("r1", 30), ("r1", "running", None)))
 
     # another colouring is another picture; the curves are as they were
-    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
     assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
 
     # not following: only the slider's range, once per change to the run's snapshots
-    state, _, *views, timer, key = poll(runs, figures, state, "class", False, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "class", False, visitor="bob")
     assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
     assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
-    assert poll(runs, figures, state, "class", False, visitor="bob")[2:] == (SKIP,) * 8
+    assert live.poll(state, "class", False, visitor="bob")[2:] == (SKIP,) * 8
 
     # following again: the latest picture at once
-    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
     assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
 
     # the run forgotten: the empty views again
     runs.run = None
-    state, _, *views, timer, key = poll(runs, figures, state, "class", True, visitor="bob")
+    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
     assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
     assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
 
@@ -198,13 +202,14 @@ def test_scrubbing_shows_the_snapshot_at_that_step_and_stops_following(tmp_path)
         runs.run._on_event(_snapshot(step))
     state = PollState(run_id="r1")
 
-    state, figure, caption, follow = show_snapshot(runs, state, 25, "age")
+    live = PollHandlers(runs, figures=None)
+    state, figure, caption, follow = live.show_snapshot(state, 25, "age")
     assert (state.scrubbed_step, caption, follow) == (25, "Snapshot 2 of 3 kept · step 20 · PCA", False)
     assert len(figure.data) > 0
-    assert recolor(runs, state, False, "class")[1] == "Snapshot 2 of 3 kept · step 20 · PCA"
+    assert live.recolor(state, False, "class")[1] == "Snapshot 2 of 3 kept · step 20 · PCA"
     # following: the latest, whose UMAP the worker makes once the run rests
-    assert recolor(runs, state, True, "class")[1] == "Snapshot 3 of 3 kept · step 30 · PCA · UMAP on its way"
-    assert show_snapshot(runs, state, 30, "age")[3] is True  # at the last snapshot: following again
+    assert live.recolor(state, True, "class")[1] == "Snapshot 3 of 3 kept · step 30 · PCA · UMAP on its way"
+    assert live.show_snapshot(state, 30, "age")[3] is True  # at the last snapshot: following again
 
 
 # ---------------------------------------------------------------------------------------------- the Train tab
@@ -231,25 +236,28 @@ GOOD = ("glyphs-mini", "convnet", "norm-softmax", 32, 200, 1e-3, 0, 2, 2, 0.5, 1
 def test_start_refuses_bad_settings_with_a_message_and_starts_nothing(runs, position, value, message):
     settings = list(GOOD)
     settings[position] = value
+    train = train_tab.TrainHandlers(runs)
     with pytest.warns(UserWarning, match=re.escape(message)):  # gr.Warning outside a request
-        assert train_tab.start(runs, *settings, visitor="alice") == (SKIP, f"⚠️ {message}")
+        assert train.start(*settings, visitor="alice") == (SKIP, f"⚠️ {message}")
     assert runs.runs() == []
 
 
 def test_controls_without_a_run_say_what_to_do(runs):
     state = PollState()
+    train = train_tab.TrainHandlers(runs)
     with pytest.warns(UserWarning):
-        assert train_tab.stop(runs, state, visitor="alice") == "⚠️ there is no run to control: press Start first"
-        assert train_tab.push_to_hub(runs, state, "me/x", visitor="alice") == (
+        assert train.stop(state, visitor="alice") == "⚠️ there is no run to control: press Start first"
+        assert train.push_to_hub(state, "me/x", visitor="alice") == (
             "⚠️ there is no run to push: train one first")
-    assert train_tab.update_memvir(runs, state, 3, 2, 1.0, visitor="alice") == (
+    assert train.update_memvir(state, 3, 2, 1.0, visitor="alice") == (
         "The new MemVir settings apply when you press Start.")
     assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True))
 
 
 def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     before = time.time()
-    state, notice = train_tab.start(runs, *GOOD, memvir_schedule=None, memvir_store_dtype=None, visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    state, notice = train.start(*GOOD, memvir_schedule=None, memvir_store_dtype=None, visitor="alice")
     (run,) = runs.runs()
     assert (state, notice) == (PollState(run_id=run.id), f"Started run `{run.id}`")
     # unset choices take the library's defaults; the page's own departures from them apply
@@ -257,11 +265,11 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
         "curriculum", "float32", False)
     assert (run.owner, run.config.batch_size, run.config.epochs, run.config.snapshot_every) == ("alice", 32, 200, 10)
     with pytest.warns(UserWarning, match="another visitor's run is training"):
-        assert train_tab.start(runs, *GOOD, visitor="bob")[1].startswith("⚠️ another visitor's run is training")
+        assert train.start(*GOOD, visitor="bob")[1].startswith("⚠️ another visitor's run is training")
     with pytest.warns(UserWarning, match="this run was started by another visitor"):
-        assert train_tab.stop(runs, state, visitor="bob").startswith("⚠️ this run was started by another visitor")
+        assert train.stop(state, visitor="bob").startswith("⚠️ this run was started by another visitor")
 
-    reset_state, message, *values = train_tab.reset(runs, state, visitor="alice")
+    reset_state, message, *values = train.reset(state, visitor="alice")
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
     assert reset_state.run_id is None and reset_state.after >= before
     library = TrainConfig()
@@ -278,13 +286,14 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
 
 def test_a_page_opened_gets_a_visitor_key_and_the_checkpoints(runs, tmp_path):
     retrieval = RetrievalService(runs.settings)
-    visitor, state, push_button, note, checkpoints = on_load(runs, retrieval, visitor="")
+    page = PageHandlers(runs, retrieval)
+    visitor, state, push_button, note, checkpoints = page.load(visitor="")
     assert re.fullmatch(r"[0-9a-f]{32}", visitor) and state == PollState()
     assert checkpoints == gr.update(choices=[])
-    assert on_load(runs, retrieval, visitor="kept")[0] == "kept"
+    assert page.load(visitor="kept")[0] == "kept"
     # A page whose Start beat its load event: the load adopts the session's key, under which that run was started,
     # so the page owns its run (a fresh key here would make it "another visitor's" run, its Stop refused).
-    assert on_load(runs, retrieval, visitor="", request=SimpleNamespace(session_hash="abc123"))[0] == "abc123"
+    assert page.load(visitor="", request=SimpleNamespace(session_hash="abc123"))[0] == "abc123"
 
 
 # ---------------------------------------------------------------------------------------------- the Retrieve tab
@@ -307,7 +316,8 @@ def test_searches_from_the_retrieve_tab(retrieval, tmp_path):
     from memvir.data import load_dataset
 
     service, checkpoint = retrieval
-    about, tiles, picked = retrieve_tab.prepare(service, checkpoint, "test split")
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    about, tiles, picked = handlers.prepare(checkpoint, "test split")
     assert about.startswith("**Checkpoint** `tiny`: convnet, 16-d, trained on `glyphs-mini`.  \n**Gallery**: the "
                             "glyphs-mini test split, 288 images.")
     assert len(tiles) == 24 and picked["sample"][:3] == [0, 12, 24]
@@ -316,8 +326,8 @@ def test_searches_from_the_retrieve_tab(retrieval, tmp_path):
     query = tmp_path / "query.png"
     split.image(40).save(query)
     class_name = split.class_names[split.labels[40]]
-    about, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, class_name.split(" ")[0],
-                                                    str(query))
+    about, tiles, seen = handlers.search_upload(checkpoint, "test split", 3, class_name.split(" ")[0],
+                                                str(query))
     captions = _captions(tiles)
     assert captions[0] == f"#1 1.000 {class_name} same class"  # the query's own copy in the gallery, named in full
     assert len(captions) == 3 and isinstance(seen, Image.Image)
@@ -325,16 +335,16 @@ def test_searches_from_the_retrieve_tab(retrieval, tmp_path):
                           f"{sum(c.endswith(' same class') for c in captions)} of 3 share the query's class "
                           f"({class_name}).")
 
-    about, tiles, _ = retrieve_tab.search_gallery_item(service, checkpoint, "test split", 2, picked,
-                                                       evt=SimpleNamespace(index=1))
+    about, tiles, _ = handlers.search_gallery_item(checkpoint, "test split", 2, picked,
+                                                   evt=SimpleNamespace(index=1))
     assert len(_captions(tiles)) == 2 and "share the query's class" in about
 
 
 @pytest.mark.parametrize(("handler", "arguments", "message"), [
-    (retrieve_tab.prepare, ("", "test split"), "choose a checkpoint, or type a Hub repo id such as owner/name"),
-    (retrieve_tab.search_upload, (None, "test split", 3, "", None), "upload a query image first"),
-    (retrieve_tab.search_drawing, (None, "test split", 3, "", None), "draw a character on the sketchpad first"),
-    (retrieve_tab.search_gallery_item, (None, "test split", 3, {"sample": [0], "gallery": "another"}),
+    ("prepare", ("", "test split"), "choose a checkpoint, or type a Hub repo id such as owner/name"),
+    ("search_upload", (None, "test split", 3, "", None), "upload a query image first"),
+    ("search_drawing", (None, "test split", 3, "", None), "draw a character on the sketchpad first"),
+    ("search_gallery_item", (None, "test split", 3, {"sample": [0], "gallery": "another"}),
      "the gallery changed: press Load again, then pick an image"),
 ])
 def test_retrieve_tab_refusals(retrieval, handler, arguments, message):
@@ -342,18 +352,36 @@ def test_retrieve_tab_refusals(retrieval, handler, arguments, message):
     arguments = tuple(checkpoint if argument is None and index == 0 else argument
                       for index, argument in enumerate(arguments))
     with pytest.warns(UserWarning):
-        assert handler(service, *arguments)[0] == f"⚠️ {message}"
+        assert getattr(retrieve_tab.RetrieveHandlers(service), handler)(*arguments)[0] == f"⚠️ {message}"
 
 
 # ---------------------------------------------------------------------------------------------- the page
-def test_bind_fixes_the_context_and_keeps_what_gradio_reads():
-    def handler(context, value, visitor=None, request: gr.Request = None):
-        return context, value, visitor
+class _Pusher:
+    """A handler class as the page's are: its context an attribute, its handler a method `reporting` decorates."""
 
-    bound = bind(handler, "the context")
-    assert list(inspect.signature(bound).parameters) == ["value", "visitor", "request"]
-    assert typing.get_type_hints(bound)["request"] is gr.Request  # how Gradio knows to pass the request
-    assert bound(1, visitor="v") == ("the context", 1, "v")
+    def __init__(self, hub):
+        self.hub = hub
+
+    @reporting(message_slot=0, outputs=2)
+    def push(self, repo_id, visitor=None, request: gr.Request = None):
+        return f"pushed {repo_id} to {self.hub}", visitor
+
+
+def test_a_methods_texts_are_checked_under_their_own_names_self_aside():
+    """`self` is a method's first parameter and its first argument: the texts passed after it, by position or by
+    name, are still paired with their own parameters, and what Gradio reads of the bound method leaves it out."""
+    handlers = _Pusher("the hub")
+    assert handlers.push("me/x", "v") == ("pushed me/x to the hub", "v")
+    with pytest.warns(UserWarning, match="the repo id is 1,001 characters long"):
+        assert handlers.push("x" * 1001, "v") == ("⚠️ the repo id is 1,001 characters long; at most 1,000 are "
+                                                  "accepted: shorten it", SKIP)
+    with pytest.warns(UserWarning, match=re.escape("the page's visitor key (reload the page for a new one) holds a "
+                                                   "control character (U+0000)")):
+        handlers.push("me/x", "\x00")
+    with pytest.warns(UserWarning, match="the repo id holds a control character"):
+        handlers.push(repo_id="\x00")
+    assert list(inspect.signature(handlers.push).parameters) == ["repo_id", "visitor", "request"]
+    assert gradio_type_hints(handlers.push)["request"] is gr.Request  # how Gradio knows to pass the request
 
 
 # The page's public API, what a client calls, and the parameters it sends, as gradio_client names them; the README

@@ -62,7 +62,8 @@ def _query(tmp_path, index=40) -> tuple[Path, str]:
 def test_every_caption_names_rank_class_similarity_and_mark_in_full(tiny, tmp_path):
     service, checkpoint = tiny
     query, class_name = _query(tmp_path)
-    _, tiles, _ = retrieve_tab.search_upload(service, checkpoint, "test split", 6, class_name.split(" ")[0], str(query))
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    _, tiles, _ = handlers.search_upload(checkpoint, "test split", 6, class_name.split(" ")[0], str(query))
     captions = _captions(tiles)
     assert len(captions) == 6 and captions[0] == f"#1 1.000 {class_name} same class"
     assert all(re.fullmatch(r"#[1-6] -?\d\.\d{3} \S+ U\+[0-9A-F]{4,6} (same|other) class", text) for text in captions)
@@ -70,7 +71,7 @@ def test_every_caption_names_rank_class_similarity_and_mark_in_full(tiny, tmp_pa
     assert tiles.count('class="hit-mark same">same class<') == tiles.count('class="result-tile same"') >= 1
     assert "✅" not in tiles and "❌" not in tiles
 
-    _, unmarked, _ = retrieve_tab.search_upload(service, checkpoint, "test split", 2, "", str(query))
+    _, unmarked, _ = handlers.search_upload(checkpoint, "test split", 2, "", str(query))
     assert _captions(unmarked)[0] == f"#1 1.000 {class_name}" and "hit-mark" not in unmarked
 
 
@@ -93,15 +94,16 @@ def test_tiles_escape_class_names_and_carry_their_images():
 def test_a_refused_query_clears_the_previous_results(tiny, tmp_path):
     service, checkpoint = tiny
     query, class_name = _query(tmp_path)
-    _, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, "", str(query))
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    _, tiles, seen = handlers.search_upload(checkpoint, "test split", 3, "", str(query))
     assert len(_captions(tiles)) == 3 and seen is not None
     with pytest.warns(UserWarning):
-        about, tiles, seen = retrieve_tab.search_upload(service, checkpoint, "test split", 3, "Ж", str(query))
+        about, tiles, seen = handlers.search_upload(checkpoint, "test split", 3, "Ж", str(query))
     assert about.startswith("⚠️ the gallery has no class 'Ж'") and (tiles, seen) == ("", None)
     with pytest.warns(UserWarning):
-        assert retrieve_tab.search_drawing(service, checkpoint, "test split", 3, "", None)[1:] == ("", None)
+        assert handlers.search_drawing(checkpoint, "test split", 3, "", None)[1:] == ("", None)
     with pytest.warns(UserWarning):
-        about, sample, picked = retrieve_tab.prepare(service, "not a repo id!", "test split")
+        about, sample, picked = handlers.prepare("not a repo id!", "test split")
     assert about.startswith("⚠️ the checkpoint typed is neither") and (sample, picked) == ([], None)
 
 
@@ -111,9 +113,10 @@ def test_the_blank_sheet_the_sketchpad_starts_with_is_refused_as_an_empty_drawin
     retrieve_tab.PAPER["background"].save(paper)
     assert retrieve_tab.PAPER["background"].size == (retrieve_tab.SKETCH_SIZE,) * 2
     # What the page sends for an untouched sheet (demo.retrieve.sketchpad passes the parts as files).
+    handlers = retrieve_tab.RetrieveHandlers(service)
     with pytest.warns(UserWarning):
-        about, tiles, _ = retrieve_tab.search_drawing(service, checkpoint, "test split", 3, "",
-                                                      {"background": str(paper), "layers": [], "composite": str(paper)})
+        about, tiles, _ = handlers.search_drawing(checkpoint, "test split", 3, "",
+                                                  {"background": str(paper), "layers": [], "composite": str(paper)})
     assert about == "⚠️ the drawing is empty: draw a character on the sketchpad first" and tiles == ""
 
 
@@ -135,7 +138,8 @@ def test_the_tab_starts_on_the_bundled_memvir_checkpoint_with_an_example_class_i
 
 def test_the_query_class_example_follows_the_gallery_chosen(tiny, tmp_path):
     service, checkpoint = tiny
-    placeholder, class_list = retrieve_tab.query_class_hint(service, checkpoint, "test split")
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    placeholder, class_list = handlers.query_class_hint(checkpoint, "test split")
     assert placeholder == gr.update(placeholder="e.g. z")
     mini = load_dataset("glyphs-mini").test
     assert class_list == gr.update(choices=[(name, name.split(" ")[0]) for name in mini.class_names], value=None)
@@ -204,7 +208,8 @@ def test_a_runs_first_search_builds_its_index_in_the_background_and_finds(tmp_pa
     assert service.indexing_progress(str(run)) is None
     query, class_name = _query(tmp_path)
     bar = _Bar()
-    _, tiles, _ = retrieve_tab.search_upload(service, str(run), "test split", 3, class_name, str(query), progress=bar)
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    _, tiles, _ = handlers.search_upload(str(run), "test split", 3, class_name, str(query), progress=bar)
     assert _captions(tiles)[0] == f"#1 1.000 {class_name} same class"
     assert service.indexing_progress(str(run)) == 1.0 and (run / "gallery").is_dir()  # kept beside the run
 
@@ -212,13 +217,14 @@ def test_a_runs_first_search_builds_its_index_in_the_background_and_finds(tmp_pa
 # ---------------------------------------------------------------------------------------------- download
 def test_a_checkpoint_downloads_as_a_zip_and_a_refusal_hides_the_old_one(tiny, tmp_path):
     service, checkpoint = tiny
-    note, offered = retrieve_tab.download_checkpoint(service, checkpoint)
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    note, offered = handlers.download_checkpoint(checkpoint)
     assert note.startswith("`tiny.zip`: unzip it") and Path(offered).name == "tiny.zip"
     with zipfile.ZipFile(offered) as archive:
         archive.extractall(tmp_path / "unzipped")
     assert EmbeddingModel.from_pretrained(tmp_path / "unzipped" / "tiny").config["dataset"] == "glyphs-mini"
     with pytest.warns(UserWarning):
-        note, offered = retrieve_tab.download_checkpoint(service, "/etc")
+        note, offered = handlers.download_checkpoint("/etc")
     assert note.startswith("⚠️ the checkpoint typed is neither") and offered is None
 
 
@@ -276,8 +282,9 @@ def test_a_class_the_gallery_lacks_is_refused_with_where_its_classes_are_listed(
 
 def test_an_unreachable_hub_is_said_in_the_visitor_s_words_in_one_toast(tiny):
     service, _ = tiny
+    handlers = retrieve_tab.RetrieveHandlers(service)
     with pytest.warns(UserWarning) as toasts:
-        about, sample, picked = retrieve_tab.prepare(service, "someone/some-model", "test split")
+        about, sample, picked = handlers.prepare("someone/some-model", "test split")
     assert [str(toast.message) for toast in toasts] == [
         "'someone/some-model' is not on this server and the Hub cannot be reached from this server; pick a "
         "bundled checkpoint (or one of this app's runs)"]
@@ -288,7 +295,8 @@ def test_an_unreachable_hub_is_said_in_the_visitor_s_words_in_one_toast(tiny):
 
 def test_pick_images_are_captioned_as_typed_and_shown_whole(tiny, tmp_path):
     service, checkpoint = tiny
-    _, tiles, picked = retrieve_tab.prepare(service, checkpoint, "test split")
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    _, tiles, picked = handlers.prepare(checkpoint, "test split")
     mini = load_dataset("glyphs-mini").test
     assert [caption for _, caption in tiles] == [mini.class_names[mini.labels[item]].split(" ")[0]
                                                  for item in picked["sample"]]

@@ -88,7 +88,8 @@ def test_the_saved_figures_are_read_not_computed(saved, computed):
     threshold = pairs.threshold_at_fmr(0.01).threshold
     assert last_refused < threshold and threshold == pytest.approx(last_refused, abs=1e-6)
     # The views draw from them as from computed ones.
-    _, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
+    handlers = tab.RetrieveHandlers(service)
+    _, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
     assert rows.count('class="hard-row"') > 0
     assert computed == []
 
@@ -97,8 +98,9 @@ def test_warming_up_computes_nothing_the_checkpoints_saved(saved, computed):
     service, folders = saved
     service.warm_up().join(120)
     assert computed == []
-    tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
-    tab.show_threshold(service, folders["memvir"], tab.TEST_SPLIT)
+    handlers = tab.RetrieveHandlers(service)
+    handlers.show_per_class(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
+    handlers.show_threshold(folders["memvir"], tab.TEST_SPLIT)
     assert computed == []
 
 

@@ -110,8 +110,9 @@ def test_side_by_side_shows_each_checkpoints_figures_for_an_uploaded_query(two, 
     query_path = tmp_path / "query.png"
     split.image(40).save(query_path)
     class_name = split.class_names[split.labels[40]]
-    summary, columns, shown = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
-                                                 class_name.split(" ")[0], str(query_path))
+    handlers = tab.RetrieveHandlers(service)
+    summary, columns, shown = handlers.compare_upload(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
+                                                      class_name.split(" ")[0], str(query_path))
     figures = _shown_figures(summary)
     assert set(figures) == {"memvir", "baseline"}
     for name in ("memvir", "baseline"):
@@ -139,8 +140,9 @@ def test_side_by_side_honours_the_similarity_cut_off(two, tmp_path):
     vectors, _ = reference_embeddings(service, folders["memvir"])
     scores = np.sort(vectors @ (query.astype(np.float64) / np.linalg.norm(query)))[::-1]
     cut = float((scores[2] + scores[3]) / 2)
-    summary, columns, _ = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
-                                             class_name, str(query_path), cutoff=str(cut))
+    handlers = tab.RetrieveHandlers(service)
+    summary, columns, _ = handlers.compare_upload(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 6,
+                                                  class_name, str(query_path), cutoff=str(cut))
     first_column = columns.split('class="side-column"')[1]
     marks = [alt.endswith("below the cut-off") for alt in re.findall(r'alt="([^"]*)"', first_column)[:6]]
     assert marks == [False] * 3 + [True] * 3
@@ -154,15 +156,16 @@ def test_side_by_side_refuses_a_missing_or_repeated_checkpoint(two, tmp_path, se
     service, folders = two
     query_path = tmp_path / "query.png"
     load_dataset("glyphs-mini").test.image(3).save(query_path)
-    summary, columns, _ = tab.compare_upload(service, folders["memvir"],
-                                             folders["memvir"] if second is None else second, tab.TEST_SPLIT, 4, "",
-                                             str(query_path))
+    handlers = tab.RetrieveHandlers(service)
+    summary, columns, _ = handlers.compare_upload(folders["memvir"], folders["memvir"] if second is None else second,
+                                                  tab.TEST_SPLIT, 4, "", str(query_path))
     assert message in summary and columns == ""
 
 
 def test_the_hardest_queries_are_the_brute_force_worst(two):
     service, folders = two
-    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
+    handlers = tab.RetrieveHandlers(service)
+    summary, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
     vectors, labels = reference_embeddings(service, folders["memvir"])
     expected = reference_all(vectors, labels)
     worst = sorted(range(len(labels)), key=lambda i: (expected[i, 0], -expected[i, 1], i))[:8]
@@ -175,7 +178,8 @@ def test_the_hardest_queries_are_the_brute_force_worst(two):
 
 def test_where_two_checkpoints_differ_both_ways(two):
     service, folders = two
-    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
+    handlers = tab.RetrieveHandlers(service)
+    summary, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
     first = reference_all(*reference_embeddings(service, folders["memvir"]))[:, 0]
     second = reference_all(*reference_embeddings(service, folders["baseline"]))[:, 0]
     difference = first - second
@@ -188,8 +192,9 @@ def test_where_two_checkpoints_differ_both_ways(two):
 
 def test_the_per_class_table_against_grouped_brute_force_and_its_csv(two):
     service, folders = two
-    summary, frame, confused, csv_path = tab.show_per_class(service, folders["memvir"], folders["baseline"],
-                                                            tab.TEST_SPLIT, True)
+    handlers = tab.RetrieveHandlers(service)
+    summary, frame, confused, csv_path = handlers.show_per_class(folders["memvir"], folders["baseline"],
+                                                                 tab.TEST_SPLIT, True)
     split = load_dataset("glyphs-mini").test
     for letter, name in (("A", "memvir"), ("B", "baseline")):
         vectors, labels = reference_embeddings(service, folders[name])
@@ -225,15 +230,17 @@ def test_side_by_side_without_the_query_class_marks_nothing_and_says_what_to_nam
     service, folders = two
     query_path = tmp_path / "query.png"
     load_dataset("glyphs-mini").test.image(7).save(query_path)
-    summary, columns, _ = tab.compare_upload(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 5, "",
-                                             str(query_path))
+    handlers = tab.RetrieveHandlers(service)
+    summary, columns, _ = handlers.compare_upload(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 5, "",
+                                                  str(query_path))
     assert "Name the query's class" in summary and "AP@R" not in columns
     assert columns.count('class="result-tile"') == 10  # five a checkpoint, unmarked
 
 
 def test_an_order_the_hardest_view_does_not_know_is_refused(two):
     service, folders = two
-    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "recall")
+    handlers = tab.RetrieveHandlers(service)
+    summary, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "recall")
     assert "order the hardest queries by lowest AP@R or by latest first correct" in summary and rows == ""
 
 
@@ -254,27 +261,28 @@ def test_a_clicked_gallery_item_is_ranked_without_itself(two):
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda service, folders: tab.show_per_class(service, folders["memvir"], "\ud800", tab.TEST_SPLIT, True),
+    (lambda handlers, folders: handlers.show_per_class(folders["memvir"], "\ud800", tab.TEST_SPLIT, True),
      "the second checkpoint holds a broken character"),
-    (lambda service, folders: tab.show_hardest(service, folders["memvir"], "x" * 2000, tab.TEST_SPLIT, "map@r", True),
+    (lambda handlers, folders: handlers.show_hardest(folders["memvir"], "x" * 2000, tab.TEST_SPLIT, "map@r", True),
      "the second checkpoint is 2,000 characters long"),
-    (lambda service, folders: tab.show_per_class(service, folders["memvir"], "/etc", tab.TEST_SPLIT, True),
+    (lambda handlers, folders: handlers.show_per_class(folders["memvir"], "/etc", tab.TEST_SPLIT, True),
      "neither an existing folder nor a Hub repo id this app may load"),
 ])
 def test_hostile_second_checkpoints_are_refused_in_words(two, call, message):
     service, folders = two
-    answer = call(service, folders)
+    answer = call(tab.RetrieveHandlers(service), folders)
     assert answer[0].startswith("⚠️") and message in answer[0] and "/etc" not in answer[0], answer[0]
     assert all(value is None or value == "" for value in answer[1:])
 
 
 def test_a_clicked_sample_image_side_by_side_is_ranked_without_itself(two):
     service, folders = two
-    _, _, picked = tab.prepare(service, folders["memvir"], tab.TEST_SPLIT)
+    handlers = tab.RetrieveHandlers(service)
+    _, _, picked = handlers.prepare(folders["memvir"], tab.TEST_SPLIT)
     position = 3
     item = picked["sample"][position]
-    summary, columns, _ = tab.compare_gallery_item(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT,
-                                                   4, picked, position)
+    summary, columns, _ = handlers.compare_gallery_item(folders["memvir"], folders["baseline"], tab.TEST_SPLIT,
+                                                        4, picked, position)
     figures = _shown_figures(summary)
     for name in ("memvir", "baseline"):
         checkpoint = service.load_checkpoint(folders[name])
@@ -285,8 +293,8 @@ def test_a_clicked_sample_image_side_by_side_is_ranked_without_itself(two):
                                                                    labels[item], exclude=item)
         assert figures[name] == (round(average_precision, 3), first_correct)
         assert f"{same} of its class in the gallery" in summary
-    unclicked = tab.compare_gallery_item(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 4, picked,
-                                         None)
+    unclicked = handlers.compare_gallery_item(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, 4, picked,
+                                              None)
     assert "click an image of the Pick tab first" in unclicked[0]
 
 
@@ -318,8 +326,9 @@ def test_an_uploaded_zip_of_class_folders_gets_the_views_too(two, tmp_path):
             image_path = tmp_path / f"{item}.png"
             split.image(item).save(image_path)
             handle.write(image_path, f"folder {item % 3}/{item}.png")
-    summary, frame, confused, _ = tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.UPLOADED,
-                                                     False, [str(archive)])
+    handlers = tab.RetrieveHandlers(service)
+    summary, frame, confused, _ = handlers.show_per_class(folders["memvir"], folders["baseline"], tab.UPLOADED,
+                                                          False, [str(archive)])
     assert sorted(frame["class"]) == ["folder 0", "folder 1", "folder 2"] and frame["queries"].tolist() == [10] * 3
     checkpoint = service.load_checkpoint(folders["memvir"])
     gallery = service.uploaded_gallery([str(archive)])
@@ -327,8 +336,8 @@ def test_an_uploaded_zip_of_class_folders_gets_the_views_too(two, tmp_path):
     expected = retrieval_metrics(vectors, np.asarray(gallery.labels), backend="torch")
     ranked = service.rankings(checkpoint, gallery)
     assert ranked.average_precision.mean() == pytest.approx(expected["map@r"], abs=1e-12)
-    _, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.UPLOADED, "map@r", False,
-                               [str(archive)])
+    _, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.UPLOADED, "map@r", False,
+                                    [str(archive)])
     assert rows.count('class="hard-row"') == 8
 
 
@@ -345,8 +354,9 @@ def test_warming_up_ranks_the_default_pair_so_the_views_rank_nothing(two, monkey
                                            umap=False))
     service.warm_up().join(120)
     assert ranked == [(288, 16), (288, 16)]  # the MemVir checkpoint and its baseline
-    tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
-    tab.show_per_class(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
+    handlers = tab.RetrieveHandlers(service)
+    handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r", True)
+    handlers.show_per_class(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, True)
     assert len(ranked) == 2
 
 
@@ -366,7 +376,8 @@ def test_a_clicked_result_searches_with_that_gallery_image_without_itself(two):
     item = 100
     checkpoint = service.load_checkpoint(choice)
     gallery = service.test_split_gallery(checkpoint)
-    _, first_tiles, _ = tab.search_result_tile(service, choice, tab.TEST_SPLIT, 5, _tile_clicks(
+    handlers = tab.RetrieveHandlers(service)
+    _, first_tiles, _ = handlers.search_result_tile(choice, tab.TEST_SPLIT, 5, _tile_clicks(
         tab.tiles_html([Tile(gallery.image(item), 1, 1.0, None, None, clickable=(gallery.key, item))]))[0])
     query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0].numpy()
     vectors, labels = reference_embeddings(service, choice)
@@ -390,9 +401,10 @@ def test_a_clicked_result_searches_with_that_gallery_image_without_itself(two):
 def test_a_click_that_names_no_result_of_the_gallery_chosen_is_refused_in_words(two, picked, message):
     service, folders = two
     gallery = service.test_split_gallery(service.load_checkpoint(folders["baseline"]))
+    handlers = tab.RetrieveHandlers(service)
     with pytest.warns(UserWarning):
-        about, tiles, _ = tab.search_result_tile(service, folders["baseline"], tab.TEST_SPLIT, 5,
-                                                 picked.replace("GALLERY", gallery.key))
+        about, tiles, _ = handlers.search_result_tile(folders["baseline"], tab.TEST_SPLIT, 5,
+                                                      picked.replace("GALLERY", gallery.key))
     assert about.startswith("⚠️ ") and message in about and tiles == ""
 
 
@@ -408,12 +420,13 @@ def test_the_hardest_view_dims_the_hits_below_the_cut_off_as_the_search_does(two
     # the first place where the similarity drops (the sign vectors tie in steps): the cut-off goes there
     kept = next(j for j in range(1, len(order)) if similarity[order[j - 1]] > similarity[order[j]])
     cut = (similarity[order[kept - 1]] + similarity[order[kept]]) / 2
-    summary, rows = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r",
-                                     cutoff=f"{cut:.6f}")
+    handlers = tab.RetrieveHandlers(service)
+    summary, rows = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r",
+                                          cutoff=f"{cut:.6f}")
     first_row = rows.split('<div class="hard-row">')[1]
     shown = first_row.split('<div class="hard-tiles">')[1].split("</div>")[0]
     dimmed = ["below-cutoff" in tile for tile in shown.split("<figure")[1:]]
     assert dimmed == [False] * kept + [True] * (tab.RANKED_K - kept)
     assert f"those below the cut-off {float(f'{cut:.6f}'):.4f} dimmed" in summary
-    _, plain = tab.show_hardest(service, folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
+    _, plain = handlers.show_hardest(folders["memvir"], folders["baseline"], tab.TEST_SPLIT, "map@r")
     assert "below-cutoff" not in plain

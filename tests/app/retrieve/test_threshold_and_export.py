@@ -68,8 +68,9 @@ def reference_point(same, other, fmr):
 def test_the_threshold_view_shows_the_brute_force_fnmr_at_each_fmr(served):
     service, choice, vectors, labels = served
     same, other = reference_pairs(vectors, labels)
+    handlers = tab.RetrieveHandlers(service)
     for fmr in (0.001, 0.01, 0.1):
-        summary, figure = tab.show_threshold(service, choice, tab.TEST_SPLIT, fmr)
+        summary, figure = handlers.show_threshold(choice, tab.TEST_SPLIT, fmr)
         expected, false_matches, false_non_matches = reference_point(same, other, fmr)
         shown = re.search(r"\*\*FNMR at FMR ([0-9.e-]+): ([0-9.]+)\*\*.*?: ([0-9,]+) of its ([0-9,]+) same-class "
                           r"pairs fall below the threshold, cosine ([0-9.-]+), which ([0-9,]+) of its ([0-9,]+) "
@@ -100,10 +101,11 @@ def test_pair_cosines_are_computed_once_per_gallery_index(served):
 def test_the_cut_off_s_figures_and_the_threshold_as_cut_off(served):
     service, choice, vectors, labels = served
     same, other = reference_pairs(vectors, labels)
-    note, cutoff = tab.threshold_as_cutoff(service, choice, tab.TEST_SPLIT, 0.01)
+    handlers = tab.RetrieveHandlers(service)
+    note, cutoff = handlers.threshold_as_cutoff(choice, tab.TEST_SPLIT, 0.01)
     expected, false_matches, false_non_matches = reference_point(same, other, 0.01)
     assert float(cutoff) == expected and "Cut-off set to" in note
-    summary, _ = tab.show_threshold(service, choice, tab.TEST_SPLIT, 0.01, 0.5)
+    summary, _ = handlers.show_threshold(choice, tab.TEST_SPLIT, 0.01, 0.5)
     at = re.search(r"\*\*At the cut-off 0.5000\*\*: FMR ([0-9.]+) \(([0-9,]+) of ([0-9,]+) pairs\) · FNMR ([0-9.]+) "
                    r"\(([0-9,]+) of ([0-9,]+) pairs\)", summary)
     assert at, summary
@@ -113,7 +115,7 @@ def test_the_cut_off_s_figures_and_the_threshold_as_cut_off(served):
     assert int(at[5].replace(",", "")) == int((same < 0.5).sum())
     # Below the threshold at the highest FMR offered, the other-class pairs are counted only by bin.
     assert (other >= 0.25).mean() > 0.1
-    summary, _ = tab.show_threshold(service, choice, tab.TEST_SPLIT, 0.01, 0.25)
+    summary, _ = handlers.show_threshold(choice, tab.TEST_SPLIT, 0.01, 0.25)
     assert "**At the cut-off 0.2500**: FMR above 0.1 (more false matches than this view counts one by one)" in summary
     assert f"FNMR {(same < 0.25).mean():.4f} ({int((same < 0.25).sum()):,} of {len(same):,} pairs)" in summary
 
@@ -131,14 +133,15 @@ def test_result_tiles_below_the_cut_off_are_dimmed_at_their_ranks(served):
     cut = float((scores[order[3]] + scores[order[4]]) / 2)  # between the 4th and 5th hit: four stay bright
     picked = {"sample": [item], "gallery": gallery.key}
     event = type("Select", (), {"index": 0})()
-    about, tiles, _ = tab.search_gallery_item(service, choice, tab.TEST_SPLIT, 8, picked, cutoff=cut, evt=event)
+    handlers = tab.RetrieveHandlers(service)
+    about, tiles, _ = handlers.search_gallery_item(choice, tab.TEST_SPLIT, 8, picked, cutoff=cut, evt=event)
     alts = [html.unescape(alt) for alt in re.findall(r'alt="([^"]*)"', tiles)]
     assert [alt.split(" ")[0] for alt in alts] == [f"#{rank}" for rank in range(1, 9)]  # every hit, in rank order
     assert [alt.endswith("below the cut-off") for alt in alts] == [False] * 4 + [True] * 4
     assert tiles.count("<figure") == 8
     assert len(re.findall(r'<figure class="result-tile[^"]* below-cutoff" style="opacity', tiles)) == 4
     assert f"4 of 8 below the cut-off {cut:.4f}, dimmed" in about
-    _, plain, _ = tab.search_gallery_item(service, choice, tab.TEST_SPLIT, 8, picked, evt=event)
+    _, plain, _ = handlers.search_gallery_item(choice, tab.TEST_SPLIT, 8, picked, evt=event)
     assert "below the cut-off" not in plain
 
 
@@ -152,14 +155,14 @@ def test_a_tile_at_the_cut_off_itself_is_kept():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda s, c: tab.show_threshold(s, c, tab.TEST_SPLIT, 0.5), "choose a false match rate of 0.001, 0.01, 0.1"),
-    (lambda s, c: tab.show_threshold(s, c, tab.TEST_SPLIT, 0.01, "2"), "cut-off must be a cosine from -1 to 1"),
-    (lambda s, c: tab.threshold_as_cutoff(s, c, tab.TEST_SPLIT, "x"), "choose a false match rate"),
+    (lambda h, c: h.show_threshold(c, tab.TEST_SPLIT, 0.5), "choose a false match rate of 0.001, 0.01, 0.1"),
+    (lambda h, c: h.show_threshold(c, tab.TEST_SPLIT, 0.01, "2"), "cut-off must be a cosine from -1 to 1"),
+    (lambda h, c: h.threshold_as_cutoff(c, tab.TEST_SPLIT, "x"), "choose a false match rate"),
 ])
 def test_bad_input_is_a_message(served, call, words):
     service, choice, _, _ = served
     with pytest.warns(UserWarning):
-        message = call(service, choice)[0]
+        message = call(tab.RetrieveHandlers(service), choice)[0]
     assert message.startswith("⚠️") and words in message
 
 
@@ -179,7 +182,8 @@ def test_an_unlabelled_gallery_has_no_pairs_to_tell_apart(served, tmp_path):
 
 def test_the_export_holds_the_gallery_s_embeddings_labels_and_thumbnails(served, tmp_path):
     service, choice, vectors, labels = served
-    note, zip_box, npz_box = tab.export_gallery(service, choice, tab.TEST_SPLIT)
+    handlers = tab.RetrieveHandlers(service)
+    note, zip_box, npz_box = handlers.export_gallery(choice, tab.TEST_SPLIT)
     assert zip_box["visible"] and npz_box["visible"]  # shown once they hold a file
     zip_path, npz_path = zip_box["value"], npz_box["value"]
     class_names = load_dataset("glyphs-mini").test.class_names
@@ -199,7 +203,7 @@ def test_the_export_holds_the_gallery_s_embeddings_labels_and_thumbnails(served,
     assert Image.open(tmp_path / "sprite.png").size == (side * 32, side * 32)
     assert re.findall(r"single_image_dim: (\d+)", files["projector_config.pbtxt"].decode()) == ["32", "32"]
     assert Path(zip_path).name in note and Path(npz_path).name in note
-    again = tab.export_gallery(service, choice, tab.TEST_SPLIT)
+    again = handlers.export_gallery(choice, tab.TEST_SPLIT)
     assert (again[1]["value"], again[2]["value"]) == (zip_path, npz_path)  # written once, then offered again
 
 

@@ -14,8 +14,9 @@ BASELINE_WORDS = "**Baseline** (the same settings with N = 0: no virtual classes
 
 
 def _start(runs, snapshot_every, eval_every, focus_classes):
-    state, notice = train_tab.start(runs, *SETTINGS, snapshot_every, eval_every, focus_classes=focus_classes,
-                                    visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    state, notice = train.start(*SETTINGS, snapshot_every, eval_every, focus_classes=focus_classes,
+                                visitor="alice")
     assert notice.startswith("Started run"), notice
     run = runs.get(state.run_id)
     run.join(120)
@@ -29,7 +30,8 @@ def _baseline_folders(runs):
 
 def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status_says_what_it_is(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="1, 2")
-    notice = train_tab.compare(runs, state, visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    notice = train.compare(state, visitor="alice")
     assert notice.startswith("Baseline (N = 0) started: it trains now, on its own")
     run.baseline.join(120)
     assert run.baseline.state == "finished"
@@ -44,7 +46,7 @@ def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status
 
     # the same settings but for what the page draws: other classes shown, other snapshot and evaluation cadences
     state, second = _start(runs, snapshot_every=5, eval_every=2, focus_classes="3, 4, 5")
-    notice = train_tab.compare(runs, state, visitor="alice")
+    notice = train.compare(state, visitor="alice")
     assert notice.startswith(f"Baseline (N = 0): a finished run of these settings, `{trained[0]}`, loaded rather "
                              "than trained again; it appears in grey on the curves. It was trained with"), notice
     assert second.baseline.folder.name == trained[0] and not second.baseline.training
@@ -56,11 +58,12 @@ def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status
 
 def test_a_baseline_of_other_settings_is_not_reused(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="")
-    train_tab.compare(runs, state, visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    train.compare(state, visitor="alice")
     run.baseline.join(120)
     other = (*SETTINGS[:6], 1, *SETTINGS[7:])  # seed 1: another baseline
-    state, notice = train_tab.start(runs, *other, 3, 1, visitor="alice")
+    state, notice = train.start(*other, 3, 1, visitor="alice")
     runs.get(state.run_id).join(120)
-    assert train_tab.compare(runs, state, visitor="alice").startswith("Baseline (N = 0) started")
+    assert train.compare(state, visitor="alice").startswith("Baseline (N = 0) started")
     runs.get(state.run_id).baseline.join(120)
     assert len(_baseline_folders(runs)) == 2

@@ -90,8 +90,9 @@ def test_a_click_shows_the_image_and_its_nearest_neighbours_in_the_full_space_ri
     split = splits.test if name == "probe" else splits.train
     expected_rows, expected_cosines = _by_hand(embeddings, row)
 
-    state, tiles, caption, figure, follow, slider = neighbours.show_neighbours(
-        runs, PollState(run_id="r1"), json.dumps({"step": STEP, "set": name, "row": row}), picture)
+    clicks = neighbours.NeighbourHandlers(runs)
+    state, tiles, caption, figure, follow, slider = clicks.show_neighbours(
+        PollState(run_id="r1"), json.dumps({"step": STEP, "set": name, "row": row}), picture)
 
     assert (state.scrubbed_step, follow, slider["value"]) == (STEP, False, STEP)  # the picture stays
     assert len(tiles) == 1 + neighbours.NEIGHBOURS
@@ -117,8 +118,8 @@ def test_a_click_shows_the_image_and_its_nearest_neighbours_in_the_full_space_ri
 
 def test_a_click_in_the_other_picture_shows_the_neighbours_without_rings(runs):
     """The picture changed between the click and its answer: the neighbours come, the picture shown is left as is."""
-    _, tiles, _, figure, _, _ = neighbours.show_neighbours(
-        runs, PollState(run_id="r1"), json.dumps({"step": STEP, "set": "focus", "row": 0}), "class")
+    _, tiles, _, figure, _, _ = neighbours.NeighbourHandlers(runs).show_neighbours(
+        PollState(run_id="r1"), json.dumps({"step": STEP, "set": "focus", "row": 0}), "class")
     assert len(tiles) == 9 and "the image clicked" not in {trace.name for trace in figure.data}
 
 
@@ -149,12 +150,12 @@ def test_the_pictures_name_the_rows_a_click_sends(runs):
 ])
 def test_a_click_that_names_no_image_of_a_kept_snapshot_is_refused_in_words(runs, picked, message):
     with pytest.warns(UserWarning):
-        answer = neighbours.show_neighbours(runs, PollState(run_id="r1"), picked, "age")
+        answer = neighbours.NeighbourHandlers(runs).show_neighbours(PollState(run_id="r1"), picked, "age")
     assert answer[2].startswith("⚠️ ") and message in answer[2]
 
 
 def test_a_click_without_a_run_says_what_to_do(runs):
     with pytest.warns(UserWarning):
-        answer = neighbours.show_neighbours(runs, PollState(run_id="gone"), json.dumps(
+        answer = neighbours.NeighbourHandlers(runs).show_neighbours(PollState(run_id="gone"), json.dumps(
             {"step": STEP, "set": "probe", "row": 0}), "age")
     assert "no run is shown here: start one" in answer[2]

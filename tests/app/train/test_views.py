@@ -13,8 +13,8 @@ from demo.runs.live_run import LiveRun
 from demo.train import live_view
 from demo.train import tab as train_tab
 from demo.train import views as train_views
-from demo.train.poll import PollState, recolor, show_snapshot, views_key
-from demo.train.views import ViewsSent, poll_views, show_classes
+from demo.train.poll import PollHandlers, PollState, views_key
+from demo.train.views import ViewsHandlers, ViewsSent
 from memvir.train.trainer import TrainConfig
 
 SKIP = gr.skip()
@@ -55,17 +55,18 @@ class StandInRuns:
 # ---------------------------------------------------------------------------------------------- the second poll
 def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_change(tmp_path):
     runs, figures = StandInRuns(), StandInFigures()
-    sent, drift, spread, results = poll_views(runs, figures, PollState(), None, visitor="bob")
+    second = ViewsHandlers(runs, figures)
+    sent, drift, spread, results = second.poll_views(PollState(), None, visitor="bob")
     assert sent == ViewsSent(None, "") and results == ""
     assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
-    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
+    assert second.poll_views(PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
 
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
     runs.run = run
-    sent, drift, spread, results = poll_views(runs, figures, PollState(), sent, visitor="bob")
+    sent, drift, spread, results = second.poll_views(PollState(), sent, visitor="bob")
     assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), ""), "drift ('r1', 1)", "spread ('r1', 1)", SKIP)
     figures.key = ("r1", 2)
-    assert poll_views(runs, figures, PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
+    assert second.poll_views(PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
 
 
 def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finished(runs):
@@ -76,8 +77,9 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
     from demo.train.live_view import FigureBuilder
 
     figures = FigureBuilder()
+    second = ViewsHandlers(runs, figures)
     try:
-        _, drift, spread, results = poll_views(runs, figures, PollState(run_id=run.id), None, visitor="alice")
+        _, drift, spread, results = second.poll_views(PollState(run_id=run.id), None, visitor="alice")
     finally:
         figures.close()
     final = [record for record in run.records if record["type"] == "eval"][-1]
@@ -89,15 +91,14 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
 
 
 def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_picture(runs):
-    from demo.train.poll import poll
-
     run = runs.start(quick(), "alice")
     run.join(90)
     last = run.snapshots[-1].step
     figures = live_view.FigureBuilder()
+    live = PollHandlers(runs, figures)
     try:
         for picture in ("few", "age"):  # the owner's page reloaded: nothing drawn for it yet
-            answer = poll(runs, figures, PollState(), picture, True, visitor="alice")
+            answer = live.poll(PollState(), picture, True, visitor="alice")
             caption, slider = answer[6], answer[7]
             assert f"step {last:,}" in caption and "No snapshot yet" not in caption, caption
             assert slider["value"] == last
@@ -119,30 +120,31 @@ def test_the_classes_shown_are_typed_as_distinct_whole_numbers():
 
 def test_start_passes_the_reduction_and_the_classes_shown(runs):
     settings = ("glyphs-mini", "convnet", "norm-softmax", 32, 1, 1e-3, 0, 2, 1, 0.2, 3, 1)
-    state, notice = train_tab.start(runs, *settings, memvir_reduction="balanced", focus_classes="4, 9, 1",
-                                    visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    state, notice = train.start(*settings, memvir_reduction="balanced", focus_classes="4, 9, 1", visitor="alice")
     run = runs.get(state.run_id)
     assert (run.config.memvir_reduction, run.config.focus_classes) == ("balanced", [4, 9, 1])
     run.join(90)
     assert run.focus.view(None).projection.classes.tolist() == [4, 9, 1]
     with pytest.warns(UserWarning, match="the MemVir loss reduction is one of official, balanced, got mean"):
-        assert train_tab.start(runs, *settings, memvir_reduction="mean", visitor="alice")[1].startswith("⚠️")
+        assert train.start(*settings, memvir_reduction="mean", visitor="alice")[1].startswith("⚠️")
 
 
 def test_classes_chosen_live_reach_the_next_snapshots_and_only_the_owner_may_choose(runs):
     run = runs.start(quick(epochs=300), "alice")
     state = PollState(run_id=run.id)
     wait_for(lambda: run.focus.steps())
-    assert show_classes(runs, state, "0, 5, 7", visitor="alice") == (
+    second = ViewsHandlers(runs, figures=None)
+    assert second.show_classes(state, "0, 5, 7", visitor="alice") == (
         "Asked for classes 0, 5, 7: the next snapshot draws them.")
     wait_for(lambda: run.focus.view(None).projection.classes.tolist() == [0, 5, 7])
     with pytest.warns(UserWarning, match="this run was started by another visitor"):
-        show_classes(runs, state, "1, 2", visitor="bob")
+        second.show_classes(state, "1, 2", visitor="bob")
     with pytest.warns(UserWarning, match=re.escape("focus_classes [99] are not training classes of glyphs-mini")):
-        show_classes(runs, state, "99", visitor="alice")
+        second.show_classes(state, "99", visitor="alice")
     runs.stop(run.id, "alice")
     run.join(90)
-    assert show_classes(runs, state, "1", visitor="alice") == (
+    assert second.show_classes(state, "1", visitor="alice") == (
         "These classes are drawn from the first snapshot of the next run you start.")
 
 
@@ -150,21 +152,23 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
     run = runs.start(quick(epochs=2), "alice")
     run.join(90)
     state = PollState(run_id=run.id)
-    figure, caption = recolor(runs, state, True, "few")
+    live = PollHandlers(runs, figures=None)
+    figure, caption = live.recolor(state, True, "few")
     assert re.fullmatch(r"Snapshot 6 of 6 kept · step 18 · PCA · training classes( \d+,){7} \d+", caption)
     kinds = {(trace.meta["kind"], trace.meta["age"]) for trace in figure.data if trace.meta}
     assert {("weights", 0), ("weights", 1), ("weights", 2), ("embeddings", 0)} <= kinds
     # scrubbed back: that snapshot, in whichever picture; the slider's value is the step shown
-    _, _, caption, follow = show_snapshot(runs, state, 7, "few")
+    _, _, caption, follow = live.show_snapshot(state, 7, "few")
     assert caption.startswith("Snapshot 2 of 6 kept · step 6 · PCA") and follow is False
-    assert recolor(runs, PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
+    assert live.recolor(PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
     # UMAP asked for where the server runs none: said so
-    assert "UMAP is off on this server" in recolor(runs, state, True, "few-umap")[1]
+    assert "UMAP is off on this server" in live.recolor(state, True, "few-umap")[1]
 
 
 def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
     run = runs.start(quick(epochs=300), "alice")
-    notice = train_tab.compare(runs, PollState(run_id=run.id), visitor="alice")
+    train = train_tab.TrainHandlers(runs)
+    notice = train.compare(PollState(run_id=run.id), visitor="alice")
     assert "trains beside this run" in notice and "about half its speed" in notice
     # glyphs-mini has no tuned baseline: the notice says the comparison is against the run's own optimiser
     assert "no baseline was tuned for these settings" in notice and run.baseline.config.lr == run.config.lr
@@ -207,17 +211,16 @@ class _OneRun:
 
 
 def test_few_class_views_are_laid_out_in_umap_only_once_a_page_shows_them_so(tmp_path):
-    from demo.train.poll import poll
-
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
     runs, figures = _OneRun(run), live_view.FigureBuilder()
+    live = PollHandlers(runs, figures)
     try:
-        poll(runs, figures, PollState(), "few", True, visitor="alice")
-        recolor(runs, PollState(run_id="r1"), True, "age")
+        live.poll(PollState(), "few", True, visitor="alice")
+        live.recolor(PollState(run_id="r1"), True, "age")
         assert runs.umap_worker.watched == [] and runs.used  # PCA shown: no UMAP work while it trains
-        poll(runs, figures, PollState(), "few-umap", True, visitor="alice")
+        live.poll(PollState(), "few-umap", True, visitor="alice")
         assert runs.umap_worker.watched == [run.focus]
-        recolor(runs, PollState(run_id="r1"), True, "few-umap")  # switching to it asks at once
+        live.recolor(PollState(run_id="r1"), True, "few-umap")  # switching to it asks at once
         assert runs.umap_worker.watched == [run.focus, run.focus]
     finally:
         figures.close()
