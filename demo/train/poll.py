@@ -2,7 +2,7 @@
 (`PollHandlers`, bound to the runs and the figures): the poll (every second), scrubbing the snapshots, and recolouring
 them (or switching between the few-class view and all classes: `color_by` is one of live_view.PICTURES). The
 spread curves and the results table have a poll of their own (demo.train.views), which the page sends only when the
-poll's views key says they changed.
+poll's views key says they changed: the poll then starts the page's views timer, which sends it once.
 
 A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
 are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
@@ -22,6 +22,9 @@ from demo.runs.manager import RunManager
 from demo.train import live_view
 from demo.train.live_view import FigureBuilder
 from demo.train.results_table import results_key
+
+# What a poll sends the page's views timer when the views key changed: start, and send the second poll at the tick
+VIEWS_DUE = gr.update(active=True)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class PollState:
     curves: CurvesSent | None = None  # None: nothing sent yet
     embedding: EmbeddingSent | None = None  # None: nothing sent yet
     scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
-    views: str | None = None  # the views key last sent (views_key); None: nothing sent yet
+    views: str | None = None  # the views key at the page's last start of its views timer (views_key); None: none yet
     interval: float = POLL_SECONDS  # the page's poll interval as last sent (demo.runs.audience)
 
 
@@ -63,8 +66,9 @@ class PollHandlers:
         self.figures = figures
 
     def poll(self, state: PollState, color_by, follow, visitor=None, request: gr.Request = None):
-        """Every second: status line always; figures only when what they show changed (gr.skip otherwise); the
-        views key only when it changed, which is what sends the page's second poll (demo.train.views)."""
+        """Every second: status line always; figures only when what they show changed (gr.skip otherwise); and,
+        when the views key changed, the views timer started, which sends the page's second poll (demo.train.views).
+        """
         visitor = visitor_key(visitor, request)
         run = self.runs.attach(visitor, state.run_id, after=state.after)
         _use_umap(self.runs, run, color_by)
@@ -77,8 +81,8 @@ class PollHandlers:
         new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
                                         embedding=sent_embedding, views=views, interval=interval)
         timer = gr.update(value=interval) if interval != state.interval else gr.skip()
-        return (new_state, status, *curves, embedding, caption, slider, timer,
-                views if views != state.views else gr.skip())
+        views_due = VIEWS_DUE if views != state.views else gr.skip()
+        return new_state, status, *curves, embedding, caption, slider, timer, views_due
 
     def show_snapshot(self, state: PollState, step, color_by):
         """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
@@ -107,8 +111,7 @@ def crowd_note(interval: float, pages: int) -> str:
 
 def views_key(figures: FigureBuilder, run) -> str:
     """Changes when what the second poll sends would (the spread figures as drawn, the results table), so that a page
-    asks for them then and not every second: the spread figures change at the snapshot cadence, the results once.
-    A string: it is the value of a hidden textbox whose change sends the second poll."""
+    asks for them then and not every second: the spread figures change at the snapshot cadence, the results once."""
     if run is None:
         return "no run"
     spread, _ = figures.spread(run)

@@ -3,6 +3,12 @@ picture with its controls and the words beside it, the results table), their eve
 theirs alone (`ViewsHandlers`, bound to the runs and the figures): the second poll (spread curves and results table,
 sent when the first poll's views key changes) and the choice of the few-class view's classes.
 
+The second poll's trigger is a one-shot timer: a poll whose views key changed starts it (demo.train.poll.VIEWS_DUE);
+at its tick the timer is stopped, and then the second poll sent. Stopped first, not by the second poll's answer: that
+answer could arrive after a later poll had started the timer again (the key changed once more) and undo it. Not a
+gr.State's change: gradio 6.31 fires one only after a queued event, and the polls skip the queue (the browser tests
+of tests/browser/test_train_views_browser.py check both).
+
 The first poll, scrubbing and recolouring are demo.train.poll's; the controls on the left are demo.train.tab's.
 """
 
@@ -24,6 +30,8 @@ from demo.train.poll import PollHandlers, PollState
 from demo.train.results_table import results_markdown
 from memvir.config import MAX_FOCUS_CLASSES
 
+# How long after a poll whose views key changed the second poll is sent: at once, as a timer counts
+VIEWS_DUE_S = 0.1
 # live_view.PICTURES, in words (tests/app/test_app_pieces.py checks that they agree)
 PICTURE_CHOICES = [("a few classes, PCA", "few"), ("a few classes, UMAP", "few-umap"),
                    ("all classes by age", "age"), ("all classes by class", "class")]
@@ -48,8 +56,8 @@ class ViewsHandlers:
         self.figures = figures
 
     def poll_views(self, state: PollState, sent: ViewsSent | None, visitor=None, request: gr.Request = None):
-        """After a poll (which settles the run shown): the spread curves and the results table, when they
-        changed."""
+        """After a poll whose views key changed (which settles the run shown): the spread curves and the results
+        table, when they changed."""
         visitor = visitor_key(visitor, request)
         run = self.runs.attach(visitor, state.run_id, after=state.after)
         if run is None:
@@ -73,6 +81,11 @@ class ViewsHandlers:
         self.runs.show_classes(run.id, visitor, classes)
         shown = ", ".join(map(str, classes)) if classes else "the run's own pick"
         return f"Asked for classes {shown}: the next snapshot draws them."
+
+
+def stopped():
+    """A one-shot timer's tick: the timer stopped."""
+    return gr.update(active=False)
 
 
 @dataclass(frozen=True)
@@ -132,8 +145,7 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     picked_point = gr.Textbox("", visible="hidden", elem_id="snapshot-pick")
     show_picked = gr.Button("Show the clicked image's neighbours", visible="hidden", elem_id="snapshot-pick-go")
     views_sent = gr.State(None)
-    # The poll's views key (train_poll.views_key): in the page, out of sight; its change sends the second poll
-    views_key = gr.Textbox("", visible="hidden", elem_id="views-key")
+    views_due = gr.Timer(VIEWS_DUE_S, active=False)  # started by a poll whose views key changed, for one tick
 
     # queue=False: the page posts each poll and reads the answer in one HTTP request (/gradio_api/run/predict), not
     # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
@@ -141,14 +153,15 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     polled = timer.tick(live.poll, [state, color_by, follow, visitor],
                         [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption,
-                         snapshot_step, timer, views_key], api_name="poll", show_progress="hidden", queue=False)
+                         snapshot_step, timer, views_due], api_name="poll", show_progress="hidden", queue=False)
     # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
     polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its
-    # snapshots), never while a page rests, rather than after every poll.
-    views_key.change(handlers.poll_views, [state, views_sent, visitor],
-                     [views_sent, drift_plot, spread_plot, results], api_name="poll_views", api_visibility="private",
-                     show_progress="hidden", queue=False)
+    # snapshots), never while a page rests, rather than after every poll. The timer stopped, then the second poll.
+    views_due.tick(stopped, None, [views_due], api_name="views_due", api_visibility="private", show_progress="hidden",
+                   queue=False).then(
+        handlers.poll_views, [state, views_sent, visitor], [views_sent, drift_plot, spread_plot, results],
+        api_name="poll_views", api_visibility="private", show_progress="hidden", queue=False)
     snapshot_step.release(live.show_snapshot, [state, snapshot_step, color_by],
                           [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
                           api_visibility="private", show_progress="hidden")

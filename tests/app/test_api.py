@@ -43,7 +43,7 @@ def _client(server) -> Client:
 
 
 def _poll(client) -> dict:
-    status, curves, classes, cosine, embedding, caption, slider, _timer, views_key = client.predict(api_name="/poll")
+    status, curves, classes, cosine, embedding, caption, slider, _timer, _views_due = client.predict(api_name="/poll")
     return {"status": status, "curves": curves, "classes": classes, "embedding": embedding, "caption": caption}
 
 

@@ -33,6 +33,7 @@ from memvir.models.embedding_model import EmbeddingModel
 from memvir.train.trainer import TrainConfig
 
 SKIP = gr.skip()
+DUE = gr.update(active=True)  # the poll starts the page's views timer, which sends the second poll
 NO_SNAPSHOT = "No snapshot yet — press Start; the embeddings appear at the first snapshot."
 EMPTY_CURVES = "Press Start to train; the curves fill in as it trains."
 
@@ -126,20 +127,20 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     live = PollHandlers(runs, figures)
 
     # a fresh page, no run: the empty views once, then nothing new
-    state, status, *views, timer, key = live.poll(PollState(), "age", True, visitor="bob")
+    state, status, *views, timer, due = live.poll(PollState(), "age", True, visitor="bob")
     assert status.startswith("**Ready.**")
     assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
                                                        gr.update(maximum=1, value=1))
     assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
-    assert key == "no run"  # the page's second poll: the empty spread figures and no results table
+    assert due == DUE  # the page's second poll: the empty spread figures and no results table
     assert timer == SKIP  # one page, no crowd: its timer stays at a poll a second
-    again, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
-    assert views == [SKIP] * 6 and again == state and key == SKIP
+    again, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and again == state and due == SKIP
 
     # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
     runs.run = _live_run(tmp_path)
-    state, status, *views, timer, key = live.poll(state, "age", True, visitor="bob")
+    state, status, *views, timer, due = live.poll(state, "age", True, visitor="bob")
     assert status.startswith("**Training** · step 0 of 45")
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
@@ -147,39 +148,39 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     running = repr((("r1", None), ("r1", "running", None)))  # the spread key as drawn, and the results key
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
                               views=running)
-    assert key == running
+    assert due == DUE
     assert live.poll(state, "age", True, visitor="bob")[2:] == (SKIP,) * 8
 
     # new records and the first snapshot: both views, the slider moved to the snapshot's step
     figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
-    state, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
+    state, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
     assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
                      "caption of step 30", gr.update(maximum=30, value=30)]
     assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
-    assert key == SKIP  # new records without a spread measure: the second poll is not sent
+    assert due == SKIP  # new records without a spread measure: the second poll is not sent
 
     # a spread measure: the spread figures redrawn, and the page asks for them
     figures.spread_key = ("r1", 30)
-    state, _, *views, timer, key = live.poll(state, "age", True, visitor="bob")
-    assert views == [SKIP] * 6 and key == repr((("r1", 30), ("r1", "running", None)))
+    state, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    assert views == [SKIP] * 6 and due == DUE and state.views == repr((("r1", 30), ("r1", "running", None)))
 
     # another colouring is another picture; the curves are as they were
-    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
+    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
     assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
 
     # not following: only the slider's range, once per change to the run's snapshots
-    state, _, *views, timer, key = live.poll(state, "class", False, visitor="bob")
+    state, _, *views, timer, due = live.poll(state, "class", False, visitor="bob")
     assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
     assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
     assert live.poll(state, "class", False, visitor="bob")[2:] == (SKIP,) * 8
 
     # following again: the latest picture at once
-    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
+    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
     assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
 
     # the run forgotten: the empty views again
     runs.run = None
-    state, _, *views, timer, key = live.poll(state, "class", True, visitor="bob")
+    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
     assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
     assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
 
@@ -414,7 +415,7 @@ API = {
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
            "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
-           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff",
+           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff", "views_due",
            "show_gallery_upload", "pick_query_class", "snapshot_neighbours", "search_result_tile"}
 
 
