@@ -53,23 +53,22 @@ def reporting(message_slot: int, outputs: int, cleared: dict | None = None):
     """Turn a refused request into a warning toast and a message in output `message_slot`; other outputs keep
     their values, except those `cleared` maps (output index -> value) to what they show instead: an earlier answer
     left beside a refusal would read as its answer. Unexpected errors are logged with their traceback for the
-    operator; the page is told only the error's kind (its text may hold the server's paths)."""
+    operator; the page is told only the error's kind (its text may hold the server's paths).
+
+    A generator handler (one that says something at once, then its answer) keeps what it yielded before a refusal;
+    the refusal is its last answer."""
 
     def decorate(handler):
         parameters = list(inspect.signature(handler).parameters)
         # A method's `self` is its first parameter and its first argument: neither is a text to check.
         skipped = 1 if parameters[:1] == ["self"] else 0
 
-        @functools.wraps(handler)
-        def wrapper(*args, **kwargs):
-            try:
-                check_texts(parameters[skipped:], args[skipped:], kwargs)
-                return handler(*args, **kwargs)
-            except ValueError as error:
+        def refusal(error: Exception):
+            if isinstance(error, ValueError):
                 message = str(error)
                 log.warning("%s refused: %s", handler.__name__, shown(message, 300))
-            except Exception as error:  # noqa: BLE001 - the page shows a line, the log keeps the traceback
-                log.exception("%s failed", handler.__name__)
+            else:
+                log.error("%s failed", handler.__name__, exc_info=error)
                 message = (f"Something went wrong on the server ({type(error).__name__}); its log has the details. "
                            "Try again, or tell the app's operator.")
             gr.Warning(message)
@@ -79,6 +78,27 @@ def reporting(message_slot: int, outputs: int, cleared: dict | None = None):
             values[message_slot] = f"⚠️ {message}"
             return tuple(values) if outputs > 1 else values[0]
 
+        if inspect.isgeneratorfunction(handler):
+            @functools.wraps(handler)
+            def generating(*args, **kwargs):
+                try:
+                    check_texts(parameters[skipped:], args[skipped:], kwargs)
+                    yield from handler(*args, **kwargs)
+                except Exception as error:  # noqa: BLE001 - the page shows a line, the log keeps the traceback
+                    yield refusal(error)
+
+            generating.reported_outputs = outputs
+            return generating
+
+        @functools.wraps(handler)
+        def wrapper(*args, **kwargs):
+            try:
+                check_texts(parameters[skipped:], args[skipped:], kwargs)
+                return handler(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - the page shows a line, the log keeps the traceback
+                return refusal(error)
+
+        wrapper.reported_outputs = outputs  # what the page wires it to: a test checks that they agree
         return wrapper
 
     return decorate

@@ -607,13 +607,15 @@ def build(retrieval: RetrievalService) -> gr.Dropdown:
                         show_progress="hidden")
     retrieve_tab.select(handlers.checkpoint_list, None, [second_checkpoint],
                         api_name="list_second_checkpoints", api_visibility="private", show_progress="hidden")
+    # Load's one listener; the query's class hint follows it, for a gallery uploaded since the last choice
     load_button.click(handlers.prepare, [checkpoint, source, gallery_files], [about, sample_gallery, picked],
-                      api_name="prepare_retrieval")
+                      api_name="prepare_retrieval").then(
+        handlers.query_class_hint, [checkpoint, source, gallery_files], [query_class, class_list],
+        api_name="query_class_hint_after_load", api_visibility="private", show_progress="hidden")
     source.change(gallery_upload_shown, [source], [gallery_files], api_name="show_gallery_upload",
                   api_visibility="private", show_progress="hidden")
-    gr.on([checkpoint.change, source.change, load_button.click], handlers.query_class_hint,
-          [checkpoint, source, gallery_files], [query_class, class_list], api_name="query_class_hint",
-          api_visibility="private", show_progress="hidden")
+    gr.on([checkpoint.change, source.change], handlers.query_class_hint, [checkpoint, source, gallery_files],
+          [query_class, class_list], api_name="query_class_hint", api_visibility="private", show_progress="hidden")
     class_list.input(picked_class, [class_list], [query_class], api_name="pick_query_class", api_visibility="private",
                      show_progress="hidden")
     download_button.click(handlers.download_checkpoint, [checkpoint], [download_note, checkpoint_zip],

@@ -10,7 +10,6 @@ classes), except where it names a reason below.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -138,14 +137,19 @@ class TrainHandlers:
         self.runs.pause(_shown_run_id(self.runs, state, visitor), visitor)
         return "Pausing before the next step; Resume continues."
 
-    @reporting(message_slot=0, outputs=1)
+    @reporting(message_slot=0, outputs=2)
     def resume(self, state: PollState, visitor=None, request: gr.Request = None):
+        """(the notice, "follow the latest snapshot" ticked): resumed, the picture follows the run again (a scrub
+        while it was paused had unticked it)."""
         visitor = visitor_key(visitor, request)
         self.runs.resume(_shown_run_id(self.runs, state, visitor), visitor)
-        return "Resumed."
+        return "Resumed.", True
 
     @reporting(message_slot=0, outputs=1)
     def compare(self, state: PollState, visitor=None, request: gr.Request = None):
+        """The baseline (N = 0) of the run shown, trained beside it or loaded. Its trainer takes seconds to build:
+        the notice says so at once, then how it went (a client's predict gets the last)."""
+        yield words.BASELINE_STARTING
         visitor = visitor_key(visitor, request)
         run = self.runs.get(_shown_run_id(self.runs, state, visitor))
         # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
@@ -154,9 +158,10 @@ class TrainHandlers:
                                                    tuned.settings() if tuned else None)
         if baseline.training:
             started = words.BASELINE_BESIDE if run.training else words.BASELINE_ALONE
-            return f"{started} {words.baseline_optimiser(tuned)}"
-        return (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained "
-                f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
+            yield f"{started} {words.baseline_optimiser(tuned)}"
+        else:
+            yield (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained "
+                   f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
     @reporting(message_slot=0, outputs=1)
     def update_memvir(self, state: PollState, memvir_n, memvir_m, warmup_epochs, visitor=None,
@@ -175,10 +180,11 @@ class TrainHandlers:
         self.runs.update(run.id, visitor, **changes)
         return "Asked for the new MemVir settings; the status line says at which step they apply."
 
-    @reporting(message_slot=1, outputs=16)
+    @reporting(message_slot=1, outputs=20)
     def reset(self, state: PollState, visitor=None, request: gr.Request = None):
         """The default settings again (RESET_SETTINGS, then the classes shown, empty), and only runs started from now on
-        shown; stops the run shown if it is the visitor's."""
+        shown; stops the run shown if it is the visitor's. The answers beside the sliders and the classes box are
+        emptied too: they were about the run Reset leaves."""
         visitor = visitor_key(visitor, request)
         run = self.runs.get(state.run_id)
         message = "Reset: choose the settings and press Start."
@@ -186,7 +192,7 @@ class TrainHandlers:
             self.runs.stop(run.id, visitor)
             message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
         return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS),
-                DEFAULTS["loss_params"]["scale"], "")
+                DEFAULTS["loss_params"]["scale"], "", "", "")
 
     @reporting(message_slot=0, outputs=1)
     def push_to_hub(self, state: PollState, repo_id, visitor=None, request: gr.Request = None):
@@ -339,19 +345,14 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop")
     pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause")
-    resume_button.click(handlers.resume, [state, visitor], [notice], api_name="resume")
-    # Resumed, the picture follows the run again (a scrub while paused had unticked it).
-    resume_button.click(None, None, [views.follow], js="() => true")
-    # The baseline's trainer takes seconds to build: say so at once, in the browser.
-    baseline_button.click(None, None, [notice], js=f"() => {json.dumps(words.BASELINE_STARTING)}")
+    resume_button.click(handlers.resume, [state, visitor], [notice, views.follow], api_name="resume")
     baseline_button.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline")
     reset_button.click(handlers.reset, [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
                                                           epochs, lr, seed, schedule, val_classes, store_dtype,
                                                           reduction, class_lr, adam_eps, loss, loss_scale,
-                                                          views.focus_classes],
+                                                          views.focus_classes, memvir_notice,
+                                                          views.classes_notice],
                        api_name="reset", api_visibility="private")
-    # the answers beside the sliders and the classes box were about the run Reset leaves
-    reset_button.click(None, None, [memvir_notice, views.classes_notice], js="() => ['', '']")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
         slider.release(handlers.update_memvir, [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
                        api_name=name, show_progress="hidden")

@@ -108,6 +108,8 @@ def test_train_watch_change_n_stop_resume(server):
     # a second visitor watches, read-only
     assert "another visitor's run is training" in bob.predict(dataset="glyphs-mini", api_name="/start")
     assert "this run was started by another visitor" in bob.predict(api_name="/stop")
+    # Compare says at once that the baseline is starting, then how it went: a client's predict gets the last
+    assert bob.predict(api_name="/compare_baseline").startswith("⚠️ this run was started by another visitor")
     assert "you are watching a run started by another visitor (read-only)" in _poll(bob)["status"].lower()
 
     # N live: 5 -> 9 applies at the next step and the status line says so
@@ -120,7 +122,7 @@ def test_train_watch_change_n_stop_resume(server):
     stopped = _poll_until(alice, lambda view: view["status"].startswith("**Stopped**"), "the run stopped")
     stopped_at = step_of(stopped["status"])
     assert "press **Resume** to continue" in stopped["status"]
-    assert alice.predict(api_name="/resume") == "Resumed."
+    assert alice.predict(api_name="/resume") == ("Resumed.", True)  # and the page follows the run again
     _poll_until(alice, lambda view: view["status"].startswith("**Training**") and step_of(view["status"]) > stopped_at,
                 "training resumed past the stop")
     alice.predict(api_name="/stop")

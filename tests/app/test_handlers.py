@@ -25,6 +25,7 @@ from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
+from demo.train import words
 from demo.train.poll import CurvesSent, EmbeddingSent, PollHandlers, PollState
 from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
@@ -250,6 +251,14 @@ def test_controls_without_a_run_say_what_to_do(runs):
         assert train.stop(state, visitor="alice") == "⚠️ there is no run to control: press Start first"
         assert train.push_to_hub(state, "me/x", visitor="alice") == (
             "⚠️ there is no run to push: train one first")
+        assert train.resume(state, visitor="alice") == ("⚠️ there is no run to control: press Start first", SKIP)
+        # Compare says at once that the baseline is starting; the refusal is its last word
+        assert list(train.compare(state, visitor="alice")) == [
+            words.BASELINE_STARTING, "⚠️ there is no run to control: press Start first"]
+        # a visitor key that is not text is refused before anything is said
+        assert list(train.compare(state, visitor="\x00")) == [
+            "⚠️ the page's visitor key (reload the page for a new one) holds a control character (U+0000): remove it "
+            "and try again"]
     assert train.update_memvir(state, 3, 2, 1.0, visitor="alice") == (
         "The new MemVir settings apply when you press Start.")
     assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True))
@@ -270,7 +279,7 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
     with pytest.warns(UserWarning, match="this run was started by another visitor"):
         assert train.stop(state, visitor="bob").startswith("⚠️ this run was started by another visitor")
 
-    reset_state, message, *values = train.reset(state, visitor="alice")
+    reset_state, message, *values, memvir_notice, classes_notice = train.reset(state, visitor="alice")
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
     assert reset_state.run_id is None and reset_state.after >= before
     library = TrainConfig()
@@ -281,6 +290,7 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
                       library.seed, library.memvir_schedule, library.val_classes, library.memvir_store_dtype,
                       preset.memvir_reduction, preset.optimiser.class_lr, preset.optimiser.adam_eps, "norm-softmax",
                       preset.optimiser.scale, ""]
+    assert memvir_notice == classes_notice == ""  # the answers beside the sliders and the classes box: about that run
     run.join(60)
     assert run.state == "stopped"
 
@@ -414,9 +424,10 @@ API = {
 }
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
-           "follow_snapshots", "poll_views", "show_classes", "query_class_hint", "clear_sketch",
-           "list_second_checkpoints", "remember_pick", "threshold_as_cutoff", "threshold_view_with_cutoff", "views_due",
-           "show_gallery_upload", "pick_query_class", "snapshot_neighbours", "search_result_tile"}
+           "follow_snapshots", "poll_views", "views_due", "show_classes", "query_class_hint",
+           "query_class_hint_after_load", "clear_sketch", "list_second_checkpoints", "remember_pick",
+           "threshold_as_cutoff", "threshold_view_with_cutoff", "show_gallery_upload", "pick_query_class",
+           "snapshot_neighbours", "search_result_tile"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
@@ -438,5 +449,9 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
             "update_warmup", "push_to_hub", "poll_views", "show_classes"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
+        # a refusal answers every output its event has (reporting's count), the message in its place
+        counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))
+                  for block_fn in app.blocks.fns.values() if hasattr(block_fn.fn, "reported_outputs")}
+        assert len(counts) > 20 and {name for name, (said, wired) in counts.items() if said != wired} == set()
     finally:
         app.close()

@@ -75,7 +75,7 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
         assert "by an earlier server; its last checkpoint is kept · press **Resume** to continue" in status
         assert ("An earlier server started this run, so it is nobody's now: whoever presses **Resume** continues "
                 "it.") in status
-        assert client.predict(api_name="/resume") == "Resumed."
+        assert client.predict(api_name="/resume") == ("Resumed.", True)
         resumed = poll_status_until(client, lambda status: status.startswith("**Training**") and
                                     step_of(status) > saved_at, "the run training on", DEADLINE_S)
         assert "another visitor" not in resumed and "whoever presses" not in resumed  # the visitor's run now

@@ -49,6 +49,16 @@ def test_train_then_stop(page, screenshot):
     assert "press Resume to continue" in page.locator("#run-status").inner_text()
     screenshot("train-stopped")
 
+    # Resume's one listener says so and ticks "follow" again (a scrub while it rested unticks it)
+    page.locator("#follow input").uncheck()
+    page.locator("#resume").click()
+    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Resumed.')",
+                           timeout=WAIT_MS)
+    page.wait_for_function("() => document.querySelector('#follow input').checked", timeout=WAIT_MS)
+    page.locator("#stop").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
+                           timeout=WAIT_MS)
+
 
 def test_search_with_an_uploaded_image(page, screenshot, tmp_path):
     from memvir.data import load_dataset

@@ -81,10 +81,20 @@ def test_the_results_table_holds_both_runs_final_metrics_and_the_baseline_trains
     run_id = _start_glyphs_mini(page, epochs=3)  # 27 steps: the first virtual set arrives at step 21
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
                            timeout=WAIT_MS)
+    page.evaluate("""() => {  // every text the notice shows from now on
+        const notice = document.querySelector('#notice');
+        window.noticeTexts = [];
+        new MutationObserver(() => window.noticeTexts.push(notice.innerText))
+            .observe(notice, {subtree: true, childList: true, characterData: true});
+    }""")
     clicked = time.time()
     page.locator("#baseline").click()  # the run rests: the baseline trains alone
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('on its own')",
                            timeout=WAIT_MS)
+    shown = page.evaluate("() => window.noticeTexts")
+    starting = [i for i, text in enumerate(shown) if text.startswith("Starting the baseline (N = 0)")]
+    answered = [i for i, text in enumerate(shown) if "on its own" in text]
+    assert starting and starting[0] < answered[0], shown  # said at once, then how it went
     page.wait_for_function("() => document.querySelector('#results-table').innerText.includes('Final results')",
                            timeout=WAIT_MS)
     runs = app_root / "data" / "runs"

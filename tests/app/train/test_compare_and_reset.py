@@ -5,7 +5,7 @@ beside the run or loaded. Expectations are written out by hand."""
 
 import re
 
-from demo.train import live_view
+from demo.train import live_view, words
 from demo.train import tab as train_tab
 
 # dataset, backbone, loss, batch, epochs, lr, seed, N, M, warm-up, snapshot every, eval every: 9 steps an epoch
@@ -31,7 +31,8 @@ def _baseline_folders(runs):
 def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status_says_what_it_is(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="1, 2")
     train = train_tab.TrainHandlers(runs)
-    notice = train.compare(state, visitor="alice")
+    starting, notice = train.compare(state, visitor="alice")  # at once, then how it went
+    assert starting == words.BASELINE_STARTING
     assert notice.startswith("Baseline (N = 0) started: it trains now, on its own")
     run.baseline.join(120)
     assert run.baseline.state == "finished"
@@ -46,7 +47,8 @@ def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status
 
     # the same settings but for what the page draws: other classes shown, other snapshot and evaluation cadences
     state, second = _start(runs, snapshot_every=5, eval_every=2, focus_classes="3, 4, 5")
-    notice = train.compare(state, visitor="alice")
+    starting, notice = train.compare(state, visitor="alice")
+    assert starting == words.BASELINE_STARTING
     assert notice.startswith(f"Baseline (N = 0): a finished run of these settings, `{trained[0]}`, loaded rather "
                              "than trained again; it appears in grey on the curves. It was trained with"), notice
     assert second.baseline.folder.name == trained[0] and not second.baseline.training
@@ -59,11 +61,11 @@ def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status
 def test_a_baseline_of_other_settings_is_not_reused(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="")
     train = train_tab.TrainHandlers(runs)
-    train.compare(state, visitor="alice")
+    list(train.compare(state, visitor="alice"))
     run.baseline.join(120)
     other = (*SETTINGS[:6], 1, *SETTINGS[7:])  # seed 1: another baseline
     state, notice = train.start(*other, 3, 1, visitor="alice")
     runs.get(state.run_id).join(120)
-    assert train.compare(state, visitor="alice").startswith("Baseline (N = 0) started")
+    assert list(train.compare(state, visitor="alice"))[-1].startswith("Baseline (N = 0) started")
     runs.get(state.run_id).baseline.join(120)
     assert len(_baseline_folders(runs)) == 2

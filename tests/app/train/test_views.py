@@ -168,7 +168,7 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
 def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
     run = runs.start(quick(epochs=300), "alice")
     train = train_tab.TrainHandlers(runs)
-    notice = train.compare(PollState(run_id=run.id), visitor="alice")
+    *_, notice = train.compare(PollState(run_id=run.id), visitor="alice")
     assert "trains beside this run" in notice and "about half its speed" in notice
     # glyphs-mini has no tuned baseline: the notice says the comparison is against the run's own optimiser
     assert "no baseline was tuned for these settings" in notice and run.baseline.config.lr == run.config.lr
