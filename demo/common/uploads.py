@@ -21,7 +21,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from demo.common import upload_store
-from demo.common.settings import MB, AppSettings
+from demo.common.settings import AppSettings
 
 ACCEPTED_IMAGES = "PNG, JPEG, BMP, WebP or GIF"
 
@@ -36,13 +36,15 @@ def display_name(path: str | Path | bytes) -> str:
 
 
 def _check_size(path: Path, max_bytes: int, kind: str) -> None:
+    from memvir.memory.size import format_bytes
+
     try:
         size = path.stat().st_size
     except OSError as error:
         raise UploadError(f"{display_name(path)} could not be read ({error.strerror}); upload it again") from None
     if size > max_bytes:
         raise UploadError(
-            f"{display_name(path)} is {size / MB:.1f} MB; {kind} up to {max_bytes / MB:.0f} MB are accepted"
+            f"{display_name(path)} is {format_bytes(size)}; {kind} up to {format_bytes(max_bytes)} are accepted"
         )
 
 
@@ -52,7 +54,10 @@ def _opened_image(source: str | Path | bytes, name: str, max_bytes: int, max_pix
     canvas are within the limits. Decoding errors raised in the caller's block become UploadErrors too."""
     if isinstance(source, bytes):
         if len(source) > max_bytes:
-            raise UploadError(f"{name} is {len(source) / MB:.1f} MB; images up to {max_bytes / MB:.0f} MB are accepted")
+            from memvir.memory.size import format_bytes
+
+            raise UploadError(f"{name} is {format_bytes(len(source))}; images up to {format_bytes(max_bytes)} are "
+                              "accepted")
         opened = io.BytesIO(source)
     else:
         _check_size(Path(source), max_bytes, "images")

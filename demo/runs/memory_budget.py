@@ -1,7 +1,7 @@
 """MemVir's memory against a budget: a setting whose full memory would not fit is refused before it is tried.
 
 The memory keeps N(M+1) past steps, each a batch of embeddings, its labels and a copy of the class weights
-(`memvir.memory.size.ring_bytes`): on the default dataset N = 50, M = 200 needs some 6 GB. Allocating that on a machine
+(`memvir.memory.size.ring_bytes`): on the default dataset N = 50, M = 200 needs 5.5 GiB. Allocating that on a machine
 without it ends the run (and, live, loses what it trained since its last checkpoint), so the app computes the size
 first and refuses a start or a live change past the budget, naming the size, the budget, and the float16 memory when
 that would fit. The budget is MEMVIR_MEMORY_BUDGET when set, else half of what the run's process may really take at the
@@ -49,14 +49,6 @@ class RingShape:
 
         dtype = STORE_DTYPES[store_dtype or self.store_dtype]
         return ring_bytes(num_steps, margin, self.batch_size, self.num_classes, self.dim, dtype)
-
-
-def size_text(num_bytes: float) -> str:
-    """'5.9 GB', '290.7 MB', '850 kB' (powers of 1000, as memory is usually quoted)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes / 1e3:.0f} kB"
 
 
 def _read_int(path: Path) -> int | None:
@@ -161,29 +153,32 @@ def memory_budget(configured: int | None, device, pid: int | None = None, root: 
       limits count too).
 
     Each is known only where the machine reports it; None when none is."""
+    from memvir.memory.size import format_bytes
+
     if configured is not None:
         return Budget(configured, "set by MEMVIR_MEMORY_BUDGET", "MEMVIR_MEMORY_BUDGET")
     pid = os.getpid() if pid is None else pid
     free = []  # (bytes, what bounds it, in words)
     available = _available_system_memory()
     if available is not None:
-        free.append((available, "MemAvailable", f"this machine's free memory, {size_text(available)} (MemAvailable)"))
+        free.append((available, "MemAvailable",
+                     f"this machine's free memory, {format_bytes(available)} (MemAvailable)"))
     cgroup = _cgroup_headroom(pid, root or cgroup_root())
     if cgroup is not None:
         left, limit, usage = cgroup
-        free.append((left, "cgroup", f"the {size_text(left)} that the memory limit of the run's cgroup leaves free, "
-                                     f"a limit of {size_text(limit)} with {size_text(usage)} in use"))
+        free.append((left, "cgroup", f"the {format_bytes(left)} that the memory limit of the run's cgroup leaves free, "
+                                     f"a limit of {format_bytes(limit)} with {format_bytes(usage)} in use"))
     address_space = _address_space_headroom(pid)
     if address_space is not None:
         left, limit, size = address_space
-        free.append((left, "RLIMIT_AS", f"the {size_text(left)} that the address-space limit of the run's process "
-                                        f"(RLIMIT_AS) leaves it, a limit of {size_text(limit)} of which it takes "
-                                        f"{size_text(size)}"))
+        free.append((left, "RLIMIT_AS", f"the {format_bytes(left)} that the address-space limit of the run's process "
+                                        f"(RLIMIT_AS) leaves it, a limit of {format_bytes(limit)} of which it takes "
+                                        f"{format_bytes(size)}"))
     if device.type == "cuda":
         import torch
 
         gpu = torch.cuda.mem_get_info(device)[0]
-        free.append((gpu, "GPU", f"the GPU's free memory, {size_text(gpu)}"))
+        free.append((gpu, "GPU", f"the GPU's free memory, {format_bytes(gpu)}"))
     if not free:
         return None
     least, bound, words = min(free, key=lambda candidate: candidate[0])
@@ -198,18 +193,20 @@ def check_memory(shape: RingShape, num_steps: int, margin: int, budget: Budget |
     running: the (N, M) of a training run being changed live. A change that needs no more memory than the run has
     is never refused, and the run's memory dtype stays as it started until a new Start.
     """
+    from memvir.memory.size import format_bytes
+
     needed = shape.bytes(num_steps, margin)
     if budget is None or needed <= budget.bytes or (running is not None and needed <= shape.bytes(*running)):
         return
     message = (f"N = {num_steps} and M = {margin} keep {num_steps * (margin + 1):,} past steps: a memory of "
-               f"{size_text(needed)} for {dataset} ({shape.num_classes:,} training classes, {shape.dim}-d "
+               f"{format_bytes(needed)} for {dataset} ({shape.num_classes:,} training classes, {shape.dim}-d "
                f"embeddings, batch {shape.batch_size}, {shape.store_dtype}), above the budget of "
-               f"{size_text(budget.bytes)} ({budget.source}). Lower N or M")
+               f"{format_bytes(budget.bytes)} ({budget.source}). Lower N or M")
     if shape.store_dtype == "float32":
         half = shape.bytes(num_steps, margin, "float16")
         if half <= budget.bytes:
             where = "choose it under Advanced for a new Start" if running else "choose it under Advanced"
-            message += f", or use the float16 memory, which needs {size_text(half)} ({where})"
+            message += f", or use the float16 memory, which needs {format_bytes(half)} ({where})"
     message += "."
     if running is not None:
         message += f" The run trains on with N = {running[0]} and M = {running[1]}."

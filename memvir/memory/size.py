@@ -70,7 +70,8 @@ def check_ring(num_steps: int, margin: int, batch_size: int, num_classes: int, d
 
 
 def format_bytes(count: int) -> str:
-    """`count` bytes in binary units, e.g. 16.0 GiB."""
+    """`count` bytes in binary units, e.g. 16.0 GiB: every size the library and the app write (MemVir's limit, the
+    app's memory budget and upload limits)."""
     if count < 1024:
         return f"{count} bytes"
     value = count / 1024

@@ -383,6 +383,7 @@ def _float32_from_steps(arrays: dict) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from memvir.memory.size import format_bytes
     from memvir.retrieval import evaluation
 
     parser = argparse.ArgumentParser(description="Build the test-split gallery index beside each checkpoint folder "
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             size = sum(path.stat().st_size for path in (folder / GALLERY_DIR).iterdir())
             print(f"{folder}: built {GALLERY_DIR}/ ({reason or 'forced'}): {len(gallery.index):,} items, "
-                  f"{size / 1e6:.1f} MB, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
+                  f"{format_bytes(size)}, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
         reason = views_staleness(folder, split)
         if reason is None and not args.force:
             print(f"{folder}: the views' figures are up to date")
@@ -413,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:  # no class with two items: nothing to rank
             print(f"{folder}: the views' figures cannot be computed: {error}", file=sys.stderr)
             continue
-        sizes = ", ".join(f"{name} {(folder / GALLERY_DIR / name).stat().st_size / 1e6:.1f} MB"
+        sizes = ", ".join(f"{name} {format_bytes((folder / GALLERY_DIR / name).stat().st_size)}"
                           for name in (RANKINGS_FILE, PAIRS_FILE))
         print(f"{folder}: computed the views' figures ({reason or 'forced'}): {sizes}")
     return 0

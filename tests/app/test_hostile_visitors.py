@@ -317,9 +317,9 @@ def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
     with _serving(settings) as (client, app):
         notice = client.predict(**settings_kw)
         assert notice == (
-            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 290.7 MB for glyphs-mini (24 training classes, "
-            "128-d embeddings, batch 32, float32), above the budget of 200.0 MB (set by MEMVIR_MEMORY_BUDGET). "
-            "Lower N or M, or use the float16 memory, which needs 146.6 MB (choose it under Advanced).")
+            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB for glyphs-mini (24 training classes, "
+            "128-d embeddings, batch 32, float32), above the budget of 190.7 MiB (set by MEMVIR_MEMORY_BUDGET). "
+            "Lower N or M, or use the float16 memory, which needs 139.9 MiB (choose it under Advanced).")
         assert app.run_manager.runs() == [] and not settings.runs_dir.exists(), "a refused start leaves nothing"
         started = client.predict(**settings_kw, memvir_store_dtype="float16")
         assert started.startswith("Started run `"), started
@@ -332,8 +332,8 @@ def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, t
     with _serving(settings) as (client, _):
         notice = client.predict(dataset="glyphs-mini", batch_size=32, memvir_n=50, memvir_m=200, warmup_epochs=0,
                                 api_name="/start")
-    assert notice.startswith("⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 290.7 MB")
-    assert notice.endswith("above the budget of 100.0 MB (set by MEMVIR_MEMORY_BUDGET). Lower N or M.")
+    assert notice.startswith("⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB")
+    assert notice.endswith("above the budget of 95.4 MiB (set by MEMVIR_MEMORY_BUDGET). Lower N or M.")
 
 
 def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints, tmp_path):
@@ -349,9 +349,9 @@ def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints,
                                    in status, "all 10 virtual sets in use", DEADLINE_S)
         notice = client.predict(memvir_n=50, memvir_m=2, warmup_epochs=0, api_name="/update_n")
         assert notice == (
-            "⚠️ N = 50 and M = 2 keep 150 past steps: a memory of 4.3 MB for glyphs-mini (24 training classes, "
-            "128-d embeddings, batch 32, float32), above the budget of 3.0 MB (set by MEMVIR_MEMORY_BUDGET). "
-            "Lower N or M, or use the float16 memory, which needs 2.2 MB (choose it under Advanced for a new "
+            "⚠️ N = 50 and M = 2 keep 150 past steps: a memory of 4.1 MiB for glyphs-mini (24 training classes, "
+            "128-d embeddings, batch 32, float32), above the budget of 2.9 MiB (set by MEMVIR_MEMORY_BUDGET). "
+            "Lower N or M, or use the float16 memory, which needs 2.1 MiB (choose it under Advanced for a new "
             "Start). The run trains on with N = 10 and M = 2.")
         later = poll_status_until(client, lambda status: step_of(status) > step_of(before) + 5, "the run training on",
                                   DEADLINE_S)

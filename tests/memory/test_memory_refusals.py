@@ -12,7 +12,7 @@ import torch
 
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
-from memvir.memory.size import DEFAULT_MAX_MEMORY_BYTES, MemoryLimitError, memory_limit, ring_bytes
+from memvir.memory.size import DEFAULT_MAX_MEMORY_BYTES, MemoryLimitError, format_bytes, memory_limit, ring_bytes
 from memvir.memory.virtual_classes import MemVir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,12 @@ def test_a_ring_past_the_limit_is_refused_at_construction_with_its_size_and_the_
     message = str(refused.value)
     assert "N(M+1) = 1,000,001,000,000" in message
     assert "16.0 GiB (17,179,869,184 bytes)" in message and "MEMVIR_MAX_MEMORY_BYTES" in message
+
+
+def test_sizes_are_written_in_binary_units():
+    """The one byte formatter: MemVir's limit here, and the app's memory budget and upload limits, in its words."""
+    assert [format_bytes(count) for count in (0, 1023, 1024, 1536, 20 * 2**20, 16 * 2**30, 2**60)] == [
+        "0 bytes", "1023 bytes", "1.0 KiB", "1.5 KiB", "20.0 MiB", "16.0 GiB", "1.0 EiB"]
 
 
 def test_the_first_step_is_refused_before_allocating_when_the_full_ring_would_pass_the_limit():

@@ -58,8 +58,8 @@ def test_a_cgroup_v2_limit_bounds_the_budget(tmp_path):
            memory__stat="anon 1500000000\ninactive_file 100000000\nactive_file 5\n")
     budget = memory_budget(None, CPU, root=tmp_path)
     assert budget.bytes == 200_000_000 and budget.bound == "cgroup"
-    assert budget.source == ("50% of the 400.0 MB that the memory limit of the run's cgroup leaves free, a limit of "
-                             "2.0 GB with 1.6 GB in use; MEMVIR_MEMORY_BUDGET sets it")
+    assert budget.source == ("50% of the 381.5 MiB that the memory limit of the run's cgroup leaves free, a limit of "
+                             "1.9 GiB with 1.5 GiB in use; MEMVIR_MEMORY_BUDGET sets it")
 
 
 def test_a_cgroup_v1_limit_bounds_the_budget(tmp_path):
@@ -69,7 +69,7 @@ def test_a_cgroup_v1_limit_bounds_the_budget(tmp_path):
            memory__stat="cache 9\ntotal_inactive_file 0\n")
     budget = memory_budget(None, CPU, root=tmp_path)
     assert budget.bytes == 250_000_000 and budget.bound == "cgroup"
-    assert "the 500.0 MB that the memory limit of the run's cgroup leaves free, a limit of 3.0 GB" in budget.source
+    assert "the 476.8 MiB that the memory limit of the run's cgroup leaves free, a limit of 2.8 GiB" in budget.source
 
 
 def test_the_tightest_of_a_cgroup_and_its_parents_counts(tmp_path):
@@ -112,10 +112,11 @@ def test_a_start_past_a_cgroups_limit_is_refused_with_the_limit_named(tmp_path, 
         notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50,
                                                     memvir_m=200, warmup_epochs=0, api_name="/start")
         assert notice == (
-            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 290.7 MB for glyphs-mini (24 training classes, "
-            "128-d embeddings, batch 32, float32), above the budget of 150.0 MB (50% of the 300.0 MB that the memory "
-            "limit of the run's cgroup leaves free, a limit of 2.0 GB with 1.7 GB in use; MEMVIR_MEMORY_BUDGET sets "
-            "it). Lower N or M, or use the float16 memory, which needs 146.6 MB (choose it under Advanced).")
+            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB for glyphs-mini (24 training "
+            "classes, 128-d embeddings, batch 32, float32), above the budget of 143.1 MiB (50% of the 286.1 MiB that "
+            "the memory limit of the run's cgroup leaves free, a limit of 1.9 GiB with 1.6 GiB in use; "
+            "MEMVIR_MEMORY_BUDGET sets it). Lower N or M, or use the float16 memory, which needs 139.9 MiB (choose it "
+            "under Advanced).")
         assert app.run_manager.runs() == []
 
 
@@ -138,9 +139,9 @@ def test_an_address_space_limit_set_by_the_process_bounds_its_budget():
     limit, budget, bound, source = result.stdout.splitlines()
     # the headroom is the 600 MB given, less what the process took since it measured itself
     assert bound == "RLIMIT_AS" and 250_000_000 < int(budget) <= 300_000_000, result.stdout
-    assert re.fullmatch(r"50% of the (5|6)\d\d\.\d MB that the address-space limit of the run's process \(RLIMIT_AS\) "
-                        rf"leaves it, a limit of {int(limit) / 1e9:.1f} GB of which it takes \d+\.\d GB; "
-                        "MEMVIR_MEMORY_BUDGET sets it", source), source
+    assert re.fullmatch(r"50% of the (4|5)\d\d\.\d MiB that the address-space limit of the run's process "
+                        rf"\(RLIMIT_AS\) leaves it, a limit of {int(limit) / 2**30:.1f} GiB of which it takes "
+                        r"\d+\.\d GiB; MEMVIR_MEMORY_BUDGET sets it", source), source
 
 
 def test_an_address_space_limit_set_by_prlimit_bounds_the_budget_of_that_process():
@@ -169,12 +170,11 @@ def test_a_start_past_the_run_processs_address_space_is_refused_with_the_limit_n
         notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=288, epochs=50, memvir_n=50,
                                                     memvir_m=200, warmup_epochs=0, api_name="/start")
         assert re.fullmatch(
-            r"⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 1\.6 GB for glyphs-mini \(24 training classes, "
-            r"128-d embeddings, batch 288, float32\), above the budget of \d+\.\d (MB|GB) \(50% of the \d+\.\d "
-            r"(MB|GB) that the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of 5\.0 GB of "
-            r"which it takes \d\.\d GB; MEMVIR_MEMORY_BUDGET sets it\)\. Lower N or M(, or use the float16 memory, "
-            r"which needs "
-            r"825\.9 MB \(choose it under Advanced\))?\.", notice), notice
+            r"⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 1\.5 GiB for glyphs-mini \(24 training "
+            r"classes, 128-d embeddings, batch 288, float32\), above the budget of \d+\.\d (MiB|GiB) \(50% of the "
+            r"\d+\.\d (MiB|GiB) that the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of "
+            r"4\.7 GiB of which it takes \d\.\d GiB; MEMVIR_MEMORY_BUDGET sets it\)\. Lower N or M(, or use the "
+            r"float16 memory, which needs 787\.6 MiB \(choose it under Advanced\))?\.", notice), notice
         assert app.run_manager.runs() == []
 
 
@@ -194,9 +194,9 @@ def test_a_live_change_past_the_run_processs_address_space_is_refused_and_the_ru
             time.sleep(0.2)
         with pytest.raises(ValueError) as refused:
             manager.update(run.id, "alice", memvir_n=50, memvir_m=6000)  # 8.7 GB
-        assert re.fullmatch(r"N = 50 and M = 6000 keep 300,050 past steps: a memory of 8\.7 GB .*above the budget of "
-                            r".*the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of 6\.0 "
-                            r"GB .* The run trains on with N = 2 and M = 2\.", str(refused.value)), str(refused.value)
+        assert re.fullmatch(r"N = 50 and M = 6000 keep 300,050 past steps: a memory of 8\.1 GiB .*above the budget of "
+                            r".*the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of 5\.6 "
+                            r"GiB .* The run trains on with N = 2 and M = 2\.", str(refused.value)), str(refused.value)
         assert run.training and run.requested_values["memvir_n"] == 2
     finally:
         manager.close()
