@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from memvir.data.errors import DatasetError
-from memvir.data.splits import DatasetInfo, DatasetSplits, SplitDataset
+from memvir.data.splits import DatasetInfo, DatasetSplits, SplitDataset, check_scorable
 from memvir.data.transforms import SeededTransform, photo_normalization, photo_test_transform, photo_train_transform
 
 PHOTO_IMAGE_SIZE = 224
@@ -88,6 +88,7 @@ def photo_splits(
     train_transform = SeededTransform(photo_train_transform(image_size, normalization), seed)
     train = _class_split(paths, class_ids, class_names, train_ids, train_transform)
     test = _class_split(paths, class_ids, class_names, test_ids, photo_test_transform(image_size, normalization))
+    check_scorable(test, f"{name}: the test split ({split_rule})")
     info = DatasetInfo(
         name=name,
         kind="photo",

@@ -10,6 +10,8 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from memvir.data.errors import DatasetError
+
 
 class SplitDataset(Dataset, ABC):
     """One split of a dataset: items are (image tensor [C, H, W], label int in [0, num_classes)).
@@ -95,3 +97,16 @@ def without_augmentation(splits: DatasetSplits) -> DatasetSplits:
     over-fit its few training classes). The train split is a shallow copy, so the original keeps its augmentation.
     """
     return dataclasses.replace(splits, train=splits.train.with_transform(splits.test.transform))
+
+
+def check_scorable(split: SplitDataset, what: str) -> None:
+    """DatasetError unless some class of `split` has two or more items: retrieval is scored by each query finding
+    another item of its class (memvir.retrieval.metrics leaves out the others), so a split of single images cannot be
+    scored, and a run on it would train to the end and fail there. `what` names the split in the message."""
+    counts = np.bincount(split.labels, minlength=split.num_classes)
+    if not (counts >= 2).any():
+        raise DatasetError(
+            f"{what} has no class with two or more images (its {split.num_classes} classes have one each), so "
+            "retrieval cannot be scored on it: each query needs another image of its class. Give its classes at "
+            "least two images each"
+        )

@@ -15,7 +15,7 @@ import numpy as np
 
 from memvir.data.errors import DatasetError
 from memvir.data.image_files import MIN_CLASSES_PER_SPLIT
-from memvir.data.splits import DatasetSplits, SplitDataset, without_augmentation
+from memvir.data.splits import DatasetSplits, SplitDataset, check_scorable, without_augmentation
 
 VALIDATION_SPLIT_SEED = 2022  # a project constant, like the glyph split's, not a training seed
 
@@ -82,6 +82,7 @@ def hold_out_validation(splits: DatasetSplits, count: int, fold: int = 0) -> tup
     held = validation_classes(num_train, count, fold)
     kept = np.setdiff1d(np.arange(num_train), held)
     validation = ClassSubset(without_augmentation(splits).train, held)
+    check_scorable(validation, f"{splits.info.name}: the validation split ({count} classes held out, fold {fold})")
     train = ClassSubset(splits.train, kept)
     info = dataclasses.replace(splits.info, num_train_classes=len(kept))
     return DatasetSplits(train=train, test=splits.test, info=info), validation

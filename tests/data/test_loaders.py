@@ -413,6 +413,20 @@ def test_folder_with_too_few_classes_is_rejected(tmp_path):
         load_dataset(f"folder:{tmp_path / 'data' / 'empty'}")
 
 
+def test_a_folder_whose_test_classes_have_one_image_each_is_refused_at_load(tmp_path):
+    """Knowable before training: no test query would have another image of its class, so the run would train to
+    its end and fail there (retrieval_metrics finds nothing to score)."""
+    root = tmp_path / "singles"
+    for index, name in enumerate(("a", "b", "c", "d")):
+        write_image(root / name / "only.png", seed=index, size=(20, 20))
+    with pytest.raises(DatasetError, match=r"the test split \(the first half of the class folders by sorted name "
+                                           r"train, the rest test\) has no class with two or more images \(its 2 "
+                                           r"classes have one each\)"):
+        load_dataset(f"folder:{root}", image_size=SIZE)
+    write_image(root / "d" / "second.png", seed=9, size=(20, 20))  # one test class of two is enough to score
+    assert load_dataset(f"folder:{root}", image_size=SIZE).test.labels.tolist() == [0, 1, 1]
+
+
 def test_missing_folder_and_empty_folder_name_are_rejected(tmp_path):
     with pytest.raises(
         DatasetError, match=r"dataset folder .*absent does not exist or is not a folder; expected one sub-folder"

@@ -92,6 +92,19 @@ def test_photo_validation_items_are_read_with_the_test_transform(tmp_path):
     assert len(splits.train) == 4 and splits.info.num_train_classes == 2
 
 
+def test_validation_classes_of_one_image_each_are_refused_before_training(tmp_path):
+    """The validation split is scored like the test split: held-out classes of single images could not be."""
+    from test_loaders import SIZE, write_image
+
+    for c in range(8):  # the training half (class0-class3) has single images, the test half pairs
+        for i in range(1 if c < 4 else 2):
+            write_image(tmp_path / f"class{c}" / f"{i}.png", seed=10 * c + i, size=(40, 40))
+    full = load_dataset(f"folder:{tmp_path}", image_size=SIZE)
+    with pytest.raises(DatasetError, match=r"the validation split \(2 classes held out, fold 0\) has no class "
+                                           r"with two or more images \(its 2 classes have one each\)"):
+        hold_out_validation(full, 2)
+
+
 def test_training_without_augmentation_reads_clean_renders():
     """augment=False: the Trainer's batches are the clean renders, as the test split reads its own, every epoch."""
     trainer = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, augment=False, val_classes=6, max_steps=1,
