@@ -9,6 +9,10 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 os.environ.setdefault("TQDM_DISABLE", "1")
+# One torch thread a process, set before anything imports torch, and inherited by every process a test starts (the
+# CLI, app.py, a run's process: demo.common.cores.training_threads reads it): the suite runs two workers on two cores,
+# and their trainings' OpenMP threads only waited for one another (docs/benchmarks.md, "The test suite").
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture

@@ -43,10 +43,14 @@ def machine_cores() -> int:
 
 
 def training_threads(configured: int | None = None, cores: int | None = None) -> int:
-    """torch's threads in a run's process: `configured` (MEMVIR_TRAIN_THREADS) when set, else the cores less the
-    server's share; at least 1."""
+    """torch's threads in a run's process: `configured` (MEMVIR_TRAIN_THREADS) when set, else OMP_NUM_THREADS where
+    the environment sets it to a whole number (the variable torch itself reads, so a run in the app takes the threads
+    the command line would), else the cores less the server's share; at least 1."""
     if configured is not None:
         return max(1, configured)
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit():
+        return max(1, int(omp))
     cores = machine_cores() if cores is None else cores
     reserved = 0 if cores <= SMALL_MACHINE_CORES else SERVER_CORES_ON_LARGER_MACHINES
     return max(1, cores - reserved)

@@ -95,8 +95,8 @@ class AppSettings:
         of free memory, cgroup and address-space headroom (demo.runs.memory_budget).
     allowed_folders: folders of this machine whose checkpoints and class folders visitors may name by path, besides
         the bundled checkpoints and the app's runs (demo.common.allowed_paths); none by default.
-    train_threads: torch's threads in each run's training process; None: the machine's cores less the server's
-        share (demo.common.cores).
+    train_threads: torch's threads in each run's training process; None: OMP_NUM_THREADS where set, else the
+        machine's cores less the server's share (demo.common.cores).
     run_memory_limit: bytes of address space each run's training process may take (RLIMIT_AS): a run that needs
         more fails alone, with a message, before the machine runs short; None: no limit. It counts reserved
         address space, more than the memory used, and suits CPU training (CUDA reserves address space far past it).
@@ -153,9 +153,10 @@ class AppSettings:
     def from_env(cls) -> AppSettings:
         """MEMVIR_APP_DATA (default: `default_data_dir`), MEMVIR_CHECKPOINTS (default checkpoints/),
         MEMVIR_MAX_RUNS (1), MEMVIR_UMAP (1), MEMVIR_MEMORY_BUDGET (a size such as 4GB; default: see memory_budget),
-        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default: the
-        cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none), MEMVIR_SERVER_PRIORITY
-        (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores; default low)."""
+        MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default:
+        OMP_NUM_THREADS, else the cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none),
+        MEMVIR_SERVER_PRIORITY (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores;
+        default low)."""
         return cls(
             data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),

@@ -404,8 +404,18 @@ def test_the_server_keeps_torch_and_faiss_to_one_thread():
 
 @pytest.mark.parametrize(("configured", "cores", "threads"), [
     (None, 1, 1), (None, 2, 2), (None, 4, 4), (None, 8, 7), (None, 64, 63), (3, 64, 3)])
-def test_a_run_takes_the_cores_less_the_servers_share(configured, cores, threads):
+def test_a_run_takes_the_cores_less_the_servers_share(configured, cores, threads, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # tests/conftest.py sets it
     assert training_threads(configured, cores) == threads
+
+
+@pytest.mark.parametrize(("omp", "threads"), [("3", 3), ("0", 1), (" 2 ", 2), ("", 7), ("many", 7)])
+def test_omp_num_threads_stands_in_for_an_unset_thread_count(omp, threads, monkeypatch):
+    """Where the environment sets OMP_NUM_THREADS, a run takes those threads, as torch would on the command line;
+    MEMVIR_TRAIN_THREADS (`configured`) still wins, and a value that is not a whole number is ignored."""
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert training_threads(None, 8) == threads
+    assert training_threads(5, 8) == 5
 
 
 def test_the_snapshot_of_a_run_is_kept_from_its_file(manager):
