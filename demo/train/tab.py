@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -19,7 +20,8 @@ from demo.common.allowed_paths import dataset_folder
 from demo.common.handlers import reporting, visitor_key
 from demo.common.inputs import positive_number, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
-from demo.common.uploads import unpack_upload
+from demo.common.upload_store import discard
+from demo.common.uploads import display_name, unpack_upload
 from demo.runs.manager import RunManager
 from demo.train import views as train_views
 from demo.train import words
@@ -27,6 +29,7 @@ from demo.train.live_view import FigureBuilder
 from demo.train.poll import PollState
 from demo.train.presets import PAGE_DEFAULTS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
+from memvir.data.registry import FOLDER_PREFIX
 from memvir.losses import LOSSES, loss_defaults
 from memvir.models.backbones import available_backbones
 
@@ -118,12 +121,26 @@ class TrainHandlers:
         loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
         chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
                   "memvir_reduction": memvir_reduction}
-        config = TrainConfig(dataset=dataset_name(self.runs, dataset, folder_path, zip_file), backbone=backbone,
-                             loss=loss, loss_params=loss_params, **numbers,
+        named = dataset_name(self.runs, dataset, folder_path, zip_file)
+        config = TrainConfig(dataset=named, backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
                              **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
-        run = self.runs.start(config, visitor)
+        try:
+            run = self.runs.start(config, visitor)
+        except ValueError as error:
+            if dataset != ZIP_CHOICE:
+                raise
+            raise ValueError(self._refused_zip(named, zip_file, error)) from None
         # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
         return PollState(run_id=run.id), f"Started run `{run.id}`"
+
+    def _refused_zip(self, named: str, zip_file, error: ValueError) -> str:
+        """A Start refused for its unpacked zip (its classes, their images): the zip goes, as a zip refused while
+        unpacking does, unless a training run uses the same content, and the message names the zip as the visitor
+        knows it, not the server's folder it was unpacked into."""
+        root = Path(named.removeprefix(FOLDER_PREFIX))
+        if root not in self.runs.dataset_folders_in_use():
+            discard(self.runs.settings.uploads_dir, root)
+        return str(error).replace(named, display_name(zip_file)).replace(str(root), display_name(zip_file))
 
     @reporting(message_slot=0, outputs=1)
     def stop(self, state: PollState, visitor=None, request: gr.Request = None):

@@ -244,6 +244,38 @@ def test_a_zip_of_too_many_files_is_refused_before_anything_is_written(server, t
     assert _files_under(server["settings"].uploads_dir) == []
 
 
+@pytest.mark.parametrize("batch_size", [2, 128])
+def test_a_training_zip_of_single_images_is_refused_at_start_whatever_the_batch(server, tmp_path, batch_size):
+    """Before, 4 classes of 1 image at batch 2 started, trained and ended Failed at its evaluation ('no class has at
+    least two members ... it had saved no checkpoint yet'); at batch 128 Start refused it for the batch size."""
+    archive = _class_zip(tmp_path / "singles.zip", 4, 1)
+    message = server["client"].predict(dataset="zip", zip_file=handle_file(archive), batch_size=batch_size, epochs=1,
+                                       api_name="/start")
+    assert message.startswith("⚠️ singles.zip: the test split ") and (
+        "has no class with two or more images (its 2 classes have one each)") in message, message
+    assert str(server["settings"].data_dir) not in message  # the zip as the visitor knows it, not the server's folder
+    assert not any(server["settings"].uploads_dir.glob("zip-*")), "a refused zip left its files behind"
+
+
+def test_a_refused_start_keeps_a_zip_that_a_training_run_uses(tiny_checkpoints, tmp_path):
+    """A refused Start discards the zip it unpacked, except when a run trains on the same content (an upload is
+    unpacked once per content): a second visitor's Start of it, refused for the busy slot, must not pull the files
+    from under the first visitor's run."""
+    archive = _class_zip(tmp_path / "classes.zip", 4, 3)
+    settings = _settings(tmp_path, tiny_checkpoints)
+    with _serving(settings) as (client, app):
+        started = client.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=10_000,
+                                 snapshot_every=0, api_name="/start")
+        assert started.startswith("Started run `"), started
+        (folder,) = [path for path in settings.uploads_dir.glob("zip-*") if path.is_dir()]
+        other = Client(client.src, verbose=False)  # another visitor's session
+        refused = other.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
+                                api_name="/start")
+        assert refused.startswith("⚠️ ") and "another visitor's run is training" in refused, refused
+        assert folder.is_dir() and app.run_manager.runs()[0].training
+        client.predict(api_name="/stop")
+
+
 def test_a_zip_gallery_is_unpacked_once_however_often_it_is_used(server, tmp_path, glyph_query):
     """Before, every load or search unpacked the zip again into a new uploads/zip-* folder (3 loads, 3 copies)."""
     client, uploads = server["client"], server["settings"].uploads_dir
