@@ -144,6 +144,13 @@ def first_searches(tmp: Path, starts: int) -> dict:
     return {"warm": warm, "cold": cold}
 
 
+def views_due(poll_answer: list) -> bool:
+    """Whether a poll's answer starts the page's one-shot views timer (demo.train.views), whose tick sends the second
+    poll: the poll's views key changed."""
+    update = poll_answer[-1]
+    return isinstance(update, dict) and update.get("active") is True
+
+
 class PagePolls:
     """The polls of an open page, as its script sends them: each event a single POST to /gradio_api/run/NAME (the
     poll events are not queued, demo.train.views), in the session that started the run."""
@@ -163,12 +170,12 @@ class PagePolls:
         return response.json()["data"]
 
     def poll(self) -> str:
-        """The poll (state, picture "few", following, no browser key), and the second poll when the first sent a new
-        views key (a skipped output comes as an update without a value); the status line."""
+        """The poll (state, picture "few", following, no browser key), and the second poll when the first says its
+        views changed (`views_due`); the status line."""
         began = time.perf_counter()
         answer = self._post("poll", [None, "few", True, None])
         self.poll_ms = 1000 * (time.perf_counter() - began)  # the first poll's answer, as the page waits for it
-        if isinstance(answer[-1], str):
+        if views_due(answer):
             self.views_polls += 1
             self._post("poll_views", [None, None, None])
         return answer[1]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_app import APP_SETTINGS, PagePolls, percentile, start_app  # noqa: E402 - bench/ is on the path now
+from bench_app import APP_SETTINGS, PagePolls, percentile, start_app, views_due  # noqa: E402 - bench/ is on the path now
 
 ARRIVAL_S = 2.0  # the crowd arrives within this many seconds, as after a link is shared
 
@@ -103,7 +103,7 @@ class Visitor:
             timer = answer[-2]  # the page's timer, where the server changes its interval (demo.runs.audience)
             if isinstance(timer, dict) and timer.get("value") is not None:
                 self.interval = float(timer["value"])
-            if isinstance(answer[-1], str):  # a new views key: the page's second poll
+            if views_due(answer):  # the page's second poll
                 self.page._post("poll_views", [None, None, None])
             time.sleep(max(0.0, self.interval - (time.perf_counter() - now)))
         self.due = (until - watched_from) / self.interval
