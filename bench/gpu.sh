@@ -8,7 +8,9 @@
 #    OUT_DIR/gpu_throughput.md (and stdout).
 # 2. The Trainer end to end on the GPU (bfloat16 autocast, channels_last, pinned memory, loader workers,
 #    torch.compile) on glyphs-mini through the CLI: OUT_DIR/trainer_smoke.log.
-# 3. With two GPUs or more, the same under torchrun on two of them (NCCL, SyncBatchNorm): OUT_DIR/ddp_smoke.log.
+# 3. A live change whose memory the GPU cannot hold (a real CUDA out-of-memory): refused, the run trains on, and the
+#    app's memory budget on the GPU: OUT_DIR/live_change_oom.log.
+# 4. With two GPUs or more, the same under torchrun on two of them (NCCL, SyncBatchNorm): OUT_DIR/ddp_smoke.log.
 # Every part has its own time limit; a failing part is reported and the next one still runs. Record the figures in
 # docs/benchmarks.md only from a run on a GPU.
 set -u
@@ -46,6 +48,8 @@ part gpu_throughput 240 "$PYTHON" bench/gpu_throughput.py --device cuda --compil
 part trainer_smoke 120 "$PYTHON" -m memvir train --dataset glyphs-mini --backbone resnet18 --batch-size 64 \
     --max-steps 30 --memvir-n 2 --memvir-m 1 --warmup-epochs 0.5 --num-workers 2 --compile --device cuda \
     --out "$OUT_DIR/trainer_smoke_run"
+
+part live_change_oom 120 "$PYTHON" bench/gpu_live_change.py --device cuda
 
 gpus=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 if [ "$gpus" -ge 2 ]; then
