@@ -8,10 +8,13 @@ export GRADIO_ANALYTICS_ENABLED := False
 
 .PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained
 
+# --no-compile: pip would byte-compile all 6 GB of site-packages (about 50 CPU-s, most of it never imported: torch's
+# tests, caffe2, ...); Python compiles the modules the app and the tests import the first time they load them
+# (docs/benchmarks.md, "The test suite").
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
 	touch $@
 
 venv: $(VENV)/.installed
