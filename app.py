@@ -2,8 +2,9 @@
 
 GRADIO_SERVER_NAME and GRADIO_SERVER_PORT move it (Hugging Face Spaces sets them); MEMVIR_APP_DATA,
 MEMVIR_CHECKPOINTS, MEMVIR_MAX_RUNS, MEMVIR_UMAP, MEMVIR_MEMORY_BUDGET, MEMVIR_ALLOWED_FOLDERS and
-MEMVIR_SERVER_PRIORITY are described in demo.common.settings. The port opens only once torch and the trainer are
-imported (a few seconds).
+MEMVIR_SERVER_PRIORITY are described in demo.common.settings. Until torch and the trainer are imported (a few
+seconds), the port serves a page that says the app is starting and opens it once it is ready
+(demo.common.starting_page).
 """
 
 import importlib
@@ -45,6 +46,23 @@ def main() -> None:
     settings = AppSettings.from_env()
     # first, before any thread starts: on small machines the runs' processes go first
     yield_to_training(settings.server_priority)
+    from demo.common.starting_page import open_starting_page
+
+    starting = open_starting_page()  # a visitor sees the app coming while gradio and torch load
+    try:
+        app = _build(settings)
+    finally:
+        if starting is not None:
+            starting.close()  # the port, free for the app's own server in the next moment
+    try:
+        # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
+        app.launch(max_file_size=settings.max_zip_bytes)
+    finally:
+        app.close()  # runs still training stop at their next step and save a checkpoint
+
+
+def _build(settings):
+    """The app, its runs' forkserver started and its handlers' modules imported, the retrieval warm-up begun."""
     from demo.runs.process import prepare_run_processes
 
     prepare_run_processes()  # the runs' processes fork from it: their imports happen now, beside the server's
@@ -59,11 +77,7 @@ def main() -> None:
     limit_server_threads()  # training has processes of its own (demo.runs.process)
     app = build_app(settings)
     app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads
-    try:
-        # server_name / server_port default to GRADIO_SERVER_NAME / GRADIO_SERVER_PORT, else 127.0.0.1:7860.
-        app.launch(max_file_size=settings.max_zip_bytes)
-    finally:
-        app.close()  # runs still training stop at their next step and save a checkpoint
+    return app
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
     random.seed(0)
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # the run may write as it ends
         data = Path(tmp)
-        server, url, _ = start_app(data)
+        server, url, _, _ = start_app(data)
         owner_polling = threading.Event()
         try:
             time.sleep(3)  # the background import of the trainer, as for a visitor reading the page

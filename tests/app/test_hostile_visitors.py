@@ -4,9 +4,9 @@ the case needs a fresh start. Every refusal must end in a clear message with not
 disk and messages are measured, not assumed."""
 
 import contextlib
+import http.client
 import io
 import os
-import socket
 import struct
 import subprocess
 import sys
@@ -24,23 +24,31 @@ DEADLINE_S = 90.0
 
 
 # ---------------------------------------------------------------------------------------------- a fresh start
-def _wait_for_port(port: int, process: subprocess.Popen) -> None:
+def _wait_for_the_app(port: int, process: subprocess.Popen) -> None:
+    """Until the app's own server answers on `port`: its starting page answers 503 until then
+    (demo.common.starting_page), and a refused connection is the moment between the two."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"app.py exited with {process.returncode} before serving")
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.05).close()
-            return
+            connection.request("GET", "/")
+            if connection.getresponse().status != 503:
+                return
         except OSError:
-            time.sleep(0.01)
-    raise AssertionError("app.py never opened its port")
+            pass
+        finally:
+            connection.close()
+        time.sleep(0.01)
+    raise AssertionError("app.py never served its page")
 
 
 @pytest.mark.slow
 def test_the_first_request_after_a_fresh_start_is_served(tiny_checkpoints, glyph_query, tmp_path):
-    """The request arrives the moment the port opens: before, it raced the warm-up thread's imports of torchvision
-    and failed in 2 of 3 starts ('cannot import name ... from partially initialized module')."""
+    """The request arrives the moment the app's server answers (its starting page gone): before, it raced the
+    warm-up thread's imports of torchvision and failed in 2 of 3 starts ('cannot import name ... from partially
+    initialized module')."""
     checkpoint = str(tiny_checkpoints / "glyphs-mini-tiny")
     for attempt in range(3):
         port = free_port()
@@ -52,7 +60,7 @@ def test_the_first_request_after_a_fresh_start_is_served(tiny_checkpoints, glyph
         process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         try:
-            _wait_for_port(port, process)
+            _wait_for_the_app(port, process)
             client = Client(f"http://127.0.0.1:{port}/", verbose=False)
             about, results, _ = client.predict(checkpoint_choice=checkpoint, source="test split", k=3,
                                                query_class="", query_file=handle_file(glyph_query),

@@ -1,12 +1,14 @@
 """The app as a Hugging Face Space runs it: `python app.py` with GRADIO_SERVER_NAME=0.0.0.0 and a GRADIO_SERVER_PORT
-serves the page, the app's data goes to the Space's persistent storage when it has some, and the Space's build
-installs the CPU builds of exactly the torch and torchvision that requirements.txt pins."""
+serves a page that says it is starting at once and the app's page once it has loaded, the app's data goes to the
+Space's persistent storage when it has some, and the Space's build installs the CPU builds of exactly the torch and
+torchvision that requirements.txt pins."""
 
 import os
 import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -33,6 +35,7 @@ def test_app_py_serves_the_page_as_a_space_starts_it(tmp_path):
                GRADIO_ANALYTICS_ENABLED="False")
     process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
+    starting_pages = 0  # answers of the page that says the app is starting (demo.common.starting_page)
     try:
         deadline = time.monotonic() + DEADLINE_S
         while True:
@@ -41,14 +44,22 @@ def test_app_py_serves_the_page_as_a_space_starts_it(tmp_path):
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
                     status, page = response.status, response.read().decode()
                 break
+            except urllib.error.HTTPError as refused:
+                assert refused.code == 503 and "MemVir Studio is starting" in refused.read().decode()
+                assert starting_pages or _listening_on_all_interfaces(port)  # where the Space's proxy finds it
+                starting_pages += 1
             except OSError:
-                assert time.monotonic() < deadline, "app.py never served its page"
-                time.sleep(0.1)
+                pass
+            assert time.monotonic() < deadline, "app.py never served its page"
+            time.sleep(0.1)
         assert _listening_on_all_interfaces(port)  # reachable through the Space's proxy, not only on loopback
     finally:
         process.terminate()
         output = process.communicate(timeout=30)[0]
     assert status == 200, output
+    # the page said the app was starting while it imported (seconds, polled every 0.1 s here), then the app took
+    # the port over
+    assert starting_pages > 0, output
     assert '<meta property="og:title" content="MemVir Studio" />' in page  # the app's title, from gr.Blocks
     assert (tmp_path / "data" / "gradio").is_dir()  # MEMVIR_APP_DATA holds the app's files
 
