@@ -95,7 +95,7 @@ def _live_run(tmp_path) -> LiveRun:
 
 
 def test_a_crowd_s_pages_poll_at_their_share_and_the_owner_s_every_second(tmp_path):
-    """40 pages watch alice's run: the 39 others' pages share 8 polls a second (one each 5 s), alice's polls every
+    """40 pages watch alice's run: the 39 others' pages share 4 polls a second (one each 10 s), alice's polls every
     second; the timer is sent only when a page's interval changes, and the status line says why it slowed."""
     now = [0.0]
     runs, figures = StandInRuns(clock=lambda: now[0]), StandInFigures()
@@ -106,11 +106,11 @@ def test_a_crowd_s_pages_poll_at_their_share_and_the_owner_s_every_second(tmp_pa
     for visitor in states:  # all arrive within a second
         states[visitor], status, *_, timer, _ = live.poll(states[visitor], "age", True, visitor=visitor)
         answers[visitor] = (status, timer)
-    # the first four pages are few enough for a poll a second; from the fifth on, ceil(pages / 8) seconds
+    # the first four pages are few enough for a poll a second; from the fifth on, ceil(pages / 4) seconds
     assert [answers[f"v{k}"][1] for k in range(4)] == [SKIP] * 4
-    assert answers["v4"][1] == SKIP  # 5 pages / 8: still a second
-    assert answers["v8"][1] == gr.update(value=2.0) and answers["v38"][1] == gr.update(value=5.0)
-    assert "39 pages are watching this run: this one updates every 5 s" in answers["v38"][0]
+    assert answers["v4"][1] == gr.update(value=2.0)  # 5 pages / 4
+    assert answers["v8"][1] == gr.update(value=3.0) and answers["v38"][1] == gr.update(value=10.0)
+    assert "39 pages are watching this run: this one updates every 10 s" in answers["v38"][0]
     assert "pages are watching" not in answers["v0"][0]
     owner_state, status, *_, timer, _ = live.poll(PollState(), "age", True, visitor="alice")
     assert timer == SKIP and "pages are watching" not in status  # 40 pages, but alice owns the run
