@@ -8,13 +8,16 @@ export GRADIO_ANALYTICS_ENABLED := False
 
 .PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained
 
-# --no-compile: pip would byte-compile all 6 GB of site-packages (about 50 CPU-s, most of it never imported: torch's
-# tests, caffe2, ...); Python compiles the modules the app and the tests import the first time they load them
-# (docs/benchmarks.md, "The test suite").
+# pip byte-compiles what it installs on one core (about 50 s here); compileall does the same on every core. Compiled
+# they must be: where PYTHONDONTWRITEBYTECODE is set, nothing compiled at import time is kept for later
+# processes, and every test's interpreter would compile torch anew. A few files of the packages' own test data are
+# not Python 3 and fail to compile, as they do under pip: nothing imports them.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
+	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	    > /dev/null 2>&1 || true
 	touch $@
 
 venv: $(VENV)/.installed
