@@ -8,10 +8,10 @@ export GRADIO_ANALYTICS_ENABLED := False
 
 .PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained
 
-# pip byte-compiles what it installs on one core (about 50 s here); compileall does the same on every core. Compiled
-# they must be: where PYTHONDONTWRITEBYTECODE is set, nothing compiled at import time is kept for later
-# processes, and every test's interpreter would compile torch anew. A few files of the packages' own test data are
-# not Python 3 and fail to compile, as they do under pip: nothing imports them.
+# pip byte-compiles what it installs on one core; compileall does the same on every core (docs/benchmarks.md, "The
+# test suite"). Compiled they must be: where PYTHONDONTWRITEBYTECODE is set, nothing compiled at import time is kept
+# for later processes, and every test's interpreter would compile torch anew. A few files of the packages' own test
+# data are not Python 3 and fail to compile, as they do under pip: nothing imports them.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -1,6 +1,6 @@
 """A live change whose memory the device cannot hold, tried for real: the allocator's own refusal (on a GPU, torch's
 OutOfMemoryError from CUDA) must leave the run training with its old memory and answer the change with
-ControlRefused (docs/method.md, "Live control"). The unit tests make the allocation fail with a stand-in; this asks
+ControlRefused (memvir.train.trainer.Trainer.update). The unit tests make the allocation fail with a stand-in; this asks
 the real allocator for a ring whose class-weight store alone is about 1.5 times the device's memory (one
 allocation past it is refused at once; several smaller ones that together pass it could each succeed and then be
 killed as their pages fill, which is what the app's budget is for).

@@ -29,8 +29,8 @@ SERVER_CORES_ON_LARGER_MACHINES = 1
 # How much lower than the rest of its process a background thread runs (Linux niceness, added to the process's).
 BACKGROUND_NICENESS = 10
 # How much lower than the runs' processes the whole server runs on a machine of up to SMALL_MACHINE_CORES cores: a
-# little, so that a crowd opening pages is served in a second or two (at 10, 40 pages waited 11 s) while a page
-# polling every second still costs a run little (docs/benchmarks.md, "Many watchers").
+# little, so that a crowd opening pages is served in a second or two while a page polling every second still costs a
+# run little; far below, a crowd's pages waited many seconds (docs/benchmarks.md, "Many watchers").
 SERVER_NICENESS = 2
 # How the server yields to its runs there (yield_to_training): the idle scheduling class, a lower niceness, or not.
 SERVER_PRIORITIES = ("idle", "low", "normal")

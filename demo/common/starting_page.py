@@ -92,7 +92,6 @@ class StartingPage:
     def __init__(self, host: str, port: int):
         self._server = ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
-        self.url = f"http://{host}:{port}/"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="memvir-starting-page", daemon=True)
         self._thread.start()

@@ -14,9 +14,8 @@ import time
 
 POLL_SECONDS = 1.0  # how often a page polls the run it shows, unless a crowd watches it
 FULL_RATE_PAGES = 4  # up to this many pages of a run each poll every second
-# Beyond, the other visitors' pages share about this many polls a second: with the server a little below its runs
-# (demo.common.cores), 8 a second cost a run watched by 40 pages 0.14 of its speed and 4 cost it 0.08
-# (docs/benchmarks.md, "Many watchers").
+# Beyond, the other visitors' pages share about this many polls a second: with the server only a little below its
+# runs (demo.common.cores), a crowd's polls are most of what it costs a run (docs/benchmarks.md, "Many watchers").
 CROWD_POLLS_PER_S = 4.0
 SLOWEST_S = 10.0  # no page waits longer than this between its polls
 WATCHING_S = SLOWEST_S + 2.0  # a page counts as watching while it polled within this long (a slowed page too)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-# One renderer process for every page, and no browser features a test page never uses: about 8 % less CPU for a browser
+# One renderer process for every page, and no browser features a test page never uses: less CPU for each browser
 # test file (docs/benchmarks.md, "The test suite").
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
