@@ -8,16 +8,16 @@ export GRADIO_ANALYTICS_ENABLED := False
 
 .PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained
 
-# pip byte-compiles what it installs on one core; compileall does the same on every core (docs/benchmarks.md, "The
-# test suite"). Compiled they must be: where PYTHONDONTWRITEBYTECODE is set, nothing compiled at import time is kept
-# for later processes, and every test's interpreter would compile torch anew. A few files of the packages' own test
-# data are not Python 3 and fail to compile, as they do under pip: nothing imports them.
+# Python compiles a module the first time a process imports it; with PYTHONDONTWRITEBYTECODE set (these machines set
+# it) it keeps nothing, and every test's interpreter would compile torch anew. So the recipes here keep what they
+# compile, and pip compiles nothing ahead: the suite imports a small part of what it installs, each module compiled
+# once, by the first process to import it (docs/benchmarks.md, "The test suite").
+unexport PYTHONDONTWRITEBYTECODE
+
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
-	$(PY) -m compileall -q -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-	    > /dev/null 2>&1 || true
 	touch $@
 
 venv: $(VENV)/.installed
