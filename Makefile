@@ -31,9 +31,11 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "chromium is missing: install Debian's chromium (sudo apt-get install chromium) for the browser tests"; fi; }
 
-# Two workers, one test file each at a time (its module fixtures, a served app say, set up once): the suite waits on
-# subprocesses and servers as much as it computes (docs/benchmarks.md, "The test suite").
-test: venv chromium
+# The venv (pip, mostly unpacking) and chromium (apt, mostly downloading) are built side by side. Then two workers,
+# one per core, one test file each at a time (its module fixtures, a served app say, set up once)
+# (docs/benchmarks.md, "The test suite").
+test:
+	$(MAKE) --no-print-directory -j 2 venv chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: venv
