@@ -1,15 +1,12 @@
 """The app under attack (issue 12): each case an outside attack run reproduced against the live app, sent here the same
-way, with real files, against a real server: in-process on a free port, or `python app.py` as a subprocess where
-the case needs a fresh start. Every refusal must end in a clear message with nothing lost; memory growth, files on
-disk and messages are measured, not assumed."""
+way, with real files, against a real server in-process on a free port (a fresh `python app.py`'s first request is in
+tests/app/test_space.py). Every refusal must end in a clear message with nothing lost; memory growth, files on disk
+and messages are measured, not assumed."""
 
 import contextlib
-import http.client
 import io
 import os
 import struct
-import subprocess
-import sys
 import time
 import zipfile
 import zlib
@@ -19,58 +16,7 @@ import pytest
 from gradio_client import Client, handle_file
 from served_app import free_port, page_status, poll_status_until, step_of
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 90.0
-
-
-# ---------------------------------------------------------------------------------------------- a fresh start
-def _wait_for_the_app(port: int, process: subprocess.Popen) -> None:
-    """Until the app's own server answers on `port`: its starting page answers 503 until then
-    (demo.common.starting_page), and a refused connection is the moment between the two."""
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"app.py exited with {process.returncode} before serving")
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        try:
-            connection.request("GET", "/")
-            if connection.getresponse().status != 503:
-                return
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        time.sleep(0.01)
-    raise AssertionError("app.py never served its page")
-
-
-@pytest.mark.slow
-def test_the_first_request_after_a_fresh_start_is_served(tiny_checkpoints, glyph_query, tmp_path):
-    """The request arrives the moment the app's server answers (its starting page gone): before, it raced the
-    warm-up thread's imports of torchvision and failed in 2 of 3 starts ('cannot import name ... from partially
-    initialized module')."""
-    checkpoint = str(tiny_checkpoints / "glyphs-mini-tiny")
-    for attempt in range(3):
-        port = free_port()
-        # The server at the runs' priority: below them (the default) it starts at the pace the suite's other worker
-        # leaves it, past the deadline while that worker trains; the race tested is the warm-up's, not priority's.
-        env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port), MEMVIR_UMAP="0",
-                   MEMVIR_APP_DATA=str(tmp_path / f"data-{attempt}"), MEMVIR_CHECKPOINTS=str(tiny_checkpoints),
-                   HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", MEMVIR_SERVER_PRIORITY="normal")
-        process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        try:
-            _wait_for_the_app(port, process)
-            client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-            about, results, _ = client.predict(checkpoint_choice=checkpoint, source="test split", k=3,
-                                               query_class="", query_file=handle_file(glyph_query),
-                                               api_name="/search_upload")
-        finally:
-            process.terminate()
-            output = process.communicate(timeout=30)[0]
-        assert not about.startswith("⚠️"), f"start {attempt + 1}: {about}\n{output}"
-        assert results.count('<figure class="result-tile') == 3  # the result tiles (demo.retrieve.tiles)
-        assert "ImportError" not in output and "partially initialized" not in output, output
 
 
 # ---------------------------------------------------------------------------------------------- a server in-process
