@@ -20,7 +20,6 @@ PICK_BOXES = """() => [...document.querySelectorAll('#sample .thumbnail-item')].
 
 
 def _open_pick(page):
-    page.wait_for_selector("#start")
     page.get_by_role("tab", name="Retrieve").click()
     page.locator("#load").click()
     page.get_by_role("tab", name="Pick").click()
@@ -28,9 +27,7 @@ def _open_pick(page):
     return page.evaluate(PICK_BOXES)
 
 
-@pytest.mark.parametrize("size", [(1400, 900), PHONE], ids=["desktop", "phone"])
-def test_pick_images_are_whole_and_their_captions_uncut(open_page, bundled_app_url, screenshot, size):
-    page = open_page(bundled_app_url, *size)
+def _pick_images_are_whole_and_their_captions_uncut(page, screenshot, size):
     tiles = _open_pick(page)
     assert len(tiles) == 48
     assert all(tile["fit"] == "contain" for tile in tiles)  # not cropped to the square tile
@@ -38,9 +35,7 @@ def test_pick_images_are_whole_and_their_captions_uncut(open_page, bundled_app_u
     screenshot(f"retrieve-pick-{'phone' if size == PHONE else 'desktop'}", page, full_page=False)
 
 
-def test_on_a_phone_the_query_comes_before_the_gallery(open_page, bundled_app_url, screenshot):
-    page = open_page(bundled_app_url, *PHONE)
-    page.wait_for_selector("#start")
+def _on_a_phone_the_query_comes_before_the_gallery(page, screenshot):
     page.get_by_role("tab", name="Retrieve").click()
     page.locator("#query-file").wait_for(timeout=WAIT_MS)
     drop_zones = page.evaluate("""() => [...document.querySelectorAll('input[type=file]')]
@@ -54,9 +49,7 @@ def test_on_a_phone_the_query_comes_before_the_gallery(open_page, bundled_app_ur
     screenshot("retrieve-phone-query-first", page, full_page=False)
 
 
-def test_the_query_class_is_picked_from_the_gallery_s_classes(open_page, bundled_app_url):
-    page = open_page(bundled_app_url, 1400, 900)
-    page.wait_for_selector("#start")
+def _the_query_class_is_picked_from_the_gallery_s_classes(page):
     page.get_by_role("tab", name="Retrieve").click()
     page.locator("#query-class-list input").click()
     page.locator("#query-class-list input").fill("O U+004F")
@@ -65,9 +58,7 @@ def test_the_query_class_is_picked_from_the_gallery_s_classes(open_page, bundled
                            timeout=WAIT_MS)
 
 
-def test_an_unreachable_hub_is_one_toast_in_a_visitor_s_words(open_page, bundled_app_url):
-    page = open_page(bundled_app_url, 1400, 900)
-    page.wait_for_selector("#start")
+def _an_unreachable_hub_is_one_toast_in_a_visitor_s_words(page):
     page.get_by_role("tab", name="Retrieve").click()
     checkpoint = page.locator("#checkpoint input")
     checkpoint.fill("someone/some-model")
@@ -80,3 +71,22 @@ def test_an_unreachable_hub_is_one_toast_in_a_visitor_s_words(open_page, bundled
     assert len(toasts) == 1, toasts
     assert "the Hub cannot be reached from this server; pick a bundled checkpoint" in toasts[0]
     assert "HF_HUB_OFFLINE" not in toasts[0] and "cache" not in toasts[0]
+
+
+# One page for each size, its checks in turn: each page load costs the suite seconds of chromium's time
+# (docs/benchmarks.md, "The test suite"). The Hub's comes last, since it leaves a Hub repo id in the checkpoint box.
+def test_on_a_desktop_pick_images_whole_the_query_class_from_the_gallery_and_an_unreachable_hub_in_one_toast(
+        open_page, bundled_app_url, screenshot):
+    page = open_page(bundled_app_url, 1400, 900)
+    page.wait_for_selector("#start")
+    _the_query_class_is_picked_from_the_gallery_s_classes(page)
+    _pick_images_are_whole_and_their_captions_uncut(page, screenshot, (1400, 900))
+    _an_unreachable_hub_is_one_toast_in_a_visitor_s_words(page)
+
+
+def test_on_a_phone_pick_images_whole_and_the_query_before_the_gallery(open_page, bundled_app_url, screenshot):
+    page = open_page(bundled_app_url, *PHONE)
+    page.wait_for_selector("#start")
+    _pick_images_are_whole_and_their_captions_uncut(page, screenshot, PHONE)
+    page.get_by_role("tab", name="Upload").click()  # back from Pick to where a query is uploaded
+    _on_a_phone_the_query_comes_before_the_gallery(page, screenshot)

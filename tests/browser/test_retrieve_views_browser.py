@@ -64,9 +64,7 @@ def test_a_clicked_gallery_image_side_by_side(open_page, bundled_app_url, screen
         assert re.search(r"AP@R [01]\.\d{3} · first correct #\d+ · 11 of its class", text), text
 
 
-def test_side_by_side_on_a_phone(open_page, bundled_app_url, glyph_query, screenshot):
-    page = open_page(bundled_app_url, *PHONE)
-    page.wait_for_selector("#start")
+def _side_by_side_on_a_phone(page, glyph_query, screenshot):
     assert len(_side_by_side(page, glyph_query)) == 2
     boxes = page.evaluate("""() => [...document.querySelectorAll('#results .side-column')]
         .map(c => { const b = c.getBoundingClientRect(); return [b.left, b.top, b.right]; })""")
@@ -114,10 +112,8 @@ def _lowest_ap_at_r(vectors, labels):
 METRICS_VIEWS = {"Per class", "Threshold"}
 
 
-def _retrieve_view(open_page, url, view):
-    """A desktop page on the Retrieve tab's `view` (its inner tab; Metrics first for those inside it)."""
-    page = open_page(url, 1400, 900)
-    page.wait_for_selector("#start")
+def _retrieve_view(page, view):
+    """The Retrieve tab's `view` (its inner tab; Metrics first for those inside it)."""
     page.get_by_role("tab", name="Retrieve").click()
     if view in METRICS_VIEWS:
         page.get_by_role("tab", name="Metrics").click()
@@ -125,8 +121,8 @@ def _retrieve_view(open_page, url, view):
     return page
 
 
-def test_the_hardest_queries_of_the_bundled_memvir_checkpoint(open_page, bundled_app_url, screenshot):
-    page = _retrieve_view(open_page, bundled_app_url, "Hardest")
+def _the_hardest_queries_of_the_bundled_memvir_checkpoint(page, screenshot):
+    _retrieve_view(page, "Hardest")
     page.locator("#show-hardest").click()
     page.wait_for_function("() => document.querySelectorAll('#hardest .hard-row').length >= 8", timeout=WAIT_MS)
     first = page.locator("#hardest .hard-row").first
@@ -140,8 +136,8 @@ def test_the_hardest_queries_of_the_bundled_memvir_checkpoint(open_page, bundled
     screenshot("retrieve-hardest", page)
 
 
-def test_the_per_class_table(open_page, bundled_app_url, screenshot):
-    page = _retrieve_view(open_page, bundled_app_url, "Per class")
+def _the_per_class_table(page, screenshot):
+    _retrieve_view(page, "Per class")
     page.locator("#per-class-compare input").check()
     page.locator("#show-per-class").click()
     page.wait_for_function("() => document.querySelector('#per-class-summary').innerText.includes('classes of')",
@@ -161,9 +157,7 @@ def test_the_per_class_table(open_page, bundled_app_url, screenshot):
     screenshot("retrieve-per-class", page)
 
 
-def test_hardest_and_per_class_on_a_phone(open_page, bundled_app_url, screenshot):
-    page = open_page(bundled_app_url, *PHONE)
-    page.wait_for_selector("#start")
+def _hardest_and_per_class_on_a_phone(page, screenshot):
     page.get_by_role("tab", name="Retrieve").click()
     page.get_by_role("tab", name="Hardest").click()
     page.locator("#show-hardest").click()
@@ -181,3 +175,20 @@ def test_hardest_and_per_class_on_a_phone(open_page, bundled_app_url, screenshot
     box = page.locator("#per-class-table").bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE[0] + 1  # the table scrolls inside its box
     screenshot("retrieve-per-class-phone", page)
+
+
+# One page for each size, its checks in turn: each page load costs the suite seconds of chromium's time
+# (docs/benchmarks.md, "The test suite").
+def test_the_hardest_queries_and_the_per_class_table_of_the_bundled_memvir_checkpoint(open_page, bundled_app_url,
+                                                                                      screenshot):
+    page = open_page(bundled_app_url, 1400, 900)
+    page.wait_for_selector("#start")
+    _the_hardest_queries_of_the_bundled_memvir_checkpoint(page, screenshot)
+    _the_per_class_table(page, screenshot)
+
+
+def test_side_by_side_hardest_and_per_class_on_a_phone(open_page, bundled_app_url, glyph_query, screenshot):
+    page = open_page(bundled_app_url, *PHONE)
+    page.wait_for_selector("#start")
+    _side_by_side_on_a_phone(page, glyph_query, screenshot)
+    _hardest_and_per_class_on_a_phone(page, screenshot)
