@@ -85,7 +85,8 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _cpu_seconds(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds of process `pid`'s own threads (not its children's)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
@@ -205,7 +206,7 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
         while "step 0 of" in (status := page.poll()) or "Training" not in status:
             time.sleep(0.02)
         first_loss_s = time.perf_counter() - clicked
-        trained_from, cpu_from = time.perf_counter(), _cpu_seconds(server.pid)
+        trained_from, cpu_from = time.perf_counter(), process_cpu_s(server.pid)
         poll_ms, server_mb, child_mb = [], [], []
         while not status.startswith("**Finished**"):
             time.sleep(1.0)  # an open page polls once a second: the status, curves and picture (and the spread views)
@@ -216,7 +217,7 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
                 with contextlib.suppress(OSError, RuntimeError):  # gone, or a zombie without memory, meanwhile
                     child_mb.append(_status_kb(child, "VmRSS") / 1024)
         wall_s = time.perf_counter() - trained_from
-        server_cpu_share = (_cpu_seconds(server.pid) - cpu_from) / wall_s
+        server_cpu_share = (process_cpu_s(server.pid) - cpu_from) / wall_s
         time.sleep(2)  # the run's process has ended; what the server keeps of the run stays
         server_after_mb = _status_kb(server.pid, "VmRSS") / 1024
     finally:
@@ -392,11 +393,11 @@ def page_cost(tmp: Path, windows: int, window_s: float, server_priority: str) ->
     windows_seen = {True: [], False: []}
     try:
         _past_start(arm)
-        run_process = [pid for pid in _children(arm.server.pid) if _cpu_seconds(pid) > 1.0]
+        run_process = [pid for pid in _children(arm.server.pid) if process_cpu_s(pid) > 1.0]
         for window in range(2 * windows):
             polling = window % 2 == 0
             start = arm.steps()[-1]["step"]
-            server_from, run_from = _cpu_seconds(arm.server.pid), sum(_cpu_seconds(pid) for pid in run_process)
+            server_from, run_from = process_cpu_s(arm.server.pid), sum(process_cpu_s(pid) for pid in run_process)
             own_from, began = time.process_time(), time.perf_counter()
             while time.perf_counter() - began < window_s:
                 time.sleep(1.0)
@@ -406,8 +407,8 @@ def page_cost(tmp: Path, windows: int, window_s: float, server_priority: str) ->
             speed = statistics.median(record["images_per_s"] for record in _step_records(arm.run_dir)
                                       if record["step"] > start + SETTLE_STEPS)
             windows_seen[polling].append((
-                (_cpu_seconds(arm.server.pid) - server_from) / wall,
-                (sum(_cpu_seconds(pid) for pid in run_process) - run_from) / wall,
+                (process_cpu_s(arm.server.pid) - server_from) / wall,
+                (sum(process_cpu_s(pid) for pid in run_process) - run_from) / wall,
                 (time.process_time() - own_from) / wall, speed))
             print(f"window {window} ({'polled' if polling else 'no page'}): {speed:.0f} images/s", file=sys.stderr,
                   flush=True)

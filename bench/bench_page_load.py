@@ -24,16 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO / "tests" / "browser"))
 
-from bench_app import start_app  # noqa: E402 - bench/ is on the path now
+from bench_app import process_cpu_s, start_app  # noqa: E402 - bench/ is on the path now
 from conftest import CHROMIUM, CHROMIUM_ARGS  # noqa: E402 - the browser tests' chromium and flags
 
 CGROUP = Path("/sys/fs/cgroup/cpuacct")
-
-
-def process_cpu_s(pid: int) -> float:
-    """User and system CPU seconds of process `pid` and of its children it has waited for."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -8,13 +8,16 @@ visitors arrive within two seconds and stay `--seconds`, each as a browser tab d
 load event, then polls at the interval the server sets its timer to (a second at first; a crowd's pages are slowed,
 demo.runs.audience) and sends the second poll when the first says the views changed; then another quiet window.
 Each visitor is its own session. Printed as a markdown table (for docs/benchmarks.md): the page and
-the load event as each visitor waited for them (median, p99), every poll's answer time (median, p99), the polls
-answered against those due at each page's interval, and the run's steps a second while watched against the mean of
-the quiet windows before and after (the same run in the same minutes: a machine's drifting load touches both).
+the load event as each visitor waited for them (median, p99), every poll's answer time (median, p99), and those of
+the polls sent once the crowd's arrival is over, the polls answered against those due at each page's interval, the
+run's steps a second while watched against the mean of the quiet windows before and after (the same run in the same
+minutes: a machine's drifting load touches both; each rate timed between logged steps as they appear), and the CPU
+of the server's main process and of this process (the visitors' client, which a real crowd runs elsewhere).
 """
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -27,9 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_app import APP_SETTINGS, PagePolls, percentile, start_app, views_due  # noqa: E402 - bench/ is on the path now
+from bench_app import APP_SETTINGS, PagePolls, percentile, process_cpu_s, start_app, views_due  # noqa: E402 - bench/ is on the path now
 
 ARRIVAL_S = 2.0  # the crowd arrives within this many seconds, as after a link is shared
+SETTLE_S = 8.0  # after the arrivals, when the pages' opening no longer holds up a poll
 
 
 def last_step(run_dir: Path) -> int:
@@ -41,16 +45,22 @@ def last_step(run_dir: Path) -> int:
 
 
 def steps_per_s(run_dir: Path, seconds: float, during=None) -> float:
-    """The run's steps a second over `seconds` (while `during`, a callable started in a thread, runs)."""
+    """The run's steps a second over `seconds` (while `during`, a callable started in a thread, runs): between the
+    first and the last logged step seen in the window, each timed as it appears (read every 0.1 s), so that the
+    rate does not depend on where the window cuts the logging's intervals of several steps."""
     worker = threading.Thread(target=during, daemon=True) if during else None
-    first, began = last_step(run_dir), time.perf_counter()
     if worker:
         worker.start()
-    time.sleep(seconds)
-    rate = (last_step(run_dir) - first) / (time.perf_counter() - began)
+    seen, ends = [], time.perf_counter() + seconds
+    while time.perf_counter() < ends:
+        step = last_step(run_dir)
+        if not seen or step != seen[-1][1]:
+            seen.append((time.perf_counter(), step))
+        time.sleep(0.1)
     if worker:
         worker.join()
-    return rate
+    (first_at, first), (last_at, last) = seen[1], seen[-1]  # seen[0]: logged before the window began
+    return (last - first) / (last_at - first_at)
 
 
 def load_event(url: str) -> dict:
@@ -70,6 +80,7 @@ class Visitor:
         self.url, self.load = url, load
         self.page_s = self.load_s = float("nan")
         self.poll_s: list[float] = []
+        self.poll_sent: list[float] = []  # when each poll was sent (perf_counter)
         self.interval = 1.0  # seconds between its polls, as the server last set its timer
         self.due = 0.0  # the polls its interval asked for
 
@@ -100,6 +111,7 @@ class Visitor:
         while (now := time.perf_counter()) < until:
             answer = self.page._post("poll", [None, "few", True, None])
             self.poll_s.append(time.perf_counter() - now)
+            self.poll_sent.append(now)
             timer = answer[-2]  # the page's timer, where the server changes its interval (demo.runs.audience)
             if isinstance(timer, dict) and timer.get("value") is not None:
                 self.interval = float(timer["value"])
@@ -144,8 +156,12 @@ def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
                 time.sleep(0.5)
             before = steps_per_s(run_dir, quiet_s)
             visitors: list[Visitor] = []
+            arrived, server_cpu, own_cpu = time.perf_counter(), process_cpu_s(server.pid), sum(os.times()[:2])
             watched = steps_per_s(run_dir, ARRIVAL_S + seconds,
                                   during=lambda: visitors.extend(crowd(url, watchers, seconds)))
+            watched_s = time.perf_counter() - arrived
+            server_cores = (process_cpu_s(server.pid) - server_cpu) / watched_s
+            client_cores = (sum(os.times()[:2]) - own_cpu) / watched_s
             after = steps_per_s(run_dir, quiet_s)
             owner_polling.set()
             client.predict(api_name="/stop")
@@ -153,7 +169,10 @@ def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
             server.terminate()
             server.wait(30)
     polls = [s for v in visitors for s in v.poll_s]
-    return {"watchers": watchers, "seconds": seconds, "page_s": [v.page_s for v in visitors],
+    settled = arrived + ARRIVAL_S + SETTLE_S
+    later = [s for v in visitors for s, sent in zip(v.poll_s, v.poll_sent, strict=True) if sent >= settled]
+    return {"later_poll_s": later, "server_cores": server_cores, "client_cores": client_cores,
+            "watchers": watchers, "seconds": seconds, "page_s": [v.page_s for v in visitors],
             "load_s": [v.load_s for v in visitors], "poll_s": polls, "polls_due": sum(v.due for v in visitors),
             "intervals": sorted({v.interval for v in visitors}),
             "speed_ratio": watched / statistics.mean([before, after]), "quiet": (before, after), "watched": watched}
@@ -166,11 +185,15 @@ def table(result: dict) -> str:
     rows = [("page served (each visitor's GET /)", spread(result["page_s"])),
             ("load event answered", spread(result["load_s"])),
             ("poll answered", spread(result["poll_s"])),
+            (f"poll answered, sent {ARRIVAL_S + SETTLE_S:.0f} s after the crowd began to arrive or later",
+             spread(result["later_poll_s"])),
             ("polls answered / due at the pages' intervals", f"{len(result['poll_s'])} / {result['polls_due']:.0f}"),
             ("the pages' poll intervals at the end", ", ".join(f"{i:.0f} s" for i in result["intervals"])),
             ("run's steps/s watched / quiet",
              f"{result['speed_ratio']:.2f} ({result['watched']:.2f} against "
-             f"{result['quiet'][0]:.2f} before, {result['quiet'][1]:.2f} after)")]
+             f"{result['quiet'][0]:.2f} before, {result['quiet'][1]:.2f} after)"),
+            ("CPU while watched: the server's main process / the visitors' client (this process), in cores",
+             f"{result['server_cores']:.2f} / {result['client_cores']:.2f}")]
     head = f"| {result['watchers']} watchers for {result['seconds']:.0f} s | result |\n|---|---|\n"
     return head + "\n".join(f"| {name} | {value} |" for name, value in rows)
 
