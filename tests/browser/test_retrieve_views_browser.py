@@ -118,7 +118,6 @@ def _retrieve_view(page, view):
     if view in METRICS_VIEWS:
         page.get_by_role("tab", name="Metrics").click()
     page.get_by_role("tab", name=view).click()
-    return page
 
 
 def _the_hardest_queries_of_the_bundled_memvir_checkpoint(page, screenshot):
