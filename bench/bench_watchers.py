@@ -59,6 +59,8 @@ def steps_per_s(run_dir: Path, seconds: float, during=None) -> float:
         time.sleep(0.1)
     if worker:
         worker.join()
+    if len(seen) < 3:
+        raise RuntimeError(f"the run logged {len(seen) - 1} steps in {seconds:g} s: too few to time its rate")
     (first_at, first), (last_at, last) = seen[1], seen[-1]  # seen[0]: logged before the window began
     return (last - first) / (last_at - first_at)
 

@@ -1,8 +1,7 @@
 """The app as a Hugging Face Space runs it: `python app.py` with GRADIO_SERVER_NAME=0.0.0.0 and a GRADIO_SERVER_PORT
 serves a page that says it is starting at once and the app's page once it has loaded (and serves the first request
-sent the moment it does), the app's data goes to the
-Space's persistent storage when it has some, and the Space's build installs the CPU builds of exactly the torch and
-torchvision that requirements.txt pins."""
+sent the moment it does), the app's data goes to the Space's persistent storage when it has some, and the Space's
+build installs the CPU builds of exactly the torch and torchvision that requirements.txt pins."""
 
 import http.client
 import os
