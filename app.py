@@ -24,7 +24,8 @@ HANDLER_MODULES = ("memvir.train.trainer", "memvir.models.embedding_model", "mem
                    "memvir.retrieval.index", "memvir.retrieval.metrics", "memvir.analysis.projection",
                    "memvir.checkpoint", "memvir.retrieval.evaluation", "memvir.retrieval.shipped_gallery",
                    "memvir.retrieval.ranking", "memvir.retrieval.failures", "memvir.retrieval.per_class",
-                   "demo.train.figures")
+                   "demo.train.figures.curves", "demo.train.figures.embeddings",
+                   "demo.train.figures.spread", "demo.train.figures.focus")
 
 
 def import_handler_modules() -> None:

@@ -20,11 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from demo.train import (
-    figures,
-    spread_figures,  # noqa: E402 - after the repository is on the path
-)
-from demo.train.focus_figure import few_class_figure  # noqa: E402
+from demo.train.figures import curves, embeddings, spread  # noqa: E402 - after the repository is on the path
+from demo.train.figures.focus import few_class_figure  # noqa: E402
 from demo.train.focus_view import FocusView  # noqa: E402
 from memvir.analysis.projection import FocusProjection, ProjectedSnapshot  # noqa: E402
 
@@ -92,13 +89,13 @@ def main() -> None:
     args = parser.parse_args()
     run, baseline = run_records(args.steps, True), run_records(args.steps, False)
     kinds = {
-        "loss and Recall@1 (with the baseline)": lambda: figures.curves_figure(run, baseline),
-        "class count s(i)": lambda: figures.class_count_figure(run, baseline),
-        "mean target cosine": lambda: figures.target_cosine_figure(run, baseline),
-        "drift of the virtual sets": lambda: spread_figures.drift_figure(run, MARGIN),
-        "how the real classes spread": lambda: spread_figures.class_spread_figure(run, baseline),
+        "loss and Recall@1 (with the baseline)": lambda: curves.curves_figure(run, baseline),
+        "class count s(i)": lambda: curves.class_count_figure(run, baseline),
+        "mean target cosine": lambda: curves.target_cosine_figure(run, baseline),
+        "drift of the virtual sets": lambda: spread.drift_figure(run, MARGIN),
+        "how the real classes spread": lambda: spread.class_spread_figure(run, baseline),
         "few-class picture (8 classes)": lambda: few_class_figure(focus_view()),
-        "all classes by age (2,000 rows)": lambda: figures.embedding_figure(projected(), "age"),
+        "all classes by age (2,000 rows)": lambda: embeddings.embedding_figure(projected(), "age"),
     }
     print(f"Command: `.venv/bin/python bench/bench_figures.py --steps {args.steps} --repeats {args.repeats}` "
           f"(medians of {args.repeats} draws, one thread)\n")

@@ -7,5 +7,6 @@
 - `inputs`: numbers typed into the page or sent to its API, checked.
 - `uploads`, `upload_store`: checks on uploaded images and zips; the folder of unpacked uploads.
 - `shims`: every use of gradio and plotly outside their documented APIs, each checked against the pinned version.
+- `starting_page`: the page served while `python app.py` starts, before gradio and torch are imported.
 - `shared_plot`: `SharedPlot`, a plot whose figure is written to JSON once for every page that is sent it.
 """

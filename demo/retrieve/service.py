@@ -22,8 +22,7 @@ from demo.common import upload_store
 from demo.common.allowed_paths import checkpoint_source
 from demo.common.settings import AppSettings
 from demo.common.uploads import UploadError, is_zip, unpack_upload
-from demo.retrieve.download import write_zip
-from demo.retrieve.exports import write_exports
+from demo.retrieve.downloads import write_exports, write_zip
 from demo.retrieve.galleries import Gallery, Hit, IndexedGallery, images_gallery, zip_gallery
 from demo.retrieve.index_builds import IndexBuilds
 from memvir.data.errors import DatasetError
@@ -199,7 +198,7 @@ class RetrievalService:
 
     def download_zip(self, choice: str) -> Path:
         """A zip of the checkpoint's config.json, model.safetensors and README.md, in the app's downloads folder
-        (bounded and pruned: demo.retrieve.download), for the page to offer as a file."""
+        (bounded and pruned: demo.retrieve.downloads), for the page to offer as a file."""
         checkpoint = self.load_checkpoint(choice)  # refuses what a visitor may not name, and what does not load
         settings = self.settings
         try:
@@ -517,7 +516,7 @@ class RetrievalService:
 
     def export(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> tuple[Path, Path]:
         """(a TensorBoard projector bundle zipped, an .npz) of the gallery's embeddings by the checkpoint, with
-        labels and thumbnails, in the downloads folder (demo.retrieve.exports); written once per gallery index."""
+        labels and thumbnails, in the downloads folder (demo.retrieve.downloads); written once per gallery index."""
         if gallery.labels is None:
             raise RetrievalError("this gallery has no classes to export with its embeddings: choose the test split "
                                  "or upload a zip of class folders")

@@ -1,5 +1,5 @@
 """The Retrieve tab: choose a checkpoint and a gallery, then search with an uploaded, drawn or clicked query; download
-a checkpoint as a zip, or its gallery's embeddings as a TensorBoard projector bundle and .npz (demo.retrieve.exports).
+a checkpoint as a zip, or its gallery's embeddings as a TensorBoard projector bundle and .npz (demo.retrieve.downloads).
 Three views teach what a checkpoint gets wrong: one query side by side for two checkpoints
 (demo.retrieve.side_by_side), the hardest queries of the gallery (demo.retrieve.hardest) and a table per class
 (demo.retrieve.per_class_table), all from memvir.retrieval's rankings, which the service computes once per index. A

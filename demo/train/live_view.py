@@ -11,22 +11,24 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from types import SimpleNamespace
 
 from demo.common.cores import run_in_background
 from demo.runs.live_run import LiveRun
 
 
 def _figures():
-    """demo.train.figures, imported on first use: it loads plotly and torch, which the page need not wait for."""
-    from demo.train import figures
+    """demo.train.figures, imported on first use: its modules load plotly and torch, which the page need not wait
+    for."""
+    from demo.train.figures import curves, embeddings, style
 
-    return figures
+    return SimpleNamespace(curves=curves, style=style, embeddings=embeddings)
 
 
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
-# What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo.train.focus_figure); "age"
-# and "class" show all classes, coloured by age or by class (demo.train.figures.embedding_figure).
+# What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo.train.figures.focus); "age"
+# and "class" show all classes, coloured by age or by class (demo.train.figures.embeddings.embedding_figure).
 FEW_CLASSES, FEW_CLASSES_UMAP = "few", "few-umap"
 PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, "age", "class")
 
@@ -138,15 +140,15 @@ def build_curves(run: LiveRun):
     if run.baseline is not None:
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
-    figures = _figures()
-    return (figures.curves_figure(records, baseline=baseline_records),
-            figures.class_count_figure(records, baseline=baseline_records),
-            figures.target_cosine_figure(records, baseline=baseline_records))
+    curves = _figures().curves
+    return (curves.curves_figure(records, baseline=baseline_records),
+            curves.class_count_figure(records, baseline=baseline_records),
+            curves.target_cosine_figure(records, baseline=baseline_records))
 
 
 def build_spread(run: LiveRun):
     """(drift, class spread) figures of the run, with its baseline's class spread overlaid."""
-    from demo.train import spread_figures
+    from demo.train.figures import spread
 
     with run.lock:
         records = list(run.records)
@@ -156,30 +158,32 @@ def build_spread(run: LiveRun):
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
     if run.config.memvir_n == 0:
-        drift = _figures().empty_figure("This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
+        drift = _figures().style.empty_figure(
+            "This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
     else:
-        drift = spread_figures.drift_figure(records, margin)
-    return drift, spread_figures.class_spread_figure(records, baseline=baseline_records)
+        drift = spread.drift_figure(records, margin)
+    return drift, spread.class_spread_figure(records, baseline=baseline_records)
 
 
 @functools.cache
 def empty_curves():
     """Built once and shared, as the runs' figures are: building a figure takes milliseconds, which a fresh page's
     poll would otherwise spend."""
-    empty = _figures().empty_figure("Press Start to train; the curves fill in as it trains.")
+    empty = _figures().style.empty_figure("Press Start to train; the curves fill in as it trains.")
     return empty, empty, empty
 
 
 @functools.cache
 def _no_snapshot_figure(color_by: str):
     """The picture saying no snapshot is there yet, built once per colouring (see empty_curves)."""
-    return _figures().embedding_figure(None, color_by)
+    return _figures().embeddings.embedding_figure(None, color_by)
 
 
 @functools.cache
 def empty_spread():
     # half-width charts: the message in two lines
-    empty = _figures().empty_figure("Press Start to train; the spread of<br>the classes appears at the first snapshot.")
+    empty = _figures().style.empty_figure(
+        "Press Start to train; the spread of<br>the classes appears at the first snapshot.")
     return empty, empty
 
 
@@ -328,7 +332,7 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     elif method == "PCA" and not run.resting:
         note = " · UMAP follows when the run pauses or ends"
     caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
-    return _figures().embedding_figure(view.projected, color_by), caption
+    return _figures().embeddings.embedding_figure(view.projected, color_by), caption
 
 
 def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
@@ -344,7 +348,7 @@ def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
 
 def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False):
     """(figure, caption) of the few-class view at `step` (the newest when None), in PCA or, `umap`, in UMAP."""
-    from demo.train.focus_figure import few_class_figure
+    from demo.train.figures.focus import few_class_figure
 
     view = None if run is None else run.focus.view(step, umap)
     if view is None:

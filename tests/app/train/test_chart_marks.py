@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from demo.runs.live_run import LiveRun
-from demo.train.figures import CONTROL_CHAR_PX, CONTROL_PLOT_PX, curves_figure
-from demo.train.spread_figures import drift_figure, margins_at
+from demo.train.figures.curves import CONTROL_CHAR_PX, CONTROL_PLOT_PX, curves_figure
+from demo.train.figures.spread import drift_figure, margins_at
 from memvir.config import TrainConfig
 from memvir.events import ControlEvent, StepEvent
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from demo.train.focus_figure import SCALE_BAR_DEGREES, few_class_figure
+from demo.train.figures.focus import SCALE_BAR_DEGREES, few_class_figure
 from demo.train.focus_view import FocusTrack
 from demo.train.presets import PRESETS
 from memvir.config import TrainConfig

@@ -1,9 +1,9 @@
 """Every kind of figure the app draws is valid plotly, as plotly's own validators see it.
 
-The app builds its figures from plain dicts without plotly's validation (demo.train.figures.built says why); these tests
-are where the validation happens instead. Each figure is rebuilt with validation on: a misspelt property or a value of
-the wrong kind raises, and a value plotly would rewrite (a named colour scale for its colour stops, say) makes the two
-JSONs differ.
+The app builds its figures from plain dicts without plotly's validation (demo.train.figures.style.built says why);
+these tests are where the validation happens instead. Each figure is rebuilt with validation on: a misspelt property or
+a value of the wrong kind raises, and a value plotly would rewrite (a named colour scale for its colour stops, say)
+makes the two JSONs differ.
 """
 
 import json
@@ -12,10 +12,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from demo.train.figures import built, class_count_figure, curves_figure, embedding_figure, scatter, target_cosine_figure
-from demo.train.focus_figure import few_class_figure
+from demo.train.figures.curves import class_count_figure, curves_figure, target_cosine_figure
+from demo.train.figures.embeddings import embedding_figure
+from demo.train.figures.focus import few_class_figure
+from demo.train.figures.spread import class_spread_figure, drift_figure
+from demo.train.figures.style import built, scatter
 from demo.train.focus_view import FocusView
-from demo.train.spread_figures import class_spread_figure, drift_figure
 from memvir.analysis.projection import FocusProjection, ProjectedSnapshot
 
 

@@ -4,18 +4,15 @@ import numpy as np
 import plotly.io as pio
 import pytest
 
-from demo.train.figures import (
-    BASELINE_COLOR,
+from demo.train.figures.curves import (
     MAX_PLOTTED_POINTS,
-    age_label,
     class_count_figure,
     control_lanes,
     curves_figure,
-    embedding_figure,
-    empty_figure,
-    merged,
     target_cosine_figure,
 )
+from demo.train.figures.embeddings import age_label, embedding_figure
+from demo.train.figures.style import BASELINE_COLOR, empty_figure, merged
 from memvir.analysis.projection import ProjectedSnapshot
 
 
@@ -40,7 +37,8 @@ def annotation_texts(fig):
 
 
 def assert_house_style(fig, uirevision):
-    # plotly_white's look for 2-D charts, set without the template itself (demo.train.figures.HOUSE_LAYOUT says why)
+    # plotly_white's look for 2-D charts, set without the template itself
+    # (demo.train.figures.style.HOUSE_LAYOUT says why)
     white = pio.templates["plotly_white"].layout
     assert fig.layout.template == pio.templates["none"]
     assert (fig.layout.paper_bgcolor, fig.layout.plot_bgcolor) == (white.paper_bgcolor, white.plot_bgcolor)

@@ -10,7 +10,7 @@ import torch
 
 from demo.runs.live_run import LiveRun
 from demo.train import neighbours
-from demo.train.figures import embedding_figure
+from demo.train.figures.embeddings import embedding_figure
 from demo.train.poll import PollState
 from memvir.analysis.projection import project_snapshot
 from memvir.config import TrainConfig

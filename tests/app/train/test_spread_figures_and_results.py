@@ -1,4 +1,4 @@
-"""The spread curves (demo.train.spread_figures), the results table (demo.train.results_table) and the dataset presets
+"""The spread curves (demo.train.figures.spread), the results table (demo.train.results_table) and the dataset presets
 (demo.train.presets), from hand-made records; expectations written out here."""
 
 import threading
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from demo.train.figures import BASELINE_COLOR
+from demo.train.figures.spread import class_spread_figure, drift_figure, virtual_ages
+from demo.train.figures.style import BASELINE_COLOR
 from demo.train.presets import PRESETS, suggest_settings
 from demo.train.results_table import difference, expectations, percent, results_markdown, results_rows
-from demo.train.spread_figures import class_spread_figure, drift_figure, virtual_ages
 from memvir.config import TrainConfig
 
 

@@ -268,7 +268,7 @@ def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_pa
         wait_for(lambda: drawn.count("spread") == 2, 5)
         assert figures.spread(run)[0] != first_key
         # a live change of M names the virtual sets' ages from its step on, which the next spread measure draws: the
-        # curves drawn already keep the ages they were drawn with (demo.train.spread_figures.drift_figure)
+        # curves drawn already keep the ages they were drawn with (demo.train.figures.spread.drift_figure)
         run.live_values["memvir_m"] += 1
         assert live_view.spread_key(run) == figures.spread(run)[0]
     finally:

@@ -1,6 +1,6 @@
 """The spread curves: how far the virtual classes have drifted from the live ones, and how the real classes spread
 over the sphere, as numbers over steps (memvir.analysis.spread defines them; the Trainer logs them with its step records
-at the snapshot cadence). Pure functions of the records, like demo.train.figures.
+at the snapshot cadence). Pure functions of the records, like demo.train.figures.curves.
 
 - `drift_figure`: for each virtual set j in use, the mean cosine between a class's stored weight and its live weight
   (above; 1 means the virtual class is a copy of the real one), and between a stored embedding and its class's live
@@ -18,18 +18,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from demo.train.figures import (
-    MAIN_COLOR,
-    age_color,
-    baseline_line,
-    built,
-    empty_figure,
-    house_layout,
-    merged,
-    scatter,
-    step_columns,
-    warmup_marks,
-)
+from demo.train.figures.curves import baseline_line, step_columns, warmup_marks
+from demo.train.figures.embeddings import age_color
+from demo.train.figures.style import MAIN_COLOR, built, empty_figure, house_layout, merged, scatter
 
 _VIRTUAL_WEIGHT = re.compile(r"virtual_weight_cos_(\d+)$")
 LIVE_COLOR = "#222222"

@@ -16,7 +16,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
-from demo.train.figures import age_label, built, empty_figure, house_layout, scatter
+from demo.train.figures.embeddings import age_label
+from demo.train.figures.style import built, empty_figure, house_layout, scatter
 from demo.train.focus_view import FocusView
 
 FEW_PALETTE = qualitative.T10  # ten clearly different colours: the default view shows 8 classes

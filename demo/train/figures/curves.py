@@ -1,41 +1,23 @@
-"""Plotly figures for the app: pure functions from training records or a projected snapshot to a ``go.Figure``.
+"""The curves over steps (pure functions of training records to a ``go.Figure``): loss and test Recall@1 with the
+warm-up end, each virtual set's arrival and the live changes (the paper's Fig. 4 / 5b), the class count staircase
+s(i) (Fig. 3) and the mean target cosine (Fig. 5a), each with its baseline in grey.
 
 Records are the dicts of ``metrics.jsonl`` (the Trainer's ``event.record()``): ``{"type": "step", ...}``,
-``{"type": "eval", ...}``, ``{"type": "control", ...}``, ``{"type": "status", ...}``. The figures make the paper's
-analysis visible while a run trains: loss and test Recall@1 with the warm-up end and each virtual set's arrival
-(Fig. 4 / 5b), the class count staircase s(i) (Fig. 3), the mean target cosine (Fig. 5a) and the embedding picture
-coloured by age (Fig. 7).
-
-The app redraws every second, so these stay light: columns are pulled out once into numpy arrays, long histories
-are thinned to at most ``MAX_PLOTTED_POINTS`` points, traces and layout are plain dicts in plotly's own nested form
-(``scatter``; ``title=dict(text=...)``, never plotly's ``title_text`` shorthand), the figure is made of them whole
-without plotly's validation (``built``), and nothing here raises on empty input (a figure with a message is returned
-instead). tests/app/train/test_figure_validity.py checks every kind of figure against plotly's validators.
+``{"type": "eval", ...}``, ``{"type": "control", ...}``, ``{"type": "status", ...}``. Columns are pulled out once into
+numpy arrays, long histories are thinned to at most ``MAX_PLOTTED_POINTS`` points, and nothing here raises on empty
+input (a figure with a message is returned instead).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
-from plotly.colors import qualitative, sample_colorscale
 
-from demo.common import shims
 from demo.train import words
-from memvir.analysis.projection import ProjectedSnapshot
+from demo.train.figures.style import BASELINE_COLOR, MAIN_COLOR, built, empty_figure, house_layout, merged, scatter
 
 MAX_PLOTTED_POINTS = 2000
-FIGURE_HEIGHT = 350
-EMBEDDING_HEIGHT = 380
-MAX_LEGEND_ROW_ENTRIES = 8  # more legend entries than this go in a column at the side instead of rows on top
-BASELINE_COLOR = "#a0a0a0"
-MAIN_COLOR = "#1f5fa8"
 RECALL_COLOR = "#d9480f"
-CLASS_PALETTE = qualitative.Dark24
-AGE_COLORSCALE = "Viridis"  # dark (current) to light (old)
-_AGE_SPAN = 0.85  # the oldest age sits at 85% of the scale: the palest yellow would vanish on white
-_AGE_STOPS = go.scatter.Marker(colorscale=AGE_COLORSCALE).colorscale  # the scale's colour stops, as plotly sends them
-COLOR_BY = ("age", "class")
 # Live-change notes ("N 2 -> 3 at step 429"), 9 px text starting at the note's arrow: each is given the width of its
 # characters on a plot area of CONTROL_PLOT_PX (the loss chart's at the narrowest desktop page; wider pages only spread
 # them more), and stacked in rows CONTROL_LANE_PX apart so that none overlaps another or is crossed by another's arrow
@@ -45,57 +27,6 @@ CONTROL_CHAR_PX = 5.4
 CONTROL_PLOT_PX = 600
 CONTROL_LANES = 6
 CONTROL_LANE_PX = 14
-# The house look: plotly's "plotly_white" for 2-D charts, set directly. Naming the template instead makes plotly copy
-# all of it (the defaults of every trace type) into each figure, 6 KB of its JSON; plotly's empty template ("none", as
-# it is sent) keeps plotly.js from applying its own.
-HOUSE_LAYOUT = dict(template=pio.templates["none"].to_plotly_json(), paper_bgcolor="white", plot_bgcolor="white",
-                    font=dict(color="#2a3f5f"), hoverlabel=dict(align="left"))
-HOUSE_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
-                  automargin=True, title=dict(standoff=15))
-
-
-# ------------------------------------------------------------------------------------------------ shared pieces
-def built(traces: list[dict], layout: dict) -> go.Figure:
-    """The figure of `traces` (`scatter` dicts) and `layout`, taken as they are, without plotly's validation of each
-    property (demo.common.shims.unvalidated_figure, and docs/benchmarks.md for what it costs)."""
-    # empty lists (no shapes, no annotations) left out, as plotly's validation leaves them out of the JSON
-    layout = {key: value for key, value in layout.items() if not (isinstance(value, list) and not value)}
-    return shims.unvalidated_figure(traces, layout)
-
-
-def scatter(**properties) -> dict:
-    """A scatter trace as plotly's JSON has it: nested dicts (``line=dict(dash="dash")``, not ``line_dash``)."""
-    return dict(type="scatter", **properties)
-
-
-def merged(base: dict, more: dict) -> dict:
-    """`base` with `more` on top, nested dicts merged key by key (as plotly's update_layout merges)."""
-    result = dict(base)
-    for key, value in more.items():
-        result[key] = merged(result[key], value) if isinstance(value, dict) and isinstance(result.get(key), dict) \
-            else value
-    return result
-
-
-def empty_figure(message: str) -> go.Figure:
-    """A blank figure that says ``message`` in its middle (no axes), sized like the others."""
-    note = dict(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                font=dict(size=14, color="#666666"))
-    return built([], dict(**HOUSE_LAYOUT, height=FIGURE_HEIGHT, xaxis=dict(visible=False), yaxis=dict(visible=False),
-                          margin=dict(l=20, r=20, t=40, b=20), annotations=[note]))
-
-
-def house_layout(title: str, x_title: str, y_title: str, uirevision: str, **more) -> dict:
-    """The house style (HOUSE_LAYOUT: plotly_white's look), compact height, legend in a row above the plot, zoom kept
-    across updates (``uirevision`` stays the same while the data change); `more` on top (`merged`)."""
-    return merged(dict(
-        **HOUSE_LAYOUT, height=FIGURE_HEIGHT, uirevision=uirevision,
-        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=15)),
-        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom", font=dict(size=11)),
-        margin=dict(l=60, r=60, t=80, b=45), hovermode="closest",
-        xaxis=merged(HOUSE_AXIS, dict(title=dict(text=x_title))),
-        yaxis=merged(HOUSE_AXIS, dict(title=dict(text=y_title))),
-    ), more)
 
 
 def step_columns(records: list[dict] | None, *fields: str) -> dict[str, np.ndarray]:
@@ -320,110 +251,3 @@ def target_cosine_figure(records: list[dict], baseline: list[dict] | None = None
     shapes, annotations = warmup_marks(records)
     return built(traces, house_layout("Mean cos(x, W_y) of seen classes", "step", "mean cos(x, W_y)", "target-cosine",
                                       shapes=shapes, annotations=annotations))
-
-
-# ------------------------------------------------------------------------------------------------ embeddings
-def age_label(age: int, margin: int, what: str = "embeddings") -> str:
-    """Plain words for the step a row came from: "embeddings now", or "embeddings from 51 steps ago" for virtual set
-    j, which holds step t - j(M+1) (docs/method.md, "Algorithm")."""
-    if age == 0:
-        return f"{what} now"
-    return f"{what} from {age * (margin + 1):,} steps ago"
-
-
-def age_color(age: int, oldest: int) -> str:
-    """The colour of one age: dark for the current step, lighter the older the virtual set."""
-    return sample_colorscale(AGE_COLORSCALE, [_AGE_SPAN * age / max(oldest, 1)])[0]
-
-
-def _age_marker(ages: np.ndarray, oldest: int) -> dict:
-    """Per-point colours by age as numbers on the age colour scale: one small number a point in the JSON sent to each
-    page, where a colour string per point would be several times its size."""
-    return dict(color=ages, colorscale=_AGE_STOPS, cmin=0, cmax=max(oldest, 1) / _AGE_SPAN, showscale=False)
-
-
-def _class_marker(labels: np.ndarray) -> dict:
-    """Per-point colours by class, cycling through a qualitative palette (again as numbers on a scale)."""
-    last = len(CLASS_PALETTE) - 1
-    scale = [[index / last, color] for index, color in enumerate(CLASS_PALETTE)]
-    return dict(color=np.asarray(labels) % len(CLASS_PALETTE), colorscale=scale, cmin=0, cmax=last, showscale=False)
-
-
-def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age") -> go.Figure:
-    """The embedding picture (paper Fig. 7): batch and memory rows as dots coloured by age (one legend entry per
-    age, dark = current) or by class; class weights as diamonds (real ones outlined, virtual ones fading with age);
-    the fixed probe set of test-class images as small crosses. Hover shows class and age."""
-    if color_by not in COLOR_BY:
-        raise ValueError(f"color_by must be one of {', '.join(COLOR_BY)}; got {color_by!r}")
-    if projected is None or len(projected.xy) == 0:
-        return empty_figure("No snapshot yet — press Start; the embeddings appear at the first snapshot.")
-
-    margin = projected.margin
-    ages, labels = np.asarray(projected.ages), np.asarray(projected.labels)
-    weight_ages, weight_labels = np.asarray(projected.weight_ages), np.asarray(projected.weight_labels)
-    oldest = int(max(ages.max(), weight_ages.max(initial=0)))
-    traces = []
-
-    if color_by == "age":
-        for age in np.unique(ages):
-            rows = ages == age
-            name = age_label(int(age), margin)
-            traces.append(scatter(x=projected.xy[rows, 0], y=projected.xy[rows, 1], name=name, mode="markers",
-                                  customdata=labels[rows], legendgroup=f"age{age}",
-                                  marker=dict(size=5, color=age_color(int(age), oldest), opacity=0.75),
-                                  hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
-    else:
-        row_names = np.array([age_label(int(age), margin) for age in ages], dtype=object)
-        traces.append(scatter(x=projected.xy[:, 0], y=projected.xy[:, 1], name="batch + memory rows",
-                              mode="markers", customdata=np.stack([labels.astype(object), row_names], axis=1),
-                              marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
-                                          **_class_marker(labels)),
-                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
-
-    def weight_colors(rows):
-        return _age_marker(weight_ages[rows], oldest) if color_by == "age" else _class_marker(weight_labels[rows])
-
-    real = weight_ages == 0
-    if real.any():
-        traces.append(scatter(x=projected.weight_xy[real, 0], y=projected.weight_xy[real, 1],
-                              name="class weights (real)", mode="markers", customdata=weight_labels[real],
-                              marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
-                                          **weight_colors(real)),
-                              hovertemplate="class %{customdata}<br>class weight now<extra></extra>"))
-    if (~real).any():
-        virtual_ages = weight_ages[~real]
-        names = np.array([age_label(int(age), margin, "class weight") for age in virtual_ages], dtype=object)
-        traces.append(scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
-                              name="class weights (virtual)", mode="markers",
-                              customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
-                              marker=dict(symbol="diamond", size=9, line=dict(width=0),
-                                          opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
-                                          **weight_colors(~real)),
-                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
-
-    if len(projected.probe_xy):
-        probe_labels = np.asarray(projected.probe_labels)
-        probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
-        # meta "pick" and the row last in customdata: a click opens the image's neighbours (demo.train.neighbours)
-        traces.append(scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
-                              mode="markers", customdata=np.column_stack([probe_labels, np.arange(len(probe_labels))]),
-                              meta={"pick": "probe"},
-                              marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
-                              hovertemplate="probe, test class %{customdata[0]}<br>click: its nearest neighbours"
-                                            "<extra></extra>"))
-
-    method = projected.method.upper()
-    axis = "PC" if projected.method == "pca" else method
-    # equal units (scaleanchor): distances on screen mean the same both ways
-    layout = house_layout(f"Embeddings at step {projected.step}, {method}", f"{axis} 1", f"{axis} 2",
-                          f"embedding-{projected.method}", height=EMBEDDING_HEIGHT,
-                          yaxis=dict(scaleanchor="x", scaleratio=1), meta={"step": int(projected.step)})
-    if len(traces) > MAX_LEGEND_ROW_ENTRIES:
-        # Dozens of ages (N up to 45) would stack legend rows over the whole plot: list them, scrolling, at the side.
-        layout = merged(layout, dict(legend=dict(orientation="v", x=1.02, xanchor="left", y=1.0, yanchor="top"),
-                                     margin=dict(r=20)))
-    else:
-        # Its rows under the plot, as the few-class picture's: above it, two or three rows of them covered the title
-        # (the top margin the rows took above holds them below; the plot keeps its height)
-        layout = merged(layout, dict(legend=dict(y=-0.2, yanchor="top"), margin=dict(t=45, b=100)))
-    return built(traces, layout)

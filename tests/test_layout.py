@@ -1,0 +1,80 @@
+"""The source tree keeps the shape the README's layout table describes: packages grouped by concept, each small enough
+to take in at a glance and introduced by its `__init__` docstring, and no import cycle between modules (imports made
+only for type checking included), so each package can be read from its parts up."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = sorted(init.parent for top in ("memvir", "demo") for init in (ROOT / top).rglob("__init__.py"))
+MAX_MODULES = 12  # Python files in one folder, its __init__.py included
+
+
+def _name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=_name)
+def test_a_package_holds_at_most_twelve_modules(package):
+    modules = sorted(path.name for path in package.glob("*.py"))
+    assert len(modules) <= MAX_MODULES, f"{_name(package)} holds {len(modules)} modules: {modules}"
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=_name)
+def test_a_package_docstring_names_each_of_its_parts(package):
+    docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    parts = {path.stem for path in package.glob("*.py")} - {"__init__", "__main__"}
+    parts |= {path.name for path in package.iterdir() if (path / "__init__.py").is_file()}
+    named = set(re.findall(r"`([A-Za-z_]\w*)", docstring))
+    assert parts <= named, f"{_name(package)}'s docstring does not name {sorted(parts - named)}"
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of `modules` that the file imports anywhere in it (functions and TYPE_CHECKING blocks included):
+    ``from a.b import c`` imports a.b.c when c is a module, else a.b (its __init__)."""
+    package = _name(path) if path.name == "__init__.py" else _name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names} & modules
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                found |= {f"{base}.{alias.name}"} & modules or {base} & modules
+    return found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    files = {_name(path): path for top in ("memvir", "demo") for path in (ROOT / top).rglob("*.py")}
+    graph = {module: _imports(path, set(files)) - {module} for module, path in files.items()}
+    cycles, index, low, stack, on_stack = [], {}, {}, [], set()
+
+    def visit(module):  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in graph[module]:
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    assert not cycles, f"modules that import each other: {cycles}"
