@@ -78,3 +78,17 @@ def test_no_module_imports_one_that_imports_it_back():
         if module not in index:
             visit(module)
     assert not cycles, f"modules that import each other: {cycles}"
+
+
+# Third-party internals the code relies on, each allowed in its dependency's one shim module only: gradio's queue,
+# plotly's figure without validation, huggingface_hub's mixin config and safetensors loader.
+PRIVATE_USES = {r"\._queue\b": "demo/common/shims.py", r"\b_validate=": "demo/common/shims.py",
+                r"\b_hub_mixin_config\b": "memvir/models/_hub_shims.py",
+                r"\b_load_as_safetensor\b": "memvir/models/_hub_shims.py"}
+
+
+@pytest.mark.parametrize("private", sorted(PRIVATE_USES))
+def test_a_private_third_party_name_appears_in_its_shim_module_only(private):
+    sources = [*ROOT.glob("*.py"), *(path for top in ("memvir", "demo") for path in (ROOT / top).rglob("*.py"))]
+    users = sorted(str(path.relative_to(ROOT)) for path in sources if re.search(private, path.read_text()))
+    assert users == [PRIVATE_USES[private]]

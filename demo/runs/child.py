@@ -97,13 +97,13 @@ class _Outbox:
     def __init__(self, connection, run_folder: Path):
         self._connection = connection
         self._run_folder = run_folder
-        self._queue = queue.SimpleQueue()
+        self._outbox = queue.SimpleQueue()
         self._urgent = threading.Event()  # a reply or the close is queued: the rest ends
         self._thread = threading.Thread(target=self._send_all, name="memvir-outbox")
         self._thread.start()
 
     def put(self, item) -> None:
-        self._queue.put(item)
+        self._outbox.put(item)
         if isinstance(item, Reply):
             self._urgent.set()
 
@@ -113,10 +113,10 @@ class _Outbox:
         run_in_background()
         gone = False  # the server closed its end: nothing more can reach it
         while True:
-            batch = [self._queue.get()]  # waits only when nothing is queued
+            batch = [self._outbox.get()]  # waits only when nothing is queued
             with contextlib.suppress(queue.Empty):
                 while True:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(self._outbox.get_nowait())
             closing = any(item is _CLOSE for item in batch)
             messages = [] if gone else [message for item in batch if item is not _CLOSE
                                         and (message := self._message(item, to_message)) is not None]
@@ -141,7 +141,7 @@ class _Outbox:
     def close(self) -> None:
         """Send what is queued, then stop the thread."""
         self._urgent.set()
-        self._queue.put(_CLOSE)
+        self._outbox.put(_CLOSE)
         self._thread.join()
 
 
