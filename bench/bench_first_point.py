@@ -77,7 +77,7 @@ def first_point(data_dir: Path) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="process starts of each kind, alternating")
-    parser.add_argument("--starts", type=int, default=3, help="fresh app starts, each with one Start")
+    parser.add_argument("--starts", type=int, default=3, help="fresh app starts, each with one Start (0: none)")
     args = parser.parse_args()
     ready = {"spawn": [], "forkserver": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,7 +96,7 @@ def main() -> None:
           f"({', '.join(f'{s:.2f}' for s in ready['forkserver'])}); {spawn / fork:.1f}x sooner |")
     measures = ("`python app.py` -> its starting page answers", "`python app.py` -> the app's page served",
                 "Start -> first loss point on the page")
-    for column, measure in enumerate(measures):
+    for column, measure in enumerate(measures if starts else ()):
         print(f"| {measure} | {statistics.median(s[column] for s in starts):.2f} s "
               f"({', '.join(f'{s[column]:.2f}' for s in starts)}) |")
 

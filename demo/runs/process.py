@@ -41,9 +41,13 @@ ENDED_STATES = ("finished", "stopped", "failed")  # a StatusEvent in one of thes
 REPLY_TIMEOUT_S = 30.0  # a live change is answered by the process's command thread, not its training loop
 
 
-# What the forkserver imports once for every run's process: the child's module and the Trainer (torch, torchvision).
-# Not faiss: it reads its thread count when it loads, which each process sets for itself (demo.runs.child).
-PRELOADED_MODULES = ("demo.runs.child", "memvir.train.trainer")
+# What the forkserver imports once for every run's process: the child's module, the Trainer (torch, torchvision) and
+# the model the Trainer builds (huggingface_hub's Hub format: about 170 modules a run's process would otherwise import
+# before its Ready, docs/benchmarks.md "First impressions"). huggingface_hub reads its settings from the environment
+# as it loads, here the forkserver's, the server's as it started; a run's process never uses them: it reads and writes
+# local folders only. Not faiss: it reads its thread count when it loads, which each process sets for itself
+# (demo.runs.child).
+PRELOADED_MODULES = ("demo.runs.child", "memvir.train.trainer", "memvir.models.embedding_model")
 
 
 def _start_context():
