@@ -68,6 +68,9 @@ def first_point(data_dir: Path) -> tuple[float, float, float]:
             time.sleep(0.02)
         first_s = time.perf_counter() - clicked
         client.predict(api_name="/stop")
+        # the run's process saves its checkpoint as it stops: wait for it, or the data folder is removed under it
+        while not page.poll().startswith(("**Stopped**", "**Finished**")):
+            time.sleep(0.1)
     finally:
         server.terminate()
         server.wait(30)
