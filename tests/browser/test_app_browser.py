@@ -2,6 +2,7 @@
 uploaded image and see k results. Waits are Playwright's, bounded; nothing asserts speed."""
 
 import pytest
+from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
 
@@ -22,8 +23,7 @@ def _plot_points(page, plot_id: str, trace_name: str | None = None) -> int:
 
 
 def test_train_then_stop(page, screenshot):
-    page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
+    pick_glyphs_mini(page, WAIT_MS)
     page.get_by_label("Batch size", exact=True).fill("32")
     page.get_by_label("Epochs", exact=True).fill("300")
     page.locator("#start").click()

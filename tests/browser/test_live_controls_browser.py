@@ -5,6 +5,7 @@ bounded; nothing asserts speed."""
 import json
 
 import pytest
+from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
 
@@ -31,10 +32,7 @@ def _live_updates(page, sent):
 
 
 def test_typed_values_and_enter_apply_exactly_those_values_and_tab_sends_nothing(page, app_root):
-    page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
-    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
-                           timeout=WAIT_MS)
+    pick_glyphs_mini(page, WAIT_MS)
     page.get_by_label("Epochs", exact=True).fill("300")
     page.get_by_label("Epochs", exact=True).press("Tab")
     page.locator("#start").click()

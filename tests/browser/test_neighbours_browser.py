@@ -3,6 +3,7 @@ few-class picture and on a probe's cross in the all-classes picture opens that i
 and rings them in the picture."""
 
 import pytest
+from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
 
@@ -35,8 +36,7 @@ def _ringed(page) -> bool:
 def test_a_click_on_a_point_opens_its_image_and_nearest_neighbours(open_page, app_url, screenshot, width, height):
     page = open_page(app_url, width, height)
     suffix = "" if width > 600 else "-phone"
-    page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
+    pick_glyphs_mini(page, WAIT_MS)
     page.get_by_label("Batch size", exact=True).fill("32")
     page.get_by_label("Epochs", exact=True).fill("300")
     page.locator("#start").click()

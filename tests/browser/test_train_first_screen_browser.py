@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
 
@@ -22,13 +23,6 @@ def _inside_viewport(page, selector: str) -> bool:
     width, height = DESKTOP
     return box is not None and box["y"] >= -1 and box["y"] + box["height"] <= height + 1 and box["x"] >= 0 \
         and box["x"] + box["width"] <= width  # a pixel's slack: scrolled-to boxes end at fractions of one
-
-
-def _pick_glyphs_mini(page):
-    page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
-    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
-                           timeout=WAIT_MS)
 
 
 def _stop(page):
@@ -50,7 +44,7 @@ def test_start_and_the_status_line_are_in_the_first_viewport(open_page, app_url,
 def test_typed_numbers_left_in_their_boxes_are_what_start_trains_and_the_status_comes_into_view(
         open_page, app_url, app_root):
     page = open_page(app_url, *DESKTOP)
-    _pick_glyphs_mini(page)  # N 3, M 10, warm-up 1, 8 epochs
+    pick_glyphs_mini(page, WAIT_MS)  # N 3, M 10, warm-up 1, 8 epochs
     epochs = page.get_by_label("Epochs", exact=True)
     epochs.click()
     epochs.press("Control+a")

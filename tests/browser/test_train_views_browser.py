@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
 
@@ -18,10 +19,7 @@ WAIT_MS = 240_000
 
 def _start_glyphs_mini(page, epochs: int) -> str:
     """glyphs-mini with the settings the page suggests for it (N = 3, M = 10, warm-up 1 epoch); the run's id."""
-    page.get_by_label("Dataset").click()
-    page.get_by_role("option", name="glyphs-mini: 48 characters").click()
-    page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Settings for glyphs-mini')",
-                           timeout=WAIT_MS)
+    pick_glyphs_mini(page, WAIT_MS)
     page.get_by_label("Epochs", exact=True).fill(str(epochs))
     page.get_by_label("Epochs", exact=True).press("Tab")  # committed before Start reads it (issue 31's race)
     page.locator("#start").click()
