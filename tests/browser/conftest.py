@@ -8,6 +8,7 @@ land in test-output/browser/ for people to look at.
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-features=IsolateOrigins,site-per-process,Translate,MediaRouter,OptimizationHints"]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "browser"
 PROBE_MS = 3000
+STOPPING_S = 20.0  # a stopped run's process saves its checkpoint and ends within this
 
 
 def pytest_collection_modifyitems(items):
@@ -110,7 +112,8 @@ def app_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def app_url(app_root):
+def _app_served(app_root):
+    """(the app, its URL) behind `app_url`."""
     from demo.common.settings import AppSettings
     from demo.page import build_app
     from memvir.train.trainer import TrainConfig, Trainer
@@ -121,9 +124,33 @@ def app_url(app_root):
     settings = AppSettings(data_dir=root / "data", checkpoints_dir=root / "checkpoints", umap=False)
     app = build_app(settings)
     try:
-        yield _serve(app)
+        yield app, _serve(app)
     finally:
         app.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(_app_served):
+    """The app with a tiny checkpoint of its own, served in-process, one for the session (`_app_served`)."""
+    return _app_served[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_training(request):
+    """A test on the shared app (`app_url`) ends with none of its runs training: one left behind trained on for
+    minutes, taking a core from the tests after it, and the next test's Start was refused as another visitor's."""
+    app = request.getfixturevalue("_app_served")[0] if "app_url" in request.fixturenames else None
+    yield
+    if app is None:
+        return
+    deadline = time.monotonic() + STOPPING_S
+    while (left := [run for run in app.run_manager.runs() if run.busy]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for run in left:
+        for part in (run, run.baseline):
+            if part is not None and part.process is not None:
+                part.process.stop()
+    assert not left, f"the test left run(s) training on the shared app: {[run.id for run in left]}"
 
 
 @pytest.fixture(scope="session")

@@ -55,6 +55,10 @@ def test_train_then_stop(page, screenshot):
     page.wait_for_function("() => document.querySelector('#notice').innerText.includes('Resumed.')",
                            timeout=WAIT_MS)
     page.wait_for_function("() => document.querySelector('#follow input').checked", timeout=WAIT_MS)
+    # the status line still says Stopped until the resumed run's status reaches it: a wait for Stopped before that
+    # passed at once, the page closed with the Stop unsent, and the run trained its 300 epochs behind the next tests
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Training')",
+                           timeout=WAIT_MS)
     page.locator("#stop").click()
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
                            timeout=WAIT_MS)
