@@ -6,6 +6,7 @@ or as `python app.py` serves it, with the bundled checkpoints and their warm-up 
 land in test-output/browser/ for people to look at.
 """
 
+import contextlib
 import os
 import socket
 import time
@@ -143,13 +144,14 @@ def _no_run_left_training(request):
     yield
     if app is None:
         return
+    from demo.runs.manager import RunError
+
     deadline = time.monotonic() + STOPPING_S
     while (left := [run for run in app.run_manager.runs() if run.busy]) and time.monotonic() < deadline:
         time.sleep(0.1)
     for run in left:
-        for part in (run, run.baseline):
-            if part is not None and part.process is not None:
-                part.process.stop()
+        with contextlib.suppress(RunError):  # it may have ended meanwhile
+            app.run_manager.stop(run.id, run.owner)
     assert not left, f"the test left run(s) training on the shared app: {[run.id for run in left]}"
 
 
