@@ -80,7 +80,10 @@ FEW_CLASSES = 116  # glyphs-few's training classes
 REGIME = dict(dataset="glyphs-few", init=PRETRAINED, epochs=100, warmup=20.0, search_eval_every=10,
               final_eval_every=10, controls=(), study="regime")
 PROFILES = {
-    "cpu": Profile("cpu", folds=2, fold_size=255, trials=6, seeds=SEEDS),
+    "cpu": Profile("cpu", folds=2, fold_size=255, trials=6, seeds=SEEDS,
+                   controls=("baseline-loss-x2", "baseline-class-lr-x2", "balanced-eps-1e-8", "seen-labels",
+                             "schedule-balanced-optimiser", "baseline-balanced-optimiser",
+                             "schedule-baseline-optimiser", "baseline-official-optimiser")),
     "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=SEEDS),
     # the whole pipeline in a couple of minutes, to try the runner (write it elsewhere: --output)
     "smoke": Profile("smoke", folds=2, fold_size=6, trials=2, seeds=(0, 1), epochs=2, warmup=1, dataset="glyphs-mini"),
@@ -113,6 +116,7 @@ class Setting:
     reduction: str = "official"
     labels: str = "virtual"
     loss_scale_after_warmup: float = 1.0
+    loss_scale_schedule: int = 0  # the step-schedule control: loss x (k+1) of MemVir(this, m), no virtual row
 
     def args(self, profile: Profile) -> list[str]:
         args = ["-m", "memvir", "train", "--dataset", profile.dataset, "--loss", "norm-softmax",
@@ -127,6 +131,8 @@ class Setting:
             args += ["--memvir-labels", self.labels]
         if self.loss_scale_after_warmup != 1.0:
             args += ["--loss-scale-after-warmup", f"{self.loss_scale_after_warmup:g}"]
+        if self.loss_scale_schedule:
+            args += ["--loss-scale-schedule", str(self.loss_scale_schedule)]
         return args
 
     def describe(self) -> str:
@@ -138,6 +144,8 @@ class Setting:
             if self.labels != "virtual":
                 memvir += f", {self.labels} labels"
         scaled = f", loss x{self.loss_scale_after_warmup:g} after warm-up" if self.loss_scale_after_warmup != 1 else ""
+        if self.loss_scale_schedule:
+            scaled += f", loss x(k+1) of MemVir({self.loss_scale_schedule}, {self.m})"
         return f"{memvir}; {optimiser}{scaled}"
 
 
@@ -186,7 +194,26 @@ def trial_setting(arm: str, trial: int, trials: int) -> Setting:
     return replace(drawn, n=int(n[row]), m=int(m[row]))
 
 
-# Controls at the chosen settings: (name, label, the arm they start from, the change, what they isolate).
+def _balanced_schedule(chosen: dict[str, Setting]) -> dict:
+    """The step-schedule control's change: no virtual row, the loss x (k+1) of balanced's chosen MemVir(N, M)."""
+    balanced = chosen["memvir-balanced"]
+    return {"n": 0, "reduction": "official", "loss_scale_schedule": balanced.n, "m": balanced.m}
+
+
+_balanced_schedule.reads = ("memvir-balanced",)
+
+
+def _optimiser_of(arm: str):
+    """A control's change: `arm`'s chosen optimiser (learning rates, Adam eps, the loss's scale)."""
+    def change(chosen: dict[str, Setting]) -> dict:
+        return {k: getattr(chosen[arm], k) for k in ("lr", "class_lr", "adam_eps", "scale")}
+    change.reads = (arm,)
+    return change
+
+
+# Controls at the chosen settings: (name, label, the arm they start from, the change, what they isolate). A change
+# maps settings to values, to "x2" (twice the arm's), or is a function of the chosen settings (it needs another arm's)
+# that returns such a map; a control runs once every arm its change reads is chosen (`needs`).
 CONTROLS = (
     ("baseline-loss-x2", "baseline, loss x2 after warm-up", "baseline", {"loss_scale_after_warmup": 2.0},
      "balanced MemVir(1, M)'s step size without a virtual class"),
@@ -198,18 +225,42 @@ CONTROLS = (
      "the memory's embeddings as more instances of the seen classes, no stored weight (as XBM, BroadFace)"),
     ("baseline-memvir-optimiser", "baseline with MemVir's optimiser", "memvir-official", {"n": 0},
      "the MemVir arm's chosen optimiser without a virtual class (the regime's shares, where the arms' choices differ)"),
+    ("schedule-balanced-optimiser", "baseline, balanced's step schedule and optimiser", "memvir-balanced",
+     _balanced_schedule, "balanced MemVir's exact step schedule and optimiser without a virtual row"),
+    ("baseline-balanced-optimiser", "baseline with balanced's optimiser", "memvir-balanced",
+     {"n": 0, "reduction": "official"},
+     "balanced MemVir's chosen optimiser without a virtual row and without its step schedule"),
+    ("schedule-baseline-optimiser", "baseline, balanced's step schedule", "baseline",
+     _balanced_schedule, "the tuned baseline given balanced MemVir's exact step schedule"),
+    ("baseline-official-optimiser", "baseline with official's optimiser", "baseline",
+     _optimiser_of("memvir-official"), "the official MemVir arm's chosen optimiser without a virtual class"),
 )
+# What the step-schedule study adds to the fair comparison (issue of 2026-12: "the fair fight, finished"): balanced's
+# step schedule as a control of its own, and each tuned optimiser without a virtual class.
+SCHEDULE_CONTROLS = ("schedule-balanced-optimiser", "baseline-balanced-optimiser", "schedule-baseline-optimiser",
+                     "baseline-official-optimiser")
 # (reference, other): each row of the comparisons table is other - reference, paired over seeds.
 COMPARISONS = (
     ("baseline", "memvir-official"), ("baseline", "memvir-balanced"), ("memvir-official", "memvir-balanced"),
     ("baseline", "baseline-loss-x2"), ("baseline", "baseline-class-lr-x2"), ("baseline-loss-x2", "memvir-balanced"),
     ("memvir-balanced", "balanced-eps-1e-8"), ("seen-labels", "memvir-official"),
     ("baseline", "baseline-memvir-optimiser"), ("baseline-memvir-optimiser", "memvir-official"),
+    ("schedule-balanced-optimiser", "memvir-balanced"), ("baseline-balanced-optimiser", "schedule-balanced-optimiser"),
+    ("baseline-balanced-optimiser", "memvir-balanced"), ("baseline", "schedule-baseline-optimiser"),
+    ("schedule-baseline-optimiser", "memvir-balanced"), ("baseline-official-optimiser", "memvir-official"),
 )
+
+
+def control_needs(control: str) -> set[str]:
+    """The arms whose choices a control's setting reads."""
+    _, _, arm, change, _ = next(c for c in CONTROLS if c[0] == control)
+    return {arm, *getattr(change, "reads", ())}
 
 
 def control_setting(control: str, chosen: dict[str, Setting]) -> Setting:
     _, _, arm, change, _ = next(c for c in CONTROLS if c[0] == control)
+    if callable(change):
+        change = change(chosen)
     values = {k: getattr(chosen[arm], k) * 2 if v == "x2" else v for k, v in change.items()}
     return replace(chosen[arm], **values)
 
@@ -295,8 +346,7 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
     jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()]
     jobs += [Job("control", name, control_setting(name, chosen), seed=s)
-             for s in profile.seeds for name, _, arm, _, _ in CONTROLS
-             if arm in chosen and name in profile.controls]
+             for s in profile.seeds for name in profile.controls if control_needs(name) <= chosen.keys()]
     return [job for job in jobs if results.find(**job.keys(profile)) is None]
 
 
@@ -341,6 +391,15 @@ def shown_command(args: list[str], job: Job, profile: Profile) -> str:
     return "python " + " ".join([*args[:at], "--out", f"runs/fair/{profile.name}/{job.name}", *args[at + 2:]])
 
 
+def _commit() -> str | None:
+    """The commit the runs train on (a comparison pairs runs of one commit: the float32 results move in their last
+    digits when the loss's arithmetic is reordered); None outside a git checkout."""
+    found = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "memvir"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return None if found.returncode else found.stdout.strip() + ("+changes" if dirty else "")
+
+
 def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: int, device: str) -> None:
     output = results.path.parent
     from memvir.run_folder import RunFolder
@@ -359,7 +418,7 @@ def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: i
                                   stderr=stderr, env=env)
     if finished.returncode:
         raise RuntimeError(f"{job.name} failed (exit {finished.returncode}); its output is in {log}")
-    record = {**job.keys(profile), "setting": asdict(job.setting), "device": device,
+    record = {**job.keys(profile), "setting": asdict(job.setting), "device": device, "commit": _commit(),
               "command": shown_command(args, job, profile),
               **read_run(out, test=job.phase != "search",
                          curves=job.phase != "search" or profile.search_eval_every > 0)}
@@ -368,9 +427,9 @@ def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: i
     results.add(record)
 
 
-def run_study(profile: Profile, jobs: int, device: str, runs: Path, output: Path) -> None:
+def run_study(profile: Profile, jobs: int, device: str, runs: Path, output: Path, threads: int | None = None) -> None:
     results = Results(output / "results.json")
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     while todo := pending_jobs(results, profile):
         # stopped runs first, so that a restarted study finishes what it had started
         todo.sort(key=lambda job: not (runs / profile.name / job.name / "trainer_state.pt").exists())
@@ -644,15 +703,30 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("command", choices=("plan", "run", "report"))
     parser.add_argument("--profile", choices=sorted(PROFILES), default="cpu")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cpu_count / jobs threads)")
+    parser.add_argument("--threads", type=int, help="torch threads of each run (default: cpu_count / jobs)")
+    parser.add_argument("--controls", help="comma-separated: run only these of the profile's controls (in this "
+                        "order of priority: each at every seed before the next)")
+    parser.add_argument("--seeds", help="comma-separated seeds of the finals and controls (default: the profile's)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (every run of the study on that device)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "fair", help="where the run folders go")
     parser.add_argument("--output", type=Path, help="where results.json and per_query/ go (default: "
                         "docs/reproduction/STUDY, the profile's study)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
+    if args.seeds:
+        profile = replace(profile, seeds=tuple(int(s) for s in args.seeds.split(",")))
     args.output = args.output or REPRODUCTION / profile.study
-    if args.command == "run":
-        run_study(profile, args.jobs, args.device, args.runs, args.output)
+    if args.command == "run" and args.controls:
+        wanted = args.controls.split(",")
+        unknown = sorted(set(wanted) - set(profile.controls))
+        if unknown:
+            parser.error(f"--controls: {', '.join(unknown)} not among profile {profile.name}'s controls "
+                         f"({', '.join(profile.controls)})")
+        for name in wanted:  # one control at every seed, then the next
+            run_study(replace(profile, controls=(name,)), args.jobs, args.device, args.runs, args.output,
+                      args.threads)
+    elif args.command == "run":
+        run_study(profile, args.jobs, args.device, args.runs, args.output, args.threads)
     print(plan(profile) if args.command == "plan" else report(profile, args.output))
 
 

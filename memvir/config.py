@@ -89,6 +89,10 @@ class TrainConfig:
     loss_scale_after_warmup: float = _setting(
         1.0, "ablation: multiply the loss by this once the warm-up is over (0.5 in a baseline imitates "
         "MemVir(1, M)'s official dilution without virtual classes)")
+    loss_scale_schedule: int = _setting(
+        0, "ablation, the step-schedule control: N of a MemVir whose step schedule a baseline (--memvir-n 0) takes: "
+        "its loss is multiplied by k(t)+1, k(t) the virtual sets MemVir(this N, --memvir-m) uses at step t after the "
+        "same warm-up; balanced MemVir's exact step schedule without a virtual row (0: off)")
     epochs: int = _setting(8, "epochs to train", resumable=True)
     batch_size: int = _setting(128, "images per step")
     sampler: str = _setting("random", "random (the reference's) | balanced (P classes x K images)")
@@ -137,8 +141,8 @@ class TrainConfig:
             if not condition:
                 raise ValueError(f"TrainConfig: {message}")
 
-        for name in ("memvir_n", "memvir_m", "num_workers", "eval_every", "log_every", "snapshot_every", "seed",
-                     "val_classes", "val_fold"):
+        for name in ("memvir_n", "memvir_m", "loss_scale_schedule", "num_workers", "eval_every", "log_every",
+                     "snapshot_every", "seed", "val_classes", "val_fold"):
             value = getattr(self, name)
             need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
                  f"{name} must be an integer >= 0, got {value!r}")
@@ -185,6 +189,11 @@ class TrainConfig:
         need(self.memvir_labels != "seen" or self.memvir_reduction == "official",
              "memvir_labels 'seen' keeps every row in the seen classes, so there are no sets for the balanced "
              "reduction to average apart; use the official reduction with it")
+        need(self.loss_scale_schedule == 0 or self.memvir_n == 0,
+             f"loss_scale_schedule {self.loss_scale_schedule} is the baseline's control (balanced MemVir's step "
+             f"schedule without its virtual rows); use it with memvir_n 0, not {self.memvir_n}")
+        need(self.loss_scale_schedule == 0 or self.memvir_schedule == "curriculum",
+             "loss_scale_schedule follows the curriculum's staircase; use it with memvir_schedule 'curriculum'")
         need(self.val_fold == 0 or self.val_classes > 0,
              f"val_fold {self.val_fold} needs val_classes, the size of each fold")
         need(self.init_from is None or (isinstance(self.init_from, str) and self.init_from.strip() != ""),

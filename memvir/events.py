@@ -27,10 +27,13 @@ class StepEvent:
     # on logged steps: memvir.train.adam_regime's shares of parameters whose Adam step grows with the gradient
     adam: dict = field(default_factory=dict)
     logged: bool = False  # whether the Trainer wrote this step's record to metrics.jsonl (not every step's)
+    # what the step multiplied its loss by before the backward (the loss-scale ablations); None in a run without them
+    loss_scale: float | None = None
 
     def record(self) -> dict:
         fields = asdict(self)
-        kept = {k: v for k, v in fields.items() if k not in ("spread", "adam", "logged")}
+        dropped = ("spread", "adam", "logged") + (("loss_scale",) if self.loss_scale is None else ())
+        kept = {k: v for k, v in fields.items() if k not in dropped}
         return {"type": "step", **kept, **self.spread, **self.adam}
 
 

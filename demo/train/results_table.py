@@ -33,8 +33,8 @@ NOISE = ("One run against one baseline is one seed each: differences of a few te
 # The settings a run's expectation is matched on: everything that changes what it computes.
 MATCHED = ("dataset", "val_classes", "val_fold", "augment", "backbone", "pretrained", "embedding_dim", "loss",
            "loss_params", "memvir_n", "memvir_m", "warmup_epochs", "memvir_schedule", "memvir_reduction",
-           "memvir_labels", "loss_scale_after_warmup", "epochs", "batch_size", "sampler", "lr", "class_lr",
-           "weight_decay", "adam_eps", "lr_decay", "freeze_bn")
+           "memvir_labels", "loss_scale_after_warmup", "loss_scale_schedule", "epochs", "batch_size", "sampler", "lr",
+           "class_lr", "weight_decay", "adam_eps", "lr_decay", "freeze_bn")
 # The study rows a run can match: (the study's command-line flags of the run, what it measured). The flags are those
 # of the studies' commands in docs/reproduction/results.json and docs/reproduction/fair/results.json (a test checks
 # they agree); every other setting is the library's.

@@ -35,6 +35,18 @@ from memvir.memory.state import SavedMemory
 SCHEDULES = ("curriculum", "all-at-once")
 
 
+def virtual_sets_at(step: int, num_steps: int, margin: int, warmup_steps: int, schedule: str = "curriculum") -> int:
+    """k(t): the virtual sets MemVir(N, M) with warm-up U uses at call `step` (0-based) of an uninterrupted run, the
+    memory holding every step since it started storing: min(N, floor(L / (M+1))) with L the steps stored before
+    `step` (docs/method.md, "Class count s(i)"). 0 during the warm-up and for N = 0."""
+    if step < warmup_steps or num_steps == 0:
+        return 0
+    capacity = num_steps * (margin + 1)
+    store_from = max(0, warmup_steps - capacity) if schedule == "all-at-once" else warmup_steps
+    stored = min(step - store_from, capacity)
+    return min(stored // (margin + 1), num_steps)
+
+
 class MemVir(nn.Module):
     """Memory-based virtual classes around any softmax-style or proxy-based loss.
 
@@ -255,10 +267,8 @@ class MemVir(nn.Module):
     def num_classes_at(self, step: int, num_classes: int) -> int:
         """s(i), the class count at call `step` under the current N, M, U (for the curriculum: docs/method.md,
         "Class count s(i)")."""
-        if step < self.warmup_steps or self.num_steps == 0:
-            return num_classes
-        stored = min(step - self._store_from(), self.capacity)
-        return num_classes * (min(stored // (self.margin + 1), self.num_steps) + 1)
+        sets = virtual_sets_at(step, self.num_steps, self.margin, self.warmup_steps, self.schedule)
+        return num_classes * (sets + 1)
 
     def memory_bytes(self) -> int:
         """Bytes held by the allocated ring (0 before the first stored step)."""

@@ -96,6 +96,9 @@ def memvir_summary(config, warmup_steps: int) -> str:
     scaled = (f"; loss x{config.loss_scale_after_warmup:g} after {warmup_steps} warm-up steps"
               if config.loss_scale_after_warmup != 1.0 else "")
     if config.memvir_n == 0:
+        if config.loss_scale_schedule:
+            scaled += (f"; loss x(k+1) after {warmup_steps} warm-up steps, k the virtual sets "
+                       f"MemVir({config.loss_scale_schedule}, {config.memvir_m}) would use (step-schedule control)")
         return "off (baseline: N=0)" + scaled
     schedule = "" if config.memvir_schedule == "curriculum" else f", {config.memvir_schedule}"
     labels = "" if config.memvir_labels == "virtual" else ", stored embeddings keep their seen labels (control)"

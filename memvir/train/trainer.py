@@ -36,7 +36,7 @@ from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
 from memvir.memory.size import STORE_DTYPES, check_ring
-from memvir.memory.virtual_classes import MemVir
+from memvir.memory.virtual_classes import MemVir, virtual_sets_at
 from memvir.models.card import memvir_summary
 from memvir.models.initialisation import initialise_from_checkpoint
 from memvir.retrieval import evaluation
@@ -140,6 +140,7 @@ class Trainer:
         self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
+        self._scales_loss = config.loss_scale_after_warmup != 1.0 or config.loss_scale_schedule > 0
         self._raw_embeddings = self.loss_fn.takes_raw_embeddings  # the paper's Softmax (memvir.losses)
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
                              store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
@@ -341,8 +342,9 @@ class Trainer:
         augmented, loss, num_loss_classes = self._memvir_loss(embeddings, labels)
         # the values logged (a GPU syncs for them only at the steps that report, memvir.train.checks)
         loss_value, cosine_value = self._observe(embeddings, labels, loss)
-        self._update(loss, after_warmup)
-        self._report(epoch, started, labels.shape[0], augmented, num_loss_classes, loss_value, cosine_value)
+        loss_scale = self._update(loss, after_warmup)
+        self._report(epoch, started, labels.shape[0], augmented, num_loss_classes, loss_value, cosine_value,
+                     loss_scale)
 
     def _embed(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The batch's embeddings and labels: on a GPU in bfloat16 autocast, gathered over the ranks into the global
@@ -390,9 +392,20 @@ class Trainer:
             return self._checked()  # the host sync
         return None, None
 
-    def _update(self, loss: torch.Tensor, after_warmup: bool) -> None:
-        if after_warmup and self.config.loss_scale_after_warmup != 1.0:
-            loss = loss * self.config.loss_scale_after_warmup  # the ablation; the logged loss stays unscaled
+    def loss_scale(self, after_warmup: bool) -> float:
+        """What this step multiplies its loss by before the backward: the ablations' factors (1.0 without them).
+        The step-schedule control's k(t)+1 follows the memory's current M and warm-up, as MemVir's own k(t) does."""
+        scale = self.config.loss_scale_after_warmup if after_warmup else 1.0
+        if self.config.loss_scale_schedule:
+            scale *= 1 + virtual_sets_at(self.step, self.config.loss_scale_schedule, self.memvir.margin,
+                                         self.memvir.warmup_steps)
+        return scale
+
+    def _update(self, loss: torch.Tensor, after_warmup: bool) -> float:
+        """The backward and the optimiser's step; returns the factor the loss was multiplied by."""
+        scale = self.loss_scale(after_warmup)
+        if scale != 1.0:
+            loss = loss * scale  # the ablations; the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP averages the network's gradients over the ranks here
         self.world.broadcast_(self.class_weights.grad)  # equal on every rank already; rank 0's keeps them bit-equal
@@ -400,9 +413,10 @@ class Trainer:
         self.step += 1
         if self.config.lr_decay != "none":
             self._set_learning_rates()
+        return scale
 
     def _report(self, epoch: int, started: float, batch: int, augmented: tuple, num_loss_classes: int,
-                loss_value: float | None, cosine_value: float | None) -> None:
+                loss_value: float | None, cosine_value: float | None, loss_scale: float) -> None:
         """The step's record, event and snapshot, at their cadences."""
         all_embeddings, all_labels, all_weights = augmented
         num_classes = self.class_weights.shape[0]
@@ -424,6 +438,7 @@ class Trainer:
             images_per_s=self._speed, lr=self.optimizer.param_groups[0]["lr"],
             warmup=self.step <= self.memvir.warmup_steps, spread=spread, logged=logged,
             adam=eps_dominated_shares(self.optimizer) if logged else {},  # a host sync, at the log cadence only
+            loss_scale=loss_scale if self._scales_loss else None,
         )
         if logged:
             self._log(event.record())

@@ -143,6 +143,26 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     assert all(row["holm"] >= row["t"].p for row in rows)
 
 
+def test_the_step_schedule_controls_take_balanced_s_schedule_and_each_arm_s_optimiser(tmp_path):
+    """Each control is its arm's chosen setting with one change: balanced's step schedule (the loss x (k+1) of its
+    chosen N and M, no virtual row) at balanced's or at the baseline's optimiser; each MemVir arm's optimiser alone."""
+    search = [_search_record(arm, t, f, 0.5 + 0.01 * t) for arm in ARMS for t in range(CPU.trials) for f in (0, 1)]
+    jobs = pending_jobs(_results(tmp_path, search), CPU)
+    chosen = {job.arm: job.setting for job in jobs if job.phase == "final" and job.seed == 0}
+    controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
+    balanced, baseline, official = chosen["memvir-balanced"], chosen["baseline"], chosen["memvir-official"]
+    assert controls["schedule-balanced-optimiser"] == replace(
+        balanced, n=0, reduction="official", loss_scale_schedule=balanced.n)
+    assert controls["schedule-baseline-optimiser"] == replace(
+        baseline, m=balanced.m, loss_scale_schedule=balanced.n)
+    assert controls["baseline-balanced-optimiser"] == replace(balanced, n=0, reduction="official")
+    assert controls["baseline-official-optimiser"] == replace(
+        baseline, lr=official.lr, class_lr=official.class_lr, adam_eps=official.adam_eps, scale=official.scale)
+    args = controls["schedule-balanced-optimiser"].args(CPU)
+    assert args[args.index("--loss-scale-schedule") + 1] == str(balanced.n) and "--memvir-reduction" not in args
+    assert args[args.index("--memvir-n") + 1] == "0" and args[args.index("--memvir-m") + 1] == str(balanced.m)
+
+
 def test_a_recorded_command_names_the_default_run_folder_not_where_this_machine_wrote_it(tmp_path):
     job = pending_jobs(_results(tmp_path, []), CPU)[0]
     args = job.args(CPU) + ["--out", "/somewhere/else/cpu/" + job.name, "--device", "cuda"]
@@ -155,7 +175,8 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
     root = Path(__file__).resolve().parents[2]
     results = Results(root / "docs" / "reproduction" / "fair" / "results.json")
     doc = (root / "docs" / "reproduction.md").read_text()
-    assert len(pending_jobs(results, CPU)) == 0, "the CPU study is complete"
+    # the first study is complete; the step-schedule controls are added to it seed by seed
+    assert {job.arm for job in pending_jobs(results, CPU)} <= set(fair_study.SCHEDULE_CONTROLS)
     for table in (fair_study.search_table(results, CPU), fair_study.final_table(results, CPU),
                   fair_study.comparison_table(fair_study.comparisons(results, CPU))):
         assert table in doc

@@ -317,6 +317,42 @@ def test_loss_scale_after_warmup_scales_the_gradient_from_the_warmup_end():
         torch.testing.assert_close(first_conv.grad, factor * plain_conv.grad)
 
 
+def test_loss_scale_schedule_is_balanced_memvirs_step_schedule_without_virtual_rows():
+    """The step-schedule control: a baseline whose loss is multiplied by k(t)+1, k(t) the virtual sets balanced
+    MemVir(N, M) uses at step t. By hand for N=2, M=1, U=2 steps: k = 0 until step index 4 (two steps stored), 1 for
+    two steps, then 2. It equals the balanced MemVir run's own k at every step, and the gradient is scaled by it."""
+    config = dict(warmup_epochs=2 / 9, memvir_m=1, max_steps=12)  # glyphs-mini at batch 32: 9 steps an epoch, U = 2
+    by_hand = [1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3]
+    control, control_steps = step_losses(small_config(memvir_n=0, loss_scale_schedule=2, **config))
+    _, memvir_steps = step_losses(small_config(memvir_n=2, memvir_reduction="balanced", **config))
+    assert [e.loss_scale for e in control_steps] == by_hand
+    assert [e.num_virtual_sets + 1 for e in memvir_steps] == by_hand
+    assert all(e.num_virtual_sets == 0 for e in control_steps)  # no virtual row enters the control's loss
+    records = [r for r in control.history if r["type"] == "step"]
+    assert [r["loss_scale"] for r in records] == by_hand  # in metrics.jsonl too
+    # Until step index 4 the two runs are one run; at it, the same loss from the same parameters with twice the
+    # gradient (every gradient: the class weights' and the network's)
+    for steps, factor in ((4, 1.0), (5, 2.0)):
+        plain, plain_steps = step_losses(small_config(memvir_n=0, **{**config, "max_steps": steps}))
+        scaled, scaled_steps = step_losses(small_config(memvir_n=0, loss_scale_schedule=2,
+                                                        **{**config, "max_steps": steps}))
+        assert [e.loss for e in scaled_steps] == [e.loss for e in plain_steps]  # the logged loss is the unscaled one
+        torch.testing.assert_close(scaled.class_weights.grad, factor * plain.class_weights.grad)
+        first_conv = next(p for p in scaled.model.parameters() if p.dim() == 4)
+        plain_conv = next(p for p in plain.model.parameters() if p.dim() == 4)
+        torch.testing.assert_close(first_conv.grad, factor * plain_conv.grad)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"memvir_n": 2, "loss_scale_schedule": 2}, "loss_scale_schedule 2 is the baseline's control"),
+    ({"memvir_n": 0, "loss_scale_schedule": 2, "memvir_schedule": "all-at-once"}, "follows the curriculum"),
+    ({"memvir_n": 0, "loss_scale_schedule": -1}, "loss_scale_schedule must be an integer >= 0"),
+])
+def test_loss_scale_schedule_refuses_what_it_cannot_mean(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        small_config(**overrides)
+
+
 def test_freeze_bn_keeps_batchnorm_statistics_while_the_rest_trains():
     """As the reference's --freeze_BN: BatchNorm layers run in eval mode (their running statistics stay as they
     were), while every parameter, the BatchNorm scales and shifts included, still trains."""
