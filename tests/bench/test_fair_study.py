@@ -147,7 +147,10 @@ def test_the_step_schedule_controls_take_balanced_s_schedule_and_each_arm_s_opti
     """Each control is its arm's chosen setting with one change: balanced's step schedule (the loss x (k+1) of its
     chosen N and M, no virtual row) at balanced's or at the baseline's optimiser; each MemVir arm's optimiser alone."""
     search = [_search_record(arm, t, f, 0.5 + 0.01 * t) for arm in ARMS for t in range(CPU.trials) for f in (0, 1)]
-    jobs = pending_jobs(_results(tmp_path, search), CPU)
+    schedule = PROFILES["schedule"]
+    assert schedule.choose_from == "cpu" and schedule.study == CPU.study  # the CPU search's choices, trained again
+    jobs = pending_jobs(_results(tmp_path, search), schedule)
+    assert {job.arm for job in jobs if job.phase == "final"} == set(ARMS)  # the arms again, on the schedule's commit
     chosen = {job.arm: job.setting for job in jobs if job.phase == "final" and job.seed == 0}
     controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
     balanced, baseline, official = chosen["memvir-balanced"], chosen["baseline"], chosen["memvir-official"]
@@ -158,7 +161,7 @@ def test_the_step_schedule_controls_take_balanced_s_schedule_and_each_arm_s_opti
     assert controls["baseline-balanced-optimiser"] == replace(balanced, n=0, reduction="official")
     assert controls["baseline-official-optimiser"] == replace(
         baseline, lr=official.lr, class_lr=official.class_lr, adam_eps=official.adam_eps, scale=official.scale)
-    args = controls["schedule-balanced-optimiser"].args(CPU)
+    args = controls["schedule-balanced-optimiser"].args(schedule)
     assert args[args.index("--loss-scale-schedule") + 1] == str(balanced.n) and "--memvir-reduction" not in args
     assert args[args.index("--memvir-n") + 1] == "0" and args[args.index("--memvir-m") + 1] == str(balanced.m)
 
@@ -175,8 +178,7 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
     root = Path(__file__).resolve().parents[2]
     results = Results(root / "docs" / "reproduction" / "fair" / "results.json")
     doc = (root / "docs" / "reproduction.md").read_text()
-    # the first study is complete; the step-schedule controls are added to it seed by seed
-    assert {job.arm for job in pending_jobs(results, CPU)} <= set(fair_study.SCHEDULE_CONTROLS)
+    assert len(pending_jobs(results, CPU)) == 0, "the CPU study is complete"
     for table in (fair_study.search_table(results, CPU), fair_study.final_table(results, CPU),
                   fair_study.comparison_table(fair_study.comparisons(results, CPU))):
         assert table in doc
