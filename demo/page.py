@@ -74,7 +74,7 @@ class PageHandlers:
         self.runs = runs
         self.retrieve = retrieve_tab.RetrieveHandlers(retrieval)  # the checkpoint list, as the tab's select fills it
 
-    def load(self, visitor=None, request: gr.Request = None):
+    def load(self, visitor=None, oauth_token: gr.OAuthToken | None = None, request: gr.Request = None):
         """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint
         choices."""
         # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
@@ -85,7 +85,7 @@ class PageHandlers:
         except InputRefused as error:  # not a key this app made (the browser's storage was edited): a fresh one
             log.warning("load refused the page's visitor key: %s", error)
             visitor = uuid.uuid4().hex
-        return visitor, *train_tab.opened(self.runs, visitor), self.retrieve.checkpoint_list()
+        return visitor, *train_tab.opened(self.runs, visitor, oauth_token), self.retrieve.checkpoint_list()
 
 
 def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,

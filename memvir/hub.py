@@ -53,13 +53,20 @@ def pull(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     *,
     cache_dir: str | Path | None = None,
-    token: str | None = None,
+    token: str | bool | None = None,
 ) -> Path:
     """The local folder holding a checkpoint: `repo_id_or_path` itself if it is a folder, else a Hub snapshot.
 
     A repo id is looked up on the Hub with a `timeout_s` limit and its `HUB_FILES` downloaded into the Hub cache
     (`cache_dir`, default HF_HUB_CACHE). When the Hub cannot be reached (HF_HUB_OFFLINE=1, no network, timeout),
     the cached snapshot is used if there is one.
+
+    Args:
+        token: the Hub token to read with: None for this machine's (HF_TOKEN, else the cached login), False for none
+            at all (a private repo then reads as not found), or a token.
+
+    Returns:
+        The folder holding config.json and model.safetensors.
     """
     folder = Path(repo_id_or_path).expanduser()
     if folder.is_dir():
@@ -80,8 +87,9 @@ def pull(
         HfApi(token=token).repo_info(repo_id, revision=revision, timeout=timeout_s)
     except RepositoryNotFoundError as error:  # includes gated repos
         raise HubError(
-            f"The Hub has no model repo {repo_id!r} that this machine may read. Check the spelling ('owner/name'); "
-            "for a private or gated repo pass token=... or log in with `hf auth login`."
+            f"The Hub has no model repo {repo_id!r} that {'anyone' if token is False else 'this machine'} may read. "
+            "Check the spelling ('owner/name'); for a private or gated repo pass token=... or log in with "
+            "`hf auth login`."
         ) from error
     except RevisionNotFoundError as error:
         raise HubError(f"{repo_id!r} has no revision {revision!r}; pass an existing branch, tag or commit.") from error
@@ -140,16 +148,18 @@ def load_model(
 def push(
     run_dir: str | Path,
     repo_id: str,
-    token: str | None = None,
+    token: str | bool | None = None,
     private: bool = False,
     commit_message: str = "Upload MemVir embedding model",
     timeout_s: float = PUSH_TIMEOUT_S,
 ) -> str:
     """Upload a run folder's Hub files (HUB_FILES, plus metrics.jsonl when present) to `repo_id`; its URL back.
 
-    The repo is created when it does not exist. The token is `token`, else HF_TOKEN, else the cached login
-    (`hf auth login`); it needs write access. Nothing else in the run folder (trainer state, logs) is uploaded.
-    A Hub that does not answer within `timeout_s` is an error (PUSH_TIMEOUT_S).
+    The repo is created when it does not exist. The token is `token`, else (None) HF_TOKEN, else the cached login
+    (`hf auth login`); it needs write access. `token=False` (no token at all) is refused before any request.
+    Nothing else in the run folder (trainer state, logs) is uploaded. A Hub that does not answer within `timeout_s`
+    is an error (PUSH_TIMEOUT_S). The messages name the run folder by its name only: the app shows them to
+    visitors, who have no business with the server's paths.
     """
     folder = Path(run_dir)
     if not folder.is_dir():
@@ -164,7 +174,8 @@ def push(
         validate_repo_id(repo_id)
     except HFValidationError as error:
         raise HubError(f"{repo_id!r} is not a Hub repo id ({error}); use 'owner/name'.") from error
-    token = token or huggingface_hub.get_token()
+    if token is None:
+        token = huggingface_hub.get_token()
     if not token:
         raise HubError(
             "Pushing needs a Hugging Face token with write access: pass token=..., set the HF_TOKEN environment "
@@ -189,8 +200,8 @@ def push(
     except OfflineModeIsEnabled as error:
         raise HubError("HF_HUB_OFFLINE is set, so nothing can be pushed; unset it and push again.") from error
     except _http.TransportError as error:
-        raise HubError(f"Could not reach the Hub to push {folder} within {timeout_s} s ({type(error).__name__}: "
-                       f"{error}); check the connection.") from error
+        raise HubError(f"Could not reach the Hub to push run {folder.name!r} within {timeout_s} s "
+                       f"({type(error).__name__}: {error}); check the connection.") from error
     except HfHubHTTPError as error:
         raise _refused(folder, repo_id, error) from error
     except RuntimeError as error:  # huggingface_hub wraps a failed LFS upload: "Error while uploading 'x' to the Hub."
@@ -202,6 +213,6 @@ def push(
 
 def _refused(folder: Path, repo_id: str, reason) -> HubError:
     return HubError(
-        f"The Hub refused to push {folder} to {repo_id!r}: {reason}. Check that the token has write access "
+        f"The Hub refused to push run {folder.name!r} to {repo_id!r}: {reason}. Check that the token has write access "
         "to that owner and that the repo id is spelled right."
     )

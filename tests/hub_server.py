@@ -130,6 +130,7 @@ class LoopbackHub:
 
     `tokens` maps each token to its user; tokens in `read_only` may read but not write. Tests read and arrange the
     state directly: `repos`, `lfs_objects` (sha256 -> bytes), `requests` (every (method, path) received, in order),
+    `authorizations` (each request's Authorization header, in the same order),
     `add_commit`, `tag`, `files_at`, and `fail` (answer a request with an error status instead).
     """
 
@@ -141,6 +142,7 @@ class LoopbackHub:
         self.repos: dict[str, Repo] = {}
         self.lfs_objects: dict[str, bytes] = {}
         self.requests: list[tuple[str, str]] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header (None: none), in order
         self.faults: list[tuple[str, re.Pattern, int]] = []
         self.server_errors: list[str] = []  # requests this server could not handle: a test fixture fails on them
         self._lock = threading.RLock()
@@ -306,6 +308,7 @@ class LoopbackHub:
     def route(self, request: _Request) -> _Response:
         with self._lock:
             self.requests.append((request.method, request.target))
+            self.authorizations.append(request.headers.get("authorization"))
             for method, pattern, status in self.faults:
                 if method == request.method and pattern.search(request.path):
                     raise HubAnswer(status, f"{status} (a failure this test asked for)")

@@ -141,6 +141,31 @@ def test_pull_of_a_private_repo_needs_a_token(hub, tmp_path, monkeypatch):
     assert _same_weights(load_model(REPO, token=READ_TOKEN), model)
 
 
+def test_token_false_sends_no_token_even_where_this_machine_has_one(hub, tmp_path, monkeypatch):
+    """token=False is a visitor without a sign-in on a Space: no request carries the machine's token (HF_TOKEN or the
+    cached login), a private repo reads as not found to anyone, a public one is pulled, and a push is refused before
+    any request."""
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    model = _checkpoint(tmp_path / "model")
+    _publish(hub, tmp_path / "model", private=True)
+    with pytest.raises(HubError, match=r"no model repo 'someone/glyph-model' that anyone may read"):
+        pull(REPO, token=False)
+    _publish(hub, tmp_path / "model", repo_id="someone/public-model")
+    assert _same_weights(load_model("someone/public-model", token=False), model)
+    assert hub.authorizations and set(hub.authorizations) == {None}
+    run = tmp_path / "run"
+    model.save_pretrained(run)
+    requests = len(hub.requests)
+    with pytest.raises(HubError, match="needs a Hugging Face token with write access"):
+        push(run, "someone/new-model", token=False)
+    assert len(hub.requests) == requests
+    # the machine's own token is still what None means (the CLI, a local app)
+    before = len(hub.requests)
+    pull(REPO)
+    look_up = hub.requests.index(("GET", f"/api/models/{REPO}"), before)
+    assert hub.authorizations[look_up] == f"Bearer {WRITE_TOKEN}"
+
+
 def test_pull_of_a_revision_the_repo_lacks(hub, tmp_path):
     _checkpoint(tmp_path)
     _publish(hub, tmp_path)
@@ -269,8 +294,8 @@ def test_push_uses_the_cached_login(hub, run_folder, hf_home):
     ],
 )
 def test_push_refused_by_the_hub(hub, run_folder, token, repo_id, reason):
-    with pytest.raises(HubError, match=rf"(?s)The Hub refused to push {run_folder} to '{repo_id}': .*{reason}.* "
-                                       "Check that the token has write access"):
+    with pytest.raises(HubError, match=rf"(?s)The Hub refused to push run '{run_folder.name}' to '{repo_id}': "
+                                       rf".*{reason}.* Check that the token has write access"):
         push(run_folder, repo_id, token=token)
     assert hub.repos == {}
 
@@ -287,8 +312,8 @@ def test_push_when_the_hub_does_not_answer_says_so_within_its_limit(silent_serve
                                                                      hf_home):
     point_client_at(monkeypatch, silent_server.url, hf_home)
     started = time.monotonic()
-    with pytest.raises(HubError, match=rf"Could not reach the Hub to push {run_folder} within 1.0 s \(ReadTimeout: "
-                                       r"timed out\); check the connection"):
+    with pytest.raises(HubError, match=rf"Could not reach the Hub to push run '{run_folder.name}' within 1.0 s "
+                                       r"\(ReadTimeout: timed out\); check the connection"):
         push(run_folder, REPO, token=WRITE_TOKEN, timeout_s=1.0)
     assert time.monotonic() - started < 1.0 + 1
 

@@ -3,6 +3,7 @@
 - `handlers`: what every event handler gets: its context, who is asking, refusals as messages.
 - `settings`: `AppSettings` from the environment.
 - `allowed_paths`: which server paths a visitor may name.
+- `hub_access`: whose Hub token a visitor's request carries (on a Space: theirs or none, never the server's).
 - `cores`: cores shared between the web server and the runs' processes.
 - `inputs`: numbers typed into the page or sent to its API, checked.
 - `uploads`, `upload_store`: checks on uploaded images and zips; the folder of unpacked uploads.

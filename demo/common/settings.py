@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.common.cores import SERVER_PRIORITIES
+from demo.common.hub_access import on_space
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MB = 1024**2
@@ -62,7 +63,7 @@ def default_data_dir() -> Path:
     """MEMVIR_APP_DATA when set; else, on a Space with persistent storage, a folder in it; else runs/app."""
     if os.environ.get("MEMVIR_APP_DATA"):
         return Path(os.environ["MEMVIR_APP_DATA"]).expanduser()
-    if os.environ.get("SPACE_ID") and SPACE_STORAGE.is_dir() and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
+    if on_space() and SPACE_STORAGE.is_dir() and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
         return SPACE_STORAGE / "memvir-studio"
     return REPO_ROOT / "runs" / "app"
 
@@ -123,6 +124,9 @@ class AppSettings:
     run_memory_limit: int | None = None
     # how the server yields to its runs on small machines (demo.common.cores.yield_to_training)
     server_priority: str = "low"
+    # serving a Hugging Face Space: every visitor acts on the Hub as themselves, never with the server's token
+    # (demo.common.hub_access)
+    space: bool = False
 
     def __post_init__(self):
         if self.max_active_runs < 1:
@@ -167,4 +171,5 @@ class AppSettings:
             train_threads=_int_from_env("MEMVIR_TRAIN_THREADS", None, 1),
             run_memory_limit=_bytes_from_env("MEMVIR_RUN_MEMORY_LIMIT"),
             server_priority=(os.environ.get("MEMVIR_SERVER_PRIORITY") or "low").strip().lower(),
+            space=on_space(),
         )

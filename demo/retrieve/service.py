@@ -20,6 +20,7 @@ from PIL import Image
 
 from demo.common import upload_store
 from demo.common.allowed_paths import checkpoint_source
+from demo.common.hub_access import ANONYMOUS
 from demo.common.settings import AppSettings
 from demo.common.uploads import UploadError, is_zip, unpack_upload
 from demo.retrieve.downloads import write_exports, write_zip
@@ -84,11 +85,15 @@ def _checkpoint_folders(root: Path, need_weights: bool) -> list[Path]:
     )
 
 
-def _visitor_message(choice: str, error: Exception) -> str:
-    """What a visitor is told when a checkpoint cannot be had: a Hub repo neither cached here nor reachable is said
-    in the visitor's words (memvir.hub's message is the operator's: the cache's path, HF_HUB_OFFLINE)."""
-    from huggingface_hub.errors import LocalEntryNotFoundError
+def _visitor_message(choice: str, error: Exception, space: bool) -> str:
+    """What a visitor is told when a checkpoint cannot be had: a Hub repo neither cached here nor reachable, or on a
+    Space one that anyone may not read, is said in the visitor's words (memvir.hub's message is the operator's: the
+    cache's path, HF_HUB_OFFLINE, how to log in)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
 
+    if space and isinstance(error.__cause__, RepositoryNotFoundError):
+        return (f"the Hub has no public model repo {choice!r}: check the spelling ('owner/name'). This Space reads "
+                "the Hub without any token, so a private repo cannot be opened here")
     if isinstance(error.__cause__, LocalEntryNotFoundError):
         log.info("%s could not be pulled: %s", choice, error)
         return (f"{choice!r} is not on this server and the Hub cannot be reached from this server; pick a bundled "
@@ -172,7 +177,9 @@ class RetrievalService:
 
     def load_checkpoint(self, choice: str) -> LoadedCheckpoint:
         """The model of a listed folder or a Hub repo id ('owner/name'); RetrievalError when it cannot be had or is
-        a path outside the places visitors may name (demo.common.allowed_paths)."""
+        a path outside the places visitors may name (demo.common.allowed_paths). On a Space a repo id is read with
+        no token at all (demo.common.hub_access): the server's token never reads for a visitor, so a private repo
+        reads as not found."""
         from memvir.hub import pull
         from memvir.models.embedding_model import EmbeddingModel
 
@@ -181,10 +188,10 @@ class RetrievalService:
             raise RetrievalError("choose a checkpoint, or type a Hub repo id such as owner/name")
         try:
             source = checkpoint_source(choice, self.settings)
-            folder = pull(source)
+            folder = pull(source, token=ANONYMOUS if self.settings.space else None)
             key = _folder_key(folder)
         except (ValueError, OSError) as error:  # HubError and PathRefused are ValueErrors
-            raise RetrievalError(_visitor_message(choice, error)) from None
+            raise RetrievalError(_visitor_message(choice, error, self.settings.space)) from None
 
         def load():
             try:

@@ -18,6 +18,7 @@ import gradio as gr
 
 from demo.common.allowed_paths import dataset_folder
 from demo.common.handlers import reporting, visitor_key
+from demo.common.hub_access import ANONYMOUS, sign_in_offered, visitor_token
 from demo.common.inputs import positive_number, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
 from demo.common.upload_store import discard
@@ -212,7 +213,10 @@ class TrainHandlers:
                 DEFAULTS["loss_params"]["scale"], "", "", "")
 
     @reporting(message_slot=0, outputs=1)
-    def push_to_hub(self, state: PollState, repo_id, visitor=None, request: gr.Request = None):
+    def push_to_hub(self, state: PollState, repo_id, visitor=None, oauth_token: gr.OAuthToken | None = None,
+                    request: gr.Request = None):
+        """Push the visitor's finished run with their own Hub token (on a Space: their sign-in's; never the
+        server's), to a repo their token may write."""
         from memvir.hub import push
 
         run = self.runs.get(state.run_id)
@@ -222,7 +226,10 @@ class TrainHandlers:
             raise ValueError("only the visitor who started this run can push it")
         if run.busy:
             raise ValueError("the run is still training: stop it or let it finish, then push")
-        url = push(run.folder, (repo_id or "").strip())
+        token = visitor_token(oauth_token, self.runs.settings.space)
+        if token is ANONYMOUS:
+            raise ValueError(words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
+        url = push(run.folder, (repo_id or "").strip(), token=token)
         return f"Pushed to {url}"
 
 
@@ -242,18 +249,25 @@ def dataset_inputs(dataset):
     return gr.update(visible=dataset == FOLDER_CHOICE), gr.update(visible=dataset == ZIP_CHOICE)
 
 
-def opened(runs: RunManager, visitor: str):
-    """(state, Push button, its note) for a page just (re)opened by `visitor`: it shows their run again."""
+def opened(runs: RunManager, visitor: str, oauth_token: gr.OAuthToken | None = None):
+    """(state, Push button, its note) for a page just (re)opened by `visitor`: it shows their run again. On a Space
+    Push is the signed-in visitor's (with their own token); locally it needs this machine's login."""
     from huggingface_hub import get_token
 
     run = runs.attach(visitor, None)
     runs.umap_worker  # noqa: B018 - starts the UMAP process: it compiles while the visitor reads the page
+    state = PollState(run_id=run.id if run else None)
+    if runs.settings.space:
+        signed_in = visitor_token(oauth_token, space=True) is not ANONYMOUS
+        if signed_in:
+            return state, gr.update(interactive=True), words.PUSH_AS_YOURSELF
+        return state, gr.update(interactive=False), (
+            words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
     has_token = bool(get_token())
-    note = ("Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."
-            if has_token else
+    note = (words.PUSH_UPLOADS if has_token else
             "Push to Hub is off: no Hugging Face token is configured. Set HF_TOKEN (or run `hf auth login`) "
             "where the app runs, then reload.")
-    return PollState(run_id=run.id if run else None), gr.update(interactive=has_token), note
+    return state, gr.update(interactive=has_token), note
 
 
 # ---------------------------------------------------------------------------------------------- layout and wiring
@@ -339,6 +353,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     loss_scale = gr.Number(DEFAULTS["loss_params"]["scale"], label="Loss scale",
                                            info=words.SCALE_INFO, elem_id="loss-scale")
                 with gr.Accordion("Push the run to the Hugging Face Hub", open=False, elem_classes="train-later"):
+                    if sign_in_offered():  # a Space's visitors push as themselves (demo.common.hub_access)
+                        gr.LoginButton(size="sm")
                     repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
                     push_note = gr.Markdown("", elem_classes="small-note")

@@ -106,3 +106,12 @@ def baseline_optimiser(tuned, trained_before: bool = False) -> str:
                 "comparison is against an untuned baseline.")
     return (f"{trains} the baseline's own tuned settings ({tuned.describe()}), chosen with the same search as "
             "MemVir's (docs/reproduction.md, \"A fair comparison\").")
+
+# Push to Hub (demo.common.hub_access: on a Space a visitor pushes with their own sign-in, never the server's token)
+PUSH_UPLOADS = "Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."
+PUSH_AS_YOURSELF = ("Pushes go to the Hub as you, with your sign-in: to a repo under your name or an organisation you "
+                    "may write to. " + PUSH_UPLOADS)
+SIGN_IN_TO_PUSH = ("Sign in with Hugging Face (the button above) to push: the run goes to your own account, with "
+                   "your token. This Space never pushes with its owner's.")
+NO_SIGN_IN_ON_THIS_SPACE = ("Push to Hub is off on this Space: it offers no sign-in (its owner can turn it on with "
+                            "`hf_oauth: true` in the README's header), and it never pushes with its owner's token.")

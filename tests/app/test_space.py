@@ -57,7 +57,8 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
                                                                                        tmp_path):
     """Three fresh starts. The first request arrives the moment the app's server answers (its starting page gone):
     before, it raced the warm-up thread's imports of torchvision and failed in 2 of 3 starts ('cannot import name ...
-    from partially initialized module')."""
+    from partially initialized module'). The last start has the variables a Space with `hf_oauth: true` sets: the
+    page then offers gradio's "Sign in with Hugging Face" (demo.common.hub_access), and its sign-in routes start."""
     checkpoint = str(tiny_checkpoints / "glyphs-mini-tiny")
     for attempt in range(3):
         port, data = free_port(), tmp_path / f"data-{attempt}"
@@ -66,6 +67,11 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
         env = dict(os.environ, GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(port), SPACE_ID="someone/memvir",
                    MEMVIR_APP_DATA=str(data), MEMVIR_CHECKPOINTS=str(tiny_checkpoints), MEMVIR_UMAP="0",
                    HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", MEMVIR_SERVER_PRIORITY="normal")
+        signing_in = attempt == 2
+        if signing_in:  # never reached: gradio asks the provider only when a visitor signs in
+            env |= dict(SYSTEM="spaces", OAUTH_CLIENT_ID="an-id", OAUTH_CLIENT_SECRET="a-secret",
+                        OAUTH_SCOPES="openid profile contribute-repos", OPENID_PROVIDER_URL="http://127.0.0.1:9",
+                        SPACE_HOST="someone-memvir.hf.space")
         process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         try:
@@ -76,6 +82,8 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
                                                api_name="/search_upload")
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
                 status, page = response.status, response.read().decode()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=30) as response:
+                config = response.read().decode()
             assert _listening_on_all_interfaces(port)  # reachable through the Space's proxy, not only on loopback
         finally:
             process.terminate()
@@ -89,6 +97,7 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
         assert not about.startswith("⚠️"), f"start {attempt + 1}: {about}\n{output}"
         assert results.count('<figure class="result-tile') == 3  # the result tiles (demo.retrieve.tiles)
         assert "ImportError" not in output and "partially initialized" not in output, output
+        assert ('"Sign in with Hugging Face"' in config) is signing_in, output  # gr.LoginButton's label
 
 
 def test_the_data_folder_is_on_a_spaces_persistent_storage(tmp_path, monkeypatch):
