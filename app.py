@@ -41,12 +41,16 @@ def import_handler_modules() -> None:
 
 
 def main() -> None:
-    from demo.common.cores import yield_to_training
+    from demo.common.cores import available_cores, training_threads, yield_to_training
     from demo.common.settings import AppSettings
 
     settings = AppSettings.from_env()
+    cores = available_cores()
     # first, before any thread starts: on small machines the runs' processes go first
-    yield_to_training(settings.server_priority)
+    yield_to_training(settings.server_priority, cores.count)
+    threads = training_threads(settings.train_threads)
+    print(f"MemVir Studio: {cores.describe()}; each run trains with {threads} thread{'s' * (threads != 1)}",
+          flush=True)
     from demo.common.starting_page import open_starting_page
 
     starting = open_starting_page()  # a visitor sees the app coming while gradio and torch load

@@ -15,11 +15,14 @@ and threads it spun up would compete with the run's for the same cores.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -36,12 +39,99 @@ SERVER_NICENESS = 2
 SERVER_PRIORITIES = ("idle", "low", "normal")
 
 
-def machine_cores() -> int:
-    """The cores this process may run on (a container's or a taskset's share, not the whole machine's)."""
+CGROUP_ROOT_ENV = "MEMVIR_CGROUP_ROOT"
+
+
+def cgroup_root() -> Path:
+    """Where the cgroup file systems are mounted: MEMVIR_CGROUP_ROOT when set (a test points it at a folder of its
+    own), else /sys/fs/cgroup."""
+    return Path(os.environ.get(CGROUP_ROOT_ENV) or "/sys/fs/cgroup")
+
+
+def cgroup_folders(controller: str, pid: int | str = "self", root: Path | None = None) -> Iterator[tuple[Path, bool]]:
+    """(folder, is_v1) of `pid`'s cgroups that may limit `controller` ("memory", "cpu"), from its own up to the
+    mount's root: cgroup v2's unified hierarchy, and v1's hierarchy of that controller. The path comes from
+    /proc/PID/cgroup; inside a container it may name the host's hierarchy while the container sees its own cgroup at
+    the mount's root, so every folder from the path up to the root counts."""
+    root = cgroup_root() if root is None else root
     try:
-        return len(os.sched_getaffinity(0))
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "":
+            base, v1 = root, False
+        elif controller in controllers.split(","):
+            base, v1 = root / controllers, True
+            if not base.is_dir():  # v1 mounts "cpu,cpuacct" also as "cpu"
+                base = root / controller
+        else:
+            continue
+        folder = base / path.strip("/")
+        while True:
+            yield folder, v1
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+
+
+def _cpu_quota(folder: Path, v1: bool) -> float | None:
+    """The cores a cgroup folder's CPU quota allows (quota / period), None without one: v2's cpu.max ("max 100000"
+    or "200000 100000"), v1's cpu.cfs_quota_us (-1: none) over cpu.cfs_period_us."""
+    try:
+        if v1:
+            quota = int((folder / "cpu.cfs_quota_us").read_text())
+            period = int((folder / "cpu.cfs_period_us").read_text())
+        else:
+            quota_text, period_text = (folder / "cpu.max").read_text().split()
+            if quota_text == "max":
+                return None
+            quota, period = int(quota_text), int(period_text)
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+@dataclass(frozen=True)
+class Cores:
+    """What a process may use: the cores of its CPU affinity set, and its cgroup's CPU quota in cores (None without
+    one). `count` is the lesser, rounded up as joblib's cpu_count does (a quota of 1.5 cores gives 2 threads)."""
+
+    affinity: int
+    quota: float | None
+
+    @property
+    def count(self) -> int:
+        if self.quota is None:
+            return self.affinity
+        return max(1, min(self.affinity, math.ceil(self.quota)))
+
+    def describe(self) -> str:
+        quota = "no CPU quota" if self.quota is None else f"a CPU quota of {_cores(self.quota)}"
+        return f"{_cores(self.affinity)} in the affinity set, {quota}: {_cores(self.count)} to use"
+
+
+def _cores(count: float) -> str:
+    return f"{count:g} core" + ("" if count == 1 else "s")
+
+
+def available_cores(root: Path | None = None) -> Cores:
+    """This process's cores: a Space's or a container's CPU quota (cgroup `cpu.max`) can be far below the host's
+    cores that its affinity set shows, and threads counted from those would crowd the quota."""
+    try:
+        affinity = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        affinity = os.cpu_count() or 1
+    quotas = [q for folder, v1 in cgroup_folders("cpu", root=root) if (q := _cpu_quota(folder, v1)) is not None]
+    return Cores(affinity, min(quotas) if quotas else None)
+
+
+def machine_cores() -> int:
+    """The cores this process may use: its affinity set's (a taskset's share, not the whole machine's), no more than
+    its cgroup's CPU quota allows (`available_cores`)."""
+    return available_cores().count
 
 
 def training_threads(configured: int | None = None, cores: int | None = None) -> int:

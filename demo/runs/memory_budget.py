@@ -18,8 +18,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.common.cores import cgroup_folders, cgroup_root
+
 FREE_MEMORY_SHARE = 0.5  # the rest is for the model, activations, datasets and other visitors' searches
-CGROUP_ROOT_ENV = "MEMVIR_CGROUP_ROOT"
 UNLIMITED_CGROUP = 2**62  # cgroup v1 writes "no limit" as the largest page-aligned int64, about 9.2e18
 
 
@@ -83,42 +84,17 @@ def _reclaimable(folder: Path, v1: bool) -> int:
     return 0
 
 
-def cgroup_root() -> Path:
-    """Where the cgroup file systems are mounted: MEMVIR_CGROUP_ROOT when set (a test points it at a folder of
-    its own), else /sys/fs/cgroup."""
-    return Path(os.environ.get(CGROUP_ROOT_ENV) or "/sys/fs/cgroup")
-
-
 def _cgroup_headroom(pid: int, root: Path) -> tuple[int, int, int] | None:
     """(limit less usage, limit, usage) of the tightest memory limit on `pid`'s cgroup and its ancestors, in
-    cgroup v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes, memory.usage_in_bytes); None without one.
-
-    The cgroup's path comes from /proc/PID/cgroup. Inside a container that path may name the host's hierarchy while
-    the container sees its own cgroup at the mount's root, so every folder from the path up to the root counts."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
+    cgroup v2 (memory.max, memory.current) or v1 (memory.limit_in_bytes, memory.usage_in_bytes); None without one."""
     tightest = None
-    for line in lines:
-        hierarchy, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hierarchy == "0" and controllers == "":
-            base, files, v1 = root, ("memory.max", "memory.current"), False
-        elif "memory" in controllers.split(","):
-            base, files, v1 = root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes"), True
-        else:
-            continue
-        folder = base / path.strip("/")
-        while True:
-            limit, usage = (_read_int(folder / name) for name in files)
-            if limit is not None and usage is not None and limit < UNLIMITED_CGROUP:
-                usage = max(0, usage - _reclaimable(folder, v1))
-                if tightest is None or max(0, limit - usage) < tightest[0]:
-                    tightest = (max(0, limit - usage), limit, usage)
-            if folder == base or base not in folder.parents:
-                break
-            folder = folder.parent
+    for folder, v1 in cgroup_folders("memory", pid, root):
+        files = ("memory.limit_in_bytes", "memory.usage_in_bytes") if v1 else ("memory.max", "memory.current")
+        limit, usage = (_read_int(folder / name) for name in files)
+        if limit is not None and usage is not None and limit < UNLIMITED_CGROUP:
+            usage = max(0, usage - _reclaimable(folder, v1))
+            if tightest is None or max(0, limit - usage) < tightest[0]:
+                tightest = (max(0, limit - usage), limit, usage)
     return tightest
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from demo.common.cores import run_in_background
+from demo.common.cores import machine_cores, run_in_background
 from demo.common.settings import REPO_ROOT
 from demo.umap.child import DIES_WITH_THE_SERVER, send
 from memvir.analysis.projection import UmapWorker, project_focus, project_snapshot
@@ -79,9 +79,11 @@ class UmapProcess:
             raise UmapFailed("the UMAP process is closed")
         if self._process is not None and self._process.poll() is None:
             return
+        # numba's threads from the cores this container may use (its CPU quota), not every core the host shows
+        environment = {**os.environ, "NUMBA_NUM_THREADS": str(machine_cores())}
         process = subprocess.Popen(
             [sys.executable, "-m", "demo.umap.child", str(self._niceness), str(os.getpid())], cwd=REPO_ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment)
         try:
             pickle.load(process.stdout)  # "alive": it ends with the server from now on, and may be held
         except (EOFError, OSError, pickle.UnpicklingError) as exc:

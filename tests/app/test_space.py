@@ -72,6 +72,11 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
             env |= dict(SYSTEM="spaces", OAUTH_CLIENT_ID="an-id", OAUTH_CLIENT_SECRET="a-secret",
                         OAUTH_SCOPES="openid profile contribute-repos", OPENID_PROVIDER_URL="http://127.0.0.1:9",
                         SPACE_HOST="someone-memvir.hf.space")
+            # and a container whose CPU quota is one core (a fake cgroup: demo.common.cores), the threads not set
+            (tmp_path / "cgroup").mkdir()
+            (tmp_path / "cgroup" / "cpu.max").write_text("100000 100000\n")
+            env["MEMVIR_CGROUP_ROOT"] = str(tmp_path / "cgroup")
+            env.pop("OMP_NUM_THREADS", None)
         process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
         try:
@@ -98,6 +103,9 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
         assert results.count('<figure class="result-tile') == 3  # the result tiles (demo.retrieve.tiles)
         assert "ImportError" not in output and "partially initialized" not in output, output
         assert ('"Sign in with Hugging Face"' in config) is signing_in, output  # gr.LoginButton's label
+        assert re.search(r"MemVir Studio: \d+ cores? in the affinity set, ", output), output
+        if signing_in and "\n0::" in "\n" + Path("/proc/self/cgroup").read_text():  # the fake quota is v2's
+            assert "a CPU quota of 1 core: 1 core to use; each run trains with 1 thread\n" in output, output
 
 
 def test_the_data_folder_is_on_a_spaces_persistent_storage(tmp_path, monkeypatch):

@@ -18,8 +18,9 @@ import torch
 from gradio_client import Client
 from served_app import serving
 
+from demo.common.cores import CGROUP_ROOT_ENV
 from demo.common.settings import AppSettings
-from demo.runs.memory_budget import CGROUP_ROOT_ENV, memory_budget
+from demo.runs.memory_budget import memory_budget
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CPU = torch.device("cpu")
