@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 export GRADIO_ANALYTICS_ENABLED := False
 
-.PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained
+.PHONY: demo test bench venv chromium clean gallery-index checkpoints pretrained space
 
 # Python compiles a module the first time a process imports it; with PYTHONDONTWRITEBYTECODE set (these machines set
 # it) it keeps nothing, and every test's interpreter would compile torch anew. So the recipes here keep what they
@@ -81,3 +81,12 @@ pretrained: venv
 	mkdir -p checkpoints/$(PRETRAINED)
 	cp runs/$(PRETRAINED)/config.json runs/$(PRETRAINED)/model.safetensors runs/$(PRETRAINED)/README.md \
 	    checkpoints/$(PRETRAINED)/
+
+# Put the app on a Hugging Face Space: `make space SPACE=owner/name` after `hf auth login`. The Hub's upload stores the
+# binary files with Xet/LFS as .gitattributes marks them (a plain `git push` of them to a Space is refused); what stays
+# here is listed in SPACE_EXCLUDE (tests/app/test_deploy.py checks that the rest is what a Space needs).
+SPACE_EXCLUDE := .venv/* runs/* tests/* bench/* .ci/* test-output/* .cache/* */__pycache__/* *.pyc *.pyi
+space: venv
+	@test -n "$(SPACE)" || { echo "usage: make space SPACE=owner/name (log in first: hf auth login)"; exit 2; }
+	HF_HUB_OFFLINE=0 $(VENV)/bin/hf upload $(SPACE) . . --repo-type space \
+	    $(foreach pattern,$(SPACE_EXCLUDE),--exclude '$(pattern)')

@@ -1,8 +1,9 @@
 """AppSettings: where the app keeps its files and how much it allows, read from the environment.
 
 Everything the app writes (run folders, unpacked uploads, checkpoint downloads, Gradio's upload cache) lives under
-one data folder, so a visitor's upload can never land anywhere else. On a Hugging Face Space with persistent storage
-(mounted at /data) that folder is on it, so runs survive a restart.
+one data folder on the local disk, so a visitor's upload can never land anywhere else. Where a persistent folder is
+mounted (a Space's Storage Bucket at /data, or MEMVIR_PERSIST_DIR), resting runs are copied there and found again
+after a restart (demo.runs.persist): a bucket uploads files as they close and has no locking, no place for live runs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from demo.common.hub_access import on_space
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MB = 1024**2
-# Where a Space's persistent storage is mounted (https://huggingface.co/docs/hub/spaces-storage); Spaces set SPACE_ID.
+# Where a Space mounts its persistent storage, a Storage Bucket (https://huggingface.co/docs/hub/spaces-storage).
 SPACE_STORAGE = Path("/data")
 
 
@@ -60,12 +61,25 @@ def _folders_from_env(name: str) -> tuple[Path, ...]:
 
 
 def default_data_dir() -> Path:
-    """MEMVIR_APP_DATA when set; else, on a Space with persistent storage, a folder in it; else runs/app."""
+    """MEMVIR_APP_DATA when set, else runs/app: on the local disk, also on a Space (see default_persist_dir)."""
     if os.environ.get("MEMVIR_APP_DATA"):
         return Path(os.environ["MEMVIR_APP_DATA"]).expanduser()
-    if on_space() and SPACE_STORAGE.is_dir() and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
-        return SPACE_STORAGE / "memvir-studio"
     return REPO_ROOT / "runs" / "app"
+
+
+def _is_mount(path: Path) -> bool:
+    return os.path.ismount(path)
+
+
+def default_persist_dir() -> Path | None:
+    """MEMVIR_PERSIST_DIR when set (empty: none); else a folder in /data when a persistent volume is mounted there and
+    writable (a Space's Storage Bucket); else None: runs last as long as the local disk."""
+    text = os.environ.get("MEMVIR_PERSIST_DIR")
+    if text is not None:
+        return Path(text).expanduser() if text.strip() else None
+    if _is_mount(SPACE_STORAGE) and os.access(SPACE_STORAGE, os.W_OK | os.X_OK):
+        return SPACE_STORAGE / "memvir-studio"
+    return None
 
 
 def _flag_from_env(name: str, default: bool) -> bool:
@@ -127,6 +141,8 @@ class AppSettings:
     # serving a Hugging Face Space: every visitor acts on the Hub as themselves, never with the server's token
     # (demo.common.hub_access)
     space: bool = False
+    # where resting runs are copied to outlive the local disk, and restored from at start (demo.runs.persist)
+    persist_dir: Path | None = None
 
     def __post_init__(self):
         if self.max_active_runs < 1:
@@ -160,7 +176,7 @@ class AppSettings:
         MEMVIR_ALLOWED_FOLDERS (folders separated by os.pathsep; default none), MEMVIR_TRAIN_THREADS (default:
         OMP_NUM_THREADS, else the cores less the server's share), MEMVIR_RUN_MEMORY_LIMIT (a size; default none),
         MEMVIR_SERVER_PRIORITY (idle, low or normal: how the server yields to its runs on a machine of up to 4 cores;
-        default low)."""
+        default low), MEMVIR_PERSIST_DIR (default: see default_persist_dir); SPACE_ID (set by Spaces)."""
         return cls(
             data_dir=default_data_dir(),
             checkpoints_dir=Path(os.environ.get("MEMVIR_CHECKPOINTS") or REPO_ROOT / "checkpoints").expanduser(),
@@ -172,4 +188,5 @@ class AppSettings:
             run_memory_limit=_bytes_from_env("MEMVIR_RUN_MEMORY_LIMIT"),
             server_priority=(os.environ.get("MEMVIR_SERVER_PRIORITY") or "low").strip().lower(),
             space=on_space(),
+            persist_dir=default_persist_dir(),
         )

@@ -5,5 +5,6 @@
 - `process`: `RunProcess`, a run's Trainer in its own process. `child`: inside that process.
 - `messages`: what the server and a run's process say to each other. `snapshot_transport`: snapshots as small files.
 - `memory_budget`: MemVir's memory against the app's budget.
+- `persist`: resting runs copied to a persistent folder (a Space's bucket) and restored from it after a restart.
 - `audience`: the pages watching each run, and how often each should poll.
 """

@@ -18,8 +18,9 @@ import time
 import uuid
 from pathlib import Path
 
-from demo.common.cores import training_threads
+from demo.common.cores import run_in_background, training_threads
 from demo.common.settings import AppSettings
+from demo.runs import persist
 from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun, read_records
 from demo.runs.memory_budget import RingShape, check_memory, memory_budget
@@ -122,6 +123,13 @@ class RunManager:
         self._lock = threading.RLock()
         self._runs: dict[str, LiveRun] = {}
         self.audience = Audience()  # the pages watching each run, and how often each polls
+        self._persisting: list[threading.Thread] = []
+        if settings.persist_dir is not None:  # what an earlier server kept, back where this one lists its runs
+            try:
+                for folder in persist.restore(settings.persist_dir, settings.runs_dir):
+                    log.info("restored run %s from %s", folder.name, settings.persist_dir)
+            except OSError as error:
+                log.warning("the runs kept in %s could not be restored: %s", settings.persist_dir, error)
         for run in _interrupted_runs(settings.runs_dir, settings.finished_runs_kept):
             self._runs[run.id] = run
 
@@ -232,7 +240,7 @@ class RunManager:
         polling); then check it `within_budget` (a callable of the Ready) and let it train. A failure ends the
         process and gives the slot back."""
         previous = run.starting(), run.process
-        process = run.process = RunProcess(spec, run._on_event, name=f"memvir-run-{run.id}")
+        process = run.process = RunProcess(spec, self._listener(run), name=f"memvir-run-{run.id}")
         try:
             ready = process.wait_ready()
             if within_budget is not None:
@@ -247,6 +255,35 @@ class RunManager:
                 with self._lock:
                     self._runs.pop(run.id, None)
             raise
+
+    def _listener(self, run: LiveRun):
+        """What hears `run`'s process: the run's own copy of its events, and where the app keeps runs past a restart
+        (settings.persist_dir), a copy of its files there once it rests (demo.runs.persist)."""
+        if self.settings.persist_dir is None:
+            return run._on_event
+
+        def listen(event) -> None:
+            from memvir.events import StatusEvent
+
+            run._on_event(event)
+            if isinstance(event, StatusEvent) and event.state in persist.RESTING_STATES:
+                thread = threading.Thread(target=self._persist, args=(run,), name=f"memvir-persist-{run.id}",
+                                          daemon=True)
+                with self._lock:
+                    self._persisting = [t for t in self._persisting if t.is_alive()] + [thread]
+                thread.start()
+
+        return listen
+
+    def _persist(self, run: LiveRun) -> None:
+        """Copy a resting run's files to the persistent folder once its process has ended (its last record
+        written)."""
+        run_in_background()
+        run.join(60.0)
+        try:
+            persist.save(run.folder, self.settings.persist_dir)
+        except OSError as error:  # a full or vanished mount: the run is still on the local disk
+            log.warning("run %s could not be kept in %s: %s", run.id, self.settings.persist_dir, error)
 
     def _claim_slot(self, visitor: str) -> None:
         busy = self.busy_runs()
@@ -405,5 +442,7 @@ class RunManager:
             if not run.process.exited:
                 run.process.kill()
                 run.join(5.0)
+        for thread in self._persisting:  # the runs this stop saved, kept past the container's end
+            thread.join(max(5.0, deadline - time.monotonic()))
         if self._umap_worker is not None:
             self._umap_worker.close()

@@ -1,6 +1,6 @@
 """The app as a Hugging Face Space runs it: `python app.py` with GRADIO_SERVER_NAME=0.0.0.0 and a GRADIO_SERVER_PORT
 serves a page that says it is starting at once and the app's page once it has loaded (and serves the first request
-sent the moment it does), the app's data goes to the Space's persistent storage when it has some, and the Space's
+sent the moment it does), resting runs go to the Space's persistent storage when it has some, and the Space's
 build installs the CPU builds of exactly the torch and torchvision that requirements.txt pins."""
 
 import http.client
@@ -108,21 +108,29 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
             assert "a CPU quota of 1 core: 1 core to use; each run trains with 1 thread\n" in output, output
 
 
-def test_the_data_folder_is_on_a_spaces_persistent_storage(tmp_path, monkeypatch):
+def test_live_runs_stay_local_and_a_mounted_volume_keeps_the_resting_ones(tmp_path, monkeypatch):
+    """A Space's Storage Bucket (a volume mounted at /data) has no file locking and uploads files as they close: the
+    data folder stays on the local disk, and /data/memvir-studio becomes where resting runs are kept
+    (demo.runs.persist)."""
     storage = tmp_path / "storage"
     storage.mkdir()
     monkeypatch.setattr(app_settings, "SPACE_STORAGE", storage)
-    monkeypatch.delenv("MEMVIR_APP_DATA", raising=False)
-    monkeypatch.delenv("SPACE_ID", raising=False)
-    assert app_settings.default_data_dir() == app_settings.REPO_ROOT / "runs" / "app"  # not a Space
+    for name in ("MEMVIR_APP_DATA", "MEMVIR_PERSIST_DIR"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SPACE_ID", "someone/memvir")
-    assert app_settings.default_data_dir() == storage / "memvir-studio"
-    assert app_settings.AppSettings.from_env().runs_dir == storage / "memvir-studio" / "runs"
-    monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "chosen"))
-    assert app_settings.default_data_dir() == tmp_path / "chosen"  # the setting wins
-    monkeypatch.delenv("MEMVIR_APP_DATA")
-    monkeypatch.setattr(app_settings, "SPACE_STORAGE", tmp_path / "no-storage")  # a Space without storage
+    monkeypatch.setattr(app_settings, "_is_mount", lambda path: False)  # a plain folder: nothing persists
     assert app_settings.default_data_dir() == app_settings.REPO_ROOT / "runs" / "app"
+    assert app_settings.AppSettings.from_env().persist_dir is None
+    monkeypatch.setattr(app_settings, "_is_mount", lambda path: path == storage)  # a mounted volume
+    settings = app_settings.AppSettings.from_env()
+    assert settings.runs_dir == app_settings.REPO_ROOT / "runs" / "app" / "runs"  # live runs: the local disk
+    assert settings.persist_dir == storage / "memvir-studio"
+    monkeypatch.setenv("MEMVIR_PERSIST_DIR", str(tmp_path / "chosen"))
+    assert app_settings.AppSettings.from_env().persist_dir == tmp_path / "chosen"  # the setting wins
+    monkeypatch.setenv("MEMVIR_PERSIST_DIR", "")
+    assert app_settings.AppSettings.from_env().persist_dir is None  # and can turn it off
+    monkeypatch.setenv("MEMVIR_APP_DATA", str(tmp_path / "data"))
+    assert app_settings.default_data_dir() == tmp_path / "data"
 
 
 def _pins(path: Path) -> dict[str, str]:
