@@ -23,6 +23,7 @@ from demo.runs.audience import POLL_SECONDS
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train.live_view import FigureBuilder
+from memvir.memory.size import format_bytes
 
 log = logging.getLogger(__name__)
 CSS = (Path(__file__).parent / "static" / "page.css").read_text(encoding="utf-8")
@@ -40,6 +41,17 @@ HEADER = ("# MemVir Studio\nDeep metric learning with **memory-based virtual cla
           "after a warm-up. Train here and watch it happen, then search with the model.")
 
 
+# Besides file uploads (gradio's upload route, bounded by launch's max_file_size and written to disk as they come), a
+# request carries an event's texts (each at most demo.common.inputs.MAX_TEXT_CHARS) and numbers, files named by the
+# path their upload gave, or one part of a drawing (an image): one image's bytes and this margin bound them all.
+REQUEST_MARGIN_BYTES = 2**20
+
+
+def request_bytes_limit(settings: AppSettings) -> int:
+    """The largest request body the app reads, file uploads aside."""
+    return settings.max_image_bytes + REQUEST_MARGIN_BYTES
+
+
 @dataclass(frozen=True)
 class App:
     """The page and what serves it: the runs, the retrieval service, the settings, and the figures' drawing thread.
@@ -54,10 +66,15 @@ class App:
     def launch(self, **options) -> None:
         """Serve the page (gr.Blocks.launch's options). The checkpoint zips offered for download lie in the app's
         downloads folder, and Gradio serves no file outside the working and temporary folders unless allowed: a
-        Space keeps the app's data folder in its persistent storage, /data, outside both."""
+        Space keeps the app's data folder in its persistent storage, /data, outside both. Every request but a file
+        upload is refused past `request_bytes_limit` before it is read (demo.common.shims.bounded_request_bodies)."""
         allowed = [*(options.pop("allowed_paths", None) or []), str(self.settings.downloads_dir)]
+        app_kwargs = dict(options.pop("app_kwargs", None) or {})
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), shims.bounded_request_bodies(
+            request_bytes_limit(self.settings), advice=f"send images as uploaded files, up to "
+            f"{format_bytes(self.settings.max_image_bytes)} each")]
         shims.set_queue_timing(self.blocks, QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S)
-        self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, **options)
+        self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, app_kwargs=app_kwargs, **options)
 
     def close(self) -> None:
         """Close the server if it runs, then stop the figures' thread and every run (which saves a checkpoint)."""
@@ -75,8 +92,8 @@ class PageHandlers:
         self.retrieve = retrieve_tab.RetrieveHandlers(retrieval)  # the checkpoint list, as the tab's select fills it
 
     def load(self, visitor=None, oauth_token: gr.OAuthToken | None = None, request: gr.Request = None):
-        """A page just (re)opened: the visitor's key, their run shown again, the Push button, the checkpoint
-        choices."""
+        """A page just (re)opened: the visitor's key, their run shown again, the Push button, the live sliders at
+        the run's values, the checkpoint choices."""
         # A first visit keeps this session's key: a Start pressed before this load event returns was made under it
         # (demo.common.handlers.visitor_key), so that run stays the visitor's own rather than "another visitor's".
         visitor = visitor or getattr(request, "session_hash", None) or uuid.uuid4().hex
@@ -85,7 +102,9 @@ class PageHandlers:
         except InputRefused as error:  # not a key this app made (the browser's storage was edited): a fresh one
             log.warning("load refused the page's visitor key: %s", error)
             visitor = uuid.uuid4().hex
-        return visitor, *train_tab.opened(self.runs, visitor, oauth_token), self.retrieve.checkpoint_list()
+        state, push_button, push_note = train_tab.opened(self.runs, visitor, oauth_token)
+        return (visitor, state, push_button, push_note, *train_tab.live_values(self.runs, state.run_id),
+                self.retrieve.checkpoint_list())
 
 
 def build_app(settings: AppSettings | None = None, runs: RunManager | None = None,
@@ -105,6 +124,8 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         # queue=False: every tab sends it once as it opens, and it only reads (the visitor's run, the checkpoint
         # list), so tabs must not wait in line for one another's (docs/benchmarks.md, "Many watchers").
         blocks.load(PageHandlers(runs, retrieval).load, [visitor],
-                    [visitor, train.state, train.push_button, train.push_note, checkpoint], api_name="load",
+                    [visitor, train.state, train.push_button, train.push_note, *train.sliders, checkpoint],
+                    api_name="load",
                     api_visibility="private", queue=False)
+    shims.without_file_per_request(blocks)
     return App(blocks, runs, retrieval, settings, figures)

@@ -181,22 +181,41 @@ class TrainHandlers:
             yield (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained "
                    f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
+    # One handler per slider: each sends the run only the setting its slider moved. The event carries all three
+    # values (the client API's shape), but a page that shows stale values (opened before a change another tab made)
+    # must not reset the two it did not touch.
     @reporting(message_slot=0, outputs=1)
-    def update_memvir(self, state: PollState, memvir_n, memvir_m, warmup_epochs, visitor=None,
+    def update_n(self, state: PollState, memvir_n, memvir_m=None, warmup_epochs=None, visitor=None,
+                 request: gr.Request = None):
+        """N's slider released: the running run takes the new N before its next step."""
+        return self._update_memvir(state, {"memvir_n": whole_number(memvir_n, "N", 0)}, visitor, request)
+
+    @reporting(message_slot=0, outputs=1)
+    def update_m(self, state: PollState, memvir_n=None, memvir_m=None, warmup_epochs=None, visitor=None,
+                 request: gr.Request = None):
+        """M's slider released: the running run takes the new M before its next step."""
+        return self._update_memvir(state, {"memvir_m": whole_number(memvir_m, "M", 0)}, visitor, request)
+
+    @reporting(message_slot=0, outputs=1)
+    def update_warmup(self, state: PollState, memvir_n=None, memvir_m=None, warmup_epochs=None, visitor=None,
                       request: gr.Request = None):
-        """A slider released: the running run takes the new N, M or warm-up before its next step."""
+        """The warm-up's slider released: the running run takes the new warm-up before its next step."""
+        return self._update_memvir(state, {"warmup_epochs": float(warmup_epochs or 0)}, visitor, request)
+
+    def _update_memvir(self, state: PollState, wanted: dict, visitor, request) -> str:
         visitor = visitor_key(visitor, request)
         run = self.runs.get(state.run_id)
         if run is None or not run.training:
             return "The new MemVir settings apply when you press Start."
-        wanted = {"memvir_n": whole_number(memvir_n, "N", 0), "memvir_m": whole_number(memvir_m, "M", 0),
-                  "warmup_epochs": float(warmup_epochs or 0)}
         # against what the run will use once the changes already asked for apply: N 2 -> 4 -> 2 must end at 2
         changes = {name: value for name, value in wanted.items() if run.requested_values.get(name) != value}
         if not changes:
-            return "The run already uses these MemVir settings."
+            return "The run already uses this setting."
+        old = {name: run.requested_values.get(name) for name in changes}
         self.runs.update(run.id, visitor, **changes)
-        return "Asked for the new MemVir settings; the status line says at which step they apply."
+        asked = ", ".join(f"{words.LIVE_CONTROL_LABELS[name]} {old[name]:g} -> {value:g}"
+                          for name, value in changes.items())
+        return f"Asked for {asked}: pending, the run applies it before its next step (the status line says when)."
 
     @reporting(message_slot=1, outputs=20)
     def reset(self, state: PollState, visitor=None, request: gr.Request = None):
@@ -249,6 +268,21 @@ def dataset_inputs(dataset):
     return gr.update(visible=dataset == FOLDER_CHOICE), gr.update(visible=dataset == ZIP_CHOICE)
 
 
+LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")
+"""The live controls a re-attached page sets to its run's values, in the order of the load event's outputs."""
+
+
+def live_values(runs: RunManager, run_id: str | None) -> tuple:
+    """What the N, M and warm-up sliders show for the run a page (re)opened on: the values a training run uses once
+    the changes asked for apply, so that a reloaded page, or a watcher's, shows the run as it is (and its next change
+    starts from there); unchanged (gr.update()) without a training run."""
+    run = runs.get(run_id)
+    if run is None or not run.training:
+        return tuple(gr.update() for _ in LIVE_SLIDERS)
+    with run.lock:
+        return tuple(run.requested_values[name] for name in LIVE_SLIDERS)
+
+
 def opened(runs: RunManager, visitor: str, oauth_token: gr.OAuthToken | None = None):
     """(state, Push button, its note) for a page just (re)opened by `visitor`: it shows their run again. On a Space
     Push is the signed-in visitor's (with their own token); locally it needs this machine's login."""
@@ -278,6 +312,7 @@ class TrainTab:
     state: gr.State
     push_button: gr.Button
     push_note: gr.Markdown
+    sliders: tuple  # N, M and warm-up (LIVE_SLIDERS), which a re-attached page sets to its run's values
 
 
 def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, timer: gr.Timer) -> TrainTab:
@@ -387,7 +422,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                                           views.classes_notice],
                        api_name="reset", api_visibility="private")
     for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
-        slider.release(handlers.update_memvir, [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
-                       api_name=name, show_progress="hidden")
+        # always_last: a change made while the previous one is on its way is sent after it, not dropped
+        slider.release(getattr(handlers, name), [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
+                       api_name=name, show_progress="hidden", trigger_mode="always_last")
     push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub")
-    return TrainTab(state, push_button, push_note)
+    return TrainTab(state, push_button, push_note, (memvir_n, memvir_m, warmup))

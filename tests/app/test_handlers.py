@@ -29,9 +29,9 @@ from demo.train import words
 from demo.train.poll import CurvesSent, EmbeddingSent, PollHandlers, PollState
 from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
+from memvir.config import TrainConfig
 from memvir.events import SnapshotEvent, StatusEvent
 from memvir.models.embedding_model import EmbeddingModel
-from memvir.train.trainer import TrainConfig
 
 SKIP = gr.skip()
 DUE = gr.update(active=True)  # the poll starts the page's views timer, which sends the second poll
@@ -259,7 +259,7 @@ def test_controls_without_a_run_say_what_to_do(runs):
         assert list(train.compare(state, visitor="\x00")) == [
             "⚠️ the page's visitor key (reload the page for a new one) holds a control character (U+0000): remove it "
             "and try again"]
-    assert train.update_memvir(state, 3, 2, 1.0, visitor="alice") == (
+    assert train.update_n(state, 3, 2, 1.0, visitor="alice") == (
         "The new MemVir settings apply when you press Start.")
     assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True))
 
@@ -278,6 +278,16 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
         assert train.start(*GOOD, visitor="bob")[1].startswith("⚠️ another visitor's run is training")
     with pytest.warns(UserWarning, match="this run was started by another visitor"):
         assert train.stop(state, visitor="bob").startswith("⚠️ this run was started by another visitor")
+
+    # a live change, then the page reloaded: its sliders show the run's values (N 3, not the settings it started
+    # with), and a change of M from a page that still shows N 4 leaves N alone
+    assert train.update_n(state, 3, 2, 0.5, visitor="alice").startswith("Asked for N 2 -> 3: pending")
+    page = PageHandlers(runs, RetrievalService(runs.settings))
+    assert page.load(visitor="alice")[4:7] == (3, 2, 0.5)
+    watcher = page.load(visitor="bob")  # another visitor's page watches the run that trains, and sees it as it is
+    assert watcher[1].run_id == run.id and watcher[4:7] == (3, 2, 0.5)
+    assert train.update_m(state, 4, 5, 0.5, visitor="alice").startswith("Asked for M 2 -> 5: pending")
+    assert (run.requested_values["memvir_n"], run.requested_values["memvir_m"]) == (3, 5)
 
     reset_state, message, *values, memvir_notice, classes_notice = train.reset(state, visitor="alice")
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
@@ -298,7 +308,8 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
 def test_a_page_opened_gets_a_visitor_key_and_the_checkpoints(runs, tmp_path):
     retrieval = RetrievalService(runs.settings)
     page = PageHandlers(runs, retrieval)
-    visitor, state, push_button, note, checkpoints = page.load(visitor="")
+    visitor, state, push_button, note, n, m, warmup, checkpoints = page.load(visitor="")
+    assert (n, m, warmup) == (gr.update(), gr.update(), gr.update())  # no run to show: the sliders as they are
     assert re.fullmatch(r"[0-9a-f]{32}", visitor) and state == PollState()
     assert checkpoints == gr.update(choices=[])
     assert page.load(visitor="kept")[0] == "kept"

@@ -66,3 +66,47 @@ def test_typed_values_and_enter_apply_exactly_those_values_and_tab_sends_nothing
     page.locator("#stop").click()
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
                            timeout=WAIT_MS)
+
+
+def _type(page, label, value):
+    box = _box(page, label)
+    box.click()
+    box.press("Control+a")
+    box.press_sequentially(value)
+    box.press("Enter")
+
+
+def _status_shows(page, words):
+    page.wait_for_function("(words) => new RegExp(words).test(document.querySelector('#run-status').innerText)",
+                           arg=words, timeout=WAIT_MS)
+
+
+def test_the_last_of_two_quick_changes_wins_and_a_reloaded_page_shows_the_runs_values(page, app_root):
+    """Two changes within a second: the second is sent once the first is answered (gradio's default dropped it while
+    the first was pending) and the run ends at the second. A reload shows the run's N and M, and a change of M then
+    leaves N alone (before, the reloaded page's defaults went out with it)."""
+    pick_glyphs_mini(page, WAIT_MS)
+    page.get_by_label("Epochs", exact=True).fill("300")
+    page.get_by_label("Epochs", exact=True).press("Tab")
+    page.locator("#start").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Training')",
+                           timeout=WAIT_MS)
+    sent = []
+    _live_updates(page, sent)
+    _type(page, BOXES["N"], "6")
+    _type(page, BOXES["N"], "4")  # at once: the first is still on its way
+    _status_shows(page, r"N 6 -> 4: applied")
+    assert [(name, data[1]) for name, data in sent] == [("update_n", 6), ("update_n", 4)]
+
+    page.reload()
+    page.wait_for_function("() => (document.querySelector('#run-status')?.innerText || '').includes('Training')",
+                           timeout=WAIT_MS)
+    page.wait_for_function("(label) => document.querySelector(`input[aria-label=\"number input for ${label}\"]`)"
+                           "?.value === '4'", arg=BOXES["N"], timeout=WAIT_MS)
+    assert _box(page, BOXES["M"]).input_value() == "10"  # the preset's M, as the run has it
+    _type(page, BOXES["M"], "12")
+    _status_shows(page, r"M 10 -> 12: applied")
+    assert "N 4 ->" not in page.locator("#run-status").inner_text()  # N was not sent back to a default
+    page.locator("#stop").click()
+    page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Stopped')",
+                           timeout=WAIT_MS)
