@@ -693,14 +693,27 @@ def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
     return path
 
 
+def chosen_table(results: Results, profile: Profile) -> str:
+    """A profile without a search of its own: the settings its source profile's search chose."""
+    source = PROFILES[profile.choose_from]
+    lines = [f"Settings chosen by the `{source.name}` profile's search (its validation folds):", "",
+             "| arm | setting |", "|---|---|"]
+    lines += [f"| {ARM_NAMES[arm]} | {setting.describe()} |"
+              for arm, setting in chosen_settings(results, source).items()]
+    return "\n".join(lines)
+
+
 def report(profile: Profile, output: Path) -> str:
     results = Results(output / "results.json")
-    parts = [plan(profile), "## Search (validation MAP@R, seed 0)", search_table(results, profile)]
+    if profile.choose_from:
+        parts = [chosen_table(results, profile)]
+    else:
+        parts = [plan(profile), "## Search (validation MAP@R, seed 0)", search_table(results, profile)]
     if any(r["phase"] != "search" for r in results.records):
         parts += ["## Chosen settings at every seed (test classes)", final_table(results, profile),
                   "## Paired comparisons (points; Holm over the table's rows)",
                   comparison_table(comparisons(results, profile))]
-        if profile.choose_from or profile.study == "regime":  # does the baseline over-fit; does MemVir change that?
+        if profile.study == "regime":  # does the baseline over-fit; does MemVir change that?
             parts += ["## Over-fitting: the finals' test curves", overfit_table(results, profile)]
             if profile.name in REGIME_SHARES:
                 parts += ["## The shares of the training classes (the paper's Table 1b)",
