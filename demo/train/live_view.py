@@ -141,7 +141,7 @@ def build_curves(run: LiveRun):
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
     curves = _figures().curves
-    return (curves.curves_figure(records, baseline=baseline_records),
+    return (curves.curves_figure(records, baseline=baseline_records, reduction=run.config.memvir_reduction),
             curves.class_count_figure(records, baseline=baseline_records),
             curves.target_cosine_figure(records, baseline=baseline_records))
 

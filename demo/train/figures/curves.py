@@ -136,9 +136,14 @@ def control_lanes(steps: list[int], texts: list[str], span: int) -> list[int | N
 
 
 # ------------------------------------------------------------------------------------------------ curves
-def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go.Figure:
+def curves_figure(records: list[dict], baseline: list[dict] | None = None, reduction: str = "official") -> go.Figure:
     """Training loss (left axis) and test-class Recall@1 (right axis) against steps (paper Fig. 4 and 5b), with
     the validation classes' Recall@1 dashed when the run holds some out.
+
+    The loss is drawn on the baseline's scale: the official reduction's is a mean over all rows, as the baseline's;
+    the balanced reduction's is the sum of k+1 set means (docs/method.md, "Reduction"), drawn divided by k+1 (the
+    mean of its sets' means), or it would jump k+1-fold as the sets arrive and read as training gone wrong. The chart
+    says which in its axis title.
 
     Marks where warm-up ends (dashed line), where each virtual set arrives (a triangle on the loss where
     ``num_virtual_sets`` grows, labelled "k=..."), both at the steps the records say, and live changes (notes at the
@@ -164,10 +169,14 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
                                         line=dict(dash="dash")))
 
     steps, loss = columns["step"], columns["loss"]
+    per_set = reduction == "balanced"
+    if per_set:
+        loss = loss / (columns["num_virtual_sets"] + 1)
     shown = thinned(steps, eval_steps)
-    traces.append(scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
+    name = "loss per set" if per_set else "loss"
+    traces.append(scatter(x=steps[shown], y=loss[shown], name=name, mode="lines",
                           line=dict(color=MAIN_COLOR, width=1.5),
-                          hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"))
+                          hovertemplate=f"step %{{x}}<br>{name} %{{y:.4f}}<extra></extra>"))
     traces.append(scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
                           line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
                           hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))
@@ -204,7 +213,8 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None) -> go
 
     recall_axis = dict(title=dict(text="Recall@1"), overlaying="y", side="right", range=[0, 1], tickmode="linear",
                        tick0=0, dtick=0.2, tickformat=".0%", showgrid=False)
-    return built(traces, house_layout("Training loss and Recall@1", "step", "loss", "curves", yaxis2=recall_axis,
+    loss_title = "loss ÷ (k+1): mean of the k+1 set means" if per_set else "loss"
+    return built(traces, house_layout("Training loss and Recall@1", "step", loss_title, "curves", yaxis2=recall_axis,
                                       shapes=shapes, annotations=annotations))
 
 

@@ -76,6 +76,19 @@ def test_curves_draw_loss_and_recall_from_the_records():
     assert fig.layout.legend.orientation == "h"
 
 
+def test_a_balanced_runs_loss_is_drawn_on_the_baselines_scale_and_says_so():
+    """The balanced loss sums k+1 set means: drawn as is it jumps k+1-fold as the sets arrive (2.3 to 17-24 on the
+    page), beside a baseline at 0.5. Drawn divided by k+1, by hand: record i's loss 2.0 + 0.1 i over KS[i] + 1."""
+    fig = curves_figure(RUN, BASELINE, reduction="balanced")
+    loss = trace(fig, "loss per set")
+    np.testing.assert_allclose(loss.y, [(2.0 + 0.1 * i) / (k + 1) for i, k in enumerate(KS)])
+    arrivals = trace(fig, "virtual set arrives")  # the triangles sit on the curve drawn
+    np.testing.assert_allclose(arrivals.y, [(2.0 + 0.1 * i) / (KS[i] + 1) for i in (4, 6, 8, 11)])
+    assert fig.layout.yaxis.title.text == "loss ÷ (k+1): mean of the k+1 set means"
+    np.testing.assert_allclose(trace(fig, "baseline loss").y, 1.5)  # the baseline's own loss, unchanged
+    assert curves_figure(RUN).layout.yaxis.title.text == "loss"  # the official mean needs no division
+
+
 def test_validation_recall_is_a_dashed_line_only_when_classes_are_held_out():
     assert "validation R@1" not in [data.name for data in curves_figure(RUN).data]
     held_out = [record | {"val_recall@1": value} for record, value in zip(
