@@ -11,10 +11,19 @@ the live batch's share of the gradient is 1/(k+1). Passing ``classes_per_set=C``
 rows into MemVir's sets (set j holds labels and weight rows in [jC, (j+1)C)), averages each set on its own and sums
 the set means ("balanced"): the live batch keeps the weight it has without MemVir, and each virtual set adds a term.
 
+Blocks (docs/method.md, "Blocks"): passing ``live=(B, C)`` (MemVir's output carries it as ``.live``) says that only
+the first B rows and the first C weight rows may carry a gradient and that the rest, MemVir's memory, are constants.
+The loss then never builds the whole (k+1)B x (k+1)C logit matrix: live rows x all classes and stored rows x live
+classes are computed with autograd; stored rows x stored classes, which no gradient reaches and which enters only
+each stored row's log-sum-exp (Proxy-Anchor: each stored proxy's sums over rows), is computed under ``no_grad``,
+``chunk_rows`` stored rows at a time, and kept as one constant per row (per proxy). The value and the gradients are
+those of the whole matrix. Without ``live`` every row and weight row is live, as for any plain call.
+
 ``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
 ``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
 """
 
+import functools
 import inspect
 import math
 from abc import ABC, abstractmethod
@@ -53,21 +62,6 @@ def _register(name: str):
     return add
 
 
-def _cosine_matrix(embeddings: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
-    """[B, C] cosine similarities between the L2-normalised rows of both inputs."""
-    return F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
-
-
-def _target_cosines(cosines: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """[B] cosine of each row to its own class."""
-    return cosines.gather(1, labels[:, None]).squeeze(1)
-
-
-def _with_target_logits(logits: torch.Tensor, labels: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
-    """``logits`` with each row's target entry replaced (out of place, so autograd sees both parts)."""
-    return logits.scatter(1, labels[:, None], target_logits[:, None])
-
-
 def _cosine_of_angle_plus_margin(target_cosines: torch.Tensor, margin: float) -> torch.Tensor:
     """cos(theta_y + m) for cos(theta_y) = ``target_cosines``, as cos*cos(m) - sin*sin(m).
 
@@ -95,56 +89,194 @@ def _additive_angular_margin(target_cosines: torch.Tensor, margin: float) -> tor
     return torch.where(target_cosines > math.cos(math.pi - margin), with_margin, fallback)
 
 
-class MetricLoss(nn.Module, ABC):
-    """Base of every loss here: checks the uniform call, picks the compute dtype, delegates to ``compute``.
+def _chunks(total: int, size: int) -> list[slice]:
+    """Consecutive slices of at most ``size`` covering range(total)."""
+    return [slice(start, start + size) for start in range(0, total, size)]
 
-    Subclasses implement ``compute(embeddings, labels, class_weights)`` on validated inputs of one floating dtype
-    (float32 or float64) and return a 0-dim tensor. Hyper-parameters are plain attributes; derived constants are
-    computed per call, so a changed attribute (live control) takes effect at the next step.
+
+def _check_live(live, num_rows: int, num_classes: int) -> tuple[int, int]:
+    """(B, C) from ``live`` (None: everything is live), or a ValueError that says what it must be."""
+    if live is None:
+        return num_rows, num_classes
+    sizes = tuple(live) if isinstance(live, (tuple, list)) else ()
+    valid = len(sizes) == 2 and all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
+    if not valid or not (1 <= sizes[0] <= num_rows and 1 <= sizes[1] <= num_classes):
+        raise ValueError(
+            f"live must be (live rows, live classes) with 1 <= rows <= {num_rows} and 1 <= classes <= {num_classes} "
+            f"(MemVir's output gives it as .live), got {live!r}"
+        )
+    return sizes
+
+
+class _Blocks:
+    """One call's inputs split at ``live`` = (B, C): the first B rows and C weight rows, which may carry gradient,
+    and the rest (MemVir's memory), detached. For the losses that compare cosines the rows are L2-normalised here,
+    once; the stored weight rows are not copied (a normalised copy would be as large as the memory's weights): their
+    cosines are the products scaled by the weight rows' inverse norms."""
+
+    def __init__(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
+                 live: tuple[int, int], normalize: bool):
+        num_rows, self.num_live_classes = live
+        self.num_live_rows, self.num_classes = num_rows, class_weights.shape[0]
+        self.labels, self.live_labels, self.stored_labels = labels, labels[:num_rows], labels[num_rows:]
+        prepare = functools.partial(F.normalize, dim=1) if normalize else (lambda tensor: tensor)
+        self.live_rows = prepare(_first(embeddings, num_rows))
+        self.live_columns = prepare(_first(class_weights, self.num_live_classes))
+        with torch.no_grad():
+            self.stored_rows = prepare(embeddings[num_rows:].detach())
+            self.stored_columns = class_weights[self.num_live_classes :].detach()
+            # F.normalize's divisor, max(norm, eps)
+            self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
+
+    def stored_similarities(self, rows: torch.Tensor) -> torch.Tensor:
+        """[R, kC] the similarities of ``rows`` to the stored classes (a gradient reaches only ``rows``)."""
+        products = rows @ self.stored_columns.T
+        # in place even under autograd: the product's backward keeps its inputs, not the product
+        return products if self.stored_scales is None else products.mul_(self.stored_scales)
+
+    def target_columns(self, labels: torch.Tensor) -> torch.Tensor:
+        """[R, D] each label's (normalised) weight row: a live one carries gradient, a stored one does not."""
+        if not len(self.stored_columns):
+            return self.live_columns[labels]
+        live = self.num_live_classes
+        stored = (labels - live).clamp(min=0)
+        stored_columns = self.stored_columns[stored]
+        if self.stored_scales is not None:
+            stored_columns = stored_columns * self.stored_scales[stored, None]
+        return torch.where((labels < live)[:, None], self.live_columns[labels.clamp(max=live - 1)], stored_columns)
+
+    def target_similarities(self) -> torch.Tensor:
+        """[(k+1)B] each row's similarity (cosine, or dot product) to its own class, live rows first."""
+        return torch.cat([(self.live_rows * self.target_columns(self.live_labels)).sum(1),
+                          (self.stored_rows * self.target_columns(self.stored_labels)).sum(1)])
+
+
+def _first(tensor: torch.Tensor, count: int) -> torch.Tensor:
+    """The first ``count`` rows; the tensor itself when that is all of it (a slice's backward would write a gradient
+    as large as the whole input)."""
+    return tensor if count == tensor.shape[0] else tensor[:count]
+
+
+def _with_targets(logits: torch.Tensor, local_labels: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` of one block of columns with each row's target entry, where ``local_labels`` (the labels counted
+    from the block's first column) puts it inside the block, replaced by the row's target logit; out of place, so
+    autograd sees both parts."""
+    width = logits.shape[1]
+    index = local_labels.clamp(0, width - 1)[:, None]
+    inside = (local_labels >= 0) & (local_labels < width)
+    values = torch.where(inside, target_logits, logits.gather(1, index).squeeze(1))
+    return logits.scatter(1, index, values[:, None])
+
+
+class MetricLoss(nn.Module, ABC):
+    """Base of every loss here: checks the uniform call, picks the compute dtype, splits the inputs into their live and
+    stored blocks, delegates to ``compute``.
+
+    Subclasses implement ``compute(blocks, classes_per_set)`` on validated inputs of one floating dtype (float32 or
+    float64) and return a 0-dim tensor. Hyper-parameters are plain attributes; derived constants are computed per
+    call, so a changed attribute (live control) takes effect at the next step.
     """
 
     name: str = ""
     # Whether the Trainer hands this loss the embedding head's raw output rather than unit vectors: only the paper's
     # Softmax (its eq. 2) uses the embeddings' norm; every other loss normalises or is meant for unit vectors.
     takes_raw_embeddings: bool = False
+    # Whether the logits are made of cosines (rows normalised) rather than of raw dot products.
+    compares_cosines: bool = True
     # Checking the labels against the class count costs a host sync per call (a GPU waits for it); a training loop
     # that checks its labels on the CPU turns it off on its loss.
     check_values: bool = True
+    # Stored rows per chunk of the stored x stored block: its temporaries hold chunk_rows x kC logits, whatever k.
+    chunk_rows: int = 128
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                classes_per_set: int | None = None) -> torch.Tensor:
+                classes_per_set: int | None = None, *, live: tuple[int, int] | None = None) -> torch.Tensor:
         """Loss of ``embeddings`` [B, D] with integer ``labels`` [B] in [0, C) against ``class_weights`` [C, D].
 
         ``classes_per_set``: None for the mean over all rows; C (a divisor of the number of weight rows) for the
         balanced reduction over MemVir's sets (module docstring).
+        ``live``: (rows, classes), how many of the first rows and weight rows may carry a gradient; the rest are
+        constants, and the loss spends no gradient work on them (module docstring, "Blocks"). None: all of them.
         """
         _validate.check_inputs(embeddings, labels, class_weights, self.check_values)
         if classes_per_set is not None:
             _validate.check_classes_per_set(classes_per_set, class_weights.shape[0])
+        live = _check_live(live, embeddings.shape[0], class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
-        return self.compute(embeddings.to(dtype), labels.long(), class_weights.to(dtype), classes_per_set)
+        blocks = _Blocks(embeddings.to(dtype), labels.long(), class_weights.to(dtype), live, self.compares_cosines)
+        return self.compute(blocks, classes_per_set)
 
     @abstractmethod
-    def compute(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                classes_per_set: int | None) -> torch.Tensor:
-        """The loss on validated inputs: float32/float64 tensors of one dtype, int64 labels in range."""
+    def compute(self, blocks: _Blocks, classes_per_set: int | None) -> torch.Tensor:
+        """The loss on validated inputs, split into their blocks: float32/float64 tensors of one dtype, int64 labels
+        in range."""
 
 
 class _CrossEntropyLoss(MetricLoss):
-    """A loss that is a softmax cross-entropy over per-class logits; subclasses say how the logits are made."""
+    """A loss that is a softmax cross-entropy over per-class logits; subclasses say how a similarity (cosine, or dot
+    product for Softmax) becomes a logit, for each row's own class and for the others.
+
+    Row i's loss is log sum_j exp(z_ij) - z_iy, its log-sum-exp taken block by block and the blocks joined by
+    logaddexp. A stored row's log-sum-exp over the stored classes, and its target logit there, are constants.
+    """
 
     @abstractmethod
-    def logits(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> torch.Tensor:
-        """[B, C] logits, each row's target entry already carrying its margin."""
+    def target_logits(self, target_similarities: torch.Tensor) -> torch.Tensor:
+        """[R] each row's target logit, margin applied, from its similarity to its own class."""
 
-    def compute(self, embeddings, labels, class_weights, classes_per_set):
-        logits = self.logits(embeddings, labels, class_weights)
+    @abstractmethod
+    def other_logits(self, similarities: torch.Tensor, target_similarities: torch.Tensor) -> torch.Tensor:
+        """[R, K] the logits of a block of similarities as classes other than the row's own (where a row's own class
+        lies in the block, that entry is replaced by its target logit afterwards)."""
+
+    def update_statistics(self, target_similarities: torch.Tensor) -> None:
+        """Once per call, before any logit is made: where a loss moves a running statistic (CurricularFace's t)."""
+
+    def compute(self, blocks, classes_per_set):
+        similarities = blocks.target_similarities()
+        self.update_statistics(similarities)
+        targets = self.target_logits(similarities)
+        live = slice(None, blocks.num_live_rows)
+        stored = slice(blocks.num_live_rows, None)
+        log_normalisers = torch.cat([
+            self._log_normalisers(blocks, blocks.live_rows, blocks.live_labels, similarities[live], targets[live]),
+            self._log_normalisers(blocks, blocks.stored_rows, blocks.stored_labels, similarities[stored],
+                                  targets[stored], constant_stored_block=True),
+        ])
+        per_row = log_normalisers - targets
         if classes_per_set is None:
-            return F.cross_entropy(logits, labels)
-        per_row = F.cross_entropy(logits, labels, reduction="none")
-        return _sum_of_set_means(per_row, labels // classes_per_set, class_weights.shape[0] // classes_per_set)
+            return per_row.mean()
+        return _sum_of_set_means(per_row, blocks.labels // classes_per_set, blocks.num_classes // classes_per_set)
+
+    def _log_normalisers(self, blocks, rows, labels, similarities, targets, constant_stored_block=False):
+        """[R] log sum_j exp(z_ij) of ``rows`` over every class: the live classes' block, then the stored classes'
+        (for stored rows a constant, made without autograd a chunk of rows at a time)."""
+        parts = [self._log_sum_exp(rows @ blocks.live_columns.T, labels, similarities, targets)]
+        if len(blocks.stored_columns):
+            stored_labels = labels - blocks.num_live_classes
+            if constant_stored_block:
+                parts.append(self._chunked_log_sum_exp(blocks, rows, stored_labels, similarities, targets))
+            else:
+                parts.append(self._log_sum_exp(blocks.stored_similarities(rows), stored_labels, similarities, targets))
+        return functools.reduce(torch.logaddexp, parts)
+
+    def _log_sum_exp(self, block, local_labels, similarities, targets):
+        """[R] log-sum-exp of the logits of one block of similarities (rows x some classes, ``local_labels`` counted
+        from its first class), each row's target entry, where it lies in the block, carrying its margin."""
+        logits = self.other_logits(block, similarities)
+        return torch.logsumexp(_with_targets(logits, local_labels, targets), dim=1)
+
+    def _chunked_log_sum_exp(self, blocks, rows, local_labels, similarities, targets):
+        """``_log_sum_exp`` of stored ``rows`` against the stored classes, a block no gradient reaches: made
+        ``chunk_rows`` rows at a time, never whole."""
+        out = rows.new_empty(rows.shape[0])
+        with torch.no_grad():
+            for part in _chunks(rows.shape[0], self.chunk_rows):
+                out[part] = self._log_sum_exp(blocks.stored_similarities(rows[part]), local_labels[part],
+                                              similarities[part], targets[part])
+        return out
 
 
 def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -> torch.Tensor:
@@ -161,9 +293,13 @@ class SoftmaxLoss(_CrossEntropyLoss):
     embeddings, no normalisation, no bias. The Trainer hands it the embedding head's raw output."""
 
     takes_raw_embeddings = True
+    compares_cosines = False
 
-    def logits(self, embeddings, labels, class_weights):
-        return embeddings @ class_weights.T
+    def target_logits(self, target_similarities):
+        return target_similarities
+
+    def other_logits(self, similarities, target_similarities):
+        return similarities
 
 
 @_register("norm-softmax")
@@ -177,8 +313,11 @@ class NormSoftmaxLoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
 
-    def logits(self, embeddings, labels, class_weights):
-        return self.scale * _cosine_matrix(embeddings, class_weights)
+    def target_logits(self, target_similarities):
+        return self.scale * target_similarities
+
+    def other_logits(self, similarities, target_similarities):
+        return self.scale * similarities
 
 
 @_register("cosface")
@@ -193,10 +332,11 @@ class CosFaceLoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def logits(self, embeddings, labels, class_weights):
-        cosines = _cosine_matrix(embeddings, class_weights)
-        targets = _target_cosines(cosines, labels) - self.margin
-        return self.scale * _with_target_logits(cosines, labels, targets)
+    def target_logits(self, target_similarities):
+        return self.scale * (target_similarities - self.margin)
+
+    def other_logits(self, similarities, target_similarities):
+        return self.scale * similarities
 
 
 @_register("arcface")
@@ -211,10 +351,11 @@ class ArcFaceLoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def logits(self, embeddings, labels, class_weights):
-        cosines = _cosine_matrix(embeddings, class_weights)
-        targets = _additive_angular_margin(_target_cosines(cosines, labels), self.margin)
-        return self.scale * _with_target_logits(cosines, labels, targets)
+    def target_logits(self, target_similarities):
+        return self.scale * _additive_angular_margin(target_similarities, self.margin)
+
+    def other_logits(self, similarities, target_similarities):
+        return self.scale * similarities
 
 
 @_register("curricularface")
@@ -226,7 +367,8 @@ class CurricularFaceLoss(_CrossEntropyLoss):
     so hard negatives weigh more as training advances. ``t`` is a running mean of the target cosines, a buffer
     (so it is saved in ``state_dict`` and a resumed run keeps its curriculum) that starts at 0 and, in training mode
     only, is updated before use in the same call: t <- 0.01 * mean_i(cos_yi) + 0.99 * t. With MemVir the mean runs
-    over all rows, virtual ones included (under either reduction). In eval mode t is used but not changed.
+    over all rows, virtual ones included (under either reduction), and the hard-negative rule applies to every row,
+    stored ones included. In eval mode t is used but not changed.
 
     Gradients (the official choice): t is a statistic and is detached; the hard-negative term passes gradient
     through both factors of cos_j * (t + cos_j), i.e. d/dcos_j = t + 2 cos_j. The hard/easy mask itself carries none.
@@ -241,17 +383,18 @@ class CurricularFaceLoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def logits(self, embeddings, labels, class_weights):
-        cosines = _cosine_matrix(embeddings, class_weights)
-        target_cosines = _target_cosines(cosines, labels)
+    def update_statistics(self, target_similarities):
         if self.training:
             with torch.no_grad():
-                self.t.copy_(0.01 * target_cosines.mean() + 0.99 * self.t.to(target_cosines.dtype))
-        t = self.t.detach().to(device=cosines.device, dtype=cosines.dtype)
-        hard = cosines > _cosine_of_angle_plus_margin(target_cosines, self.margin)[:, None]
-        logits = torch.where(hard, cosines * (t + cosines), cosines)
-        targets = _additive_angular_margin(target_cosines, self.margin)
-        return self.scale * _with_target_logits(logits, labels, targets)
+                self.t.copy_(0.01 * target_similarities.mean() + 0.99 * self.t.to(target_similarities.dtype))
+
+    def target_logits(self, target_similarities):
+        return self.scale * _additive_angular_margin(target_similarities, self.margin)
+
+    def other_logits(self, similarities, target_similarities):
+        t = self.t.detach().to(device=similarities.device, dtype=similarities.dtype)
+        hard = similarities > _cosine_of_angle_plus_margin(target_similarities, self.margin)[:, None]
+        return self.scale * torch.where(hard, similarities * (t + similarities), similarities)
 
 
 @_register("proxy-nca")
@@ -270,9 +413,14 @@ class ProxyNCALoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
 
-    def logits(self, embeddings, labels, class_weights):
-        squared_distances = (2.0 - 2.0 * _cosine_matrix(embeddings, class_weights)).clamp_min(0.0)
-        return -self.scale * squared_distances
+    def _logits(self, cosines):
+        return -self.scale * (2.0 - 2.0 * cosines).clamp_min(0.0)
+
+    def target_logits(self, target_similarities):
+        return self._logits(target_similarities)
+
+    def other_logits(self, similarities, target_similarities):
+        return self._logits(similarities)
 
 
 @_register("proxy-anchor")
@@ -289,6 +437,10 @@ class ProxyAnchorLoss(MetricLoss):
     proxies. Both averages are taken within each set, live proxies among the live ones and each virtual set's among
     its own, and the sets' terms summed: L = sum_j [pull_j / |P+_j| + push_j / C]. Every row still counts as a
     negative of every proxy of another class, virtual ones included, exactly as in the official reduction.
+
+    In blocks, a live proxy's sums run over every row with autograd; a stored proxy's sums over the stored rows are
+    constants (made without autograd a chunk of rows at a time, the extra zero term among them) and only its sums over
+    the live rows carry a gradient.
     """
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
@@ -299,24 +451,52 @@ class ProxyAnchorLoss(MetricLoss):
     def extra_repr(self) -> str:
         return f"margin={self.margin}, alpha={self.alpha}"
 
-    def compute(self, embeddings, labels, class_weights, classes_per_set):
-        cosines = _cosine_matrix(embeddings, class_weights)
-        positive = F.one_hot(labels, cosines.shape[1]).bool()
-        pull = torch.where(positive, -self.alpha * (cosines - self.margin), -math.inf)
-        push = torch.where(positive, -math.inf, self.alpha * (cosines + self.margin))
-        zero_row = cosines.new_zeros(1, cosines.shape[1])
-        pull_per_proxy = torch.logsumexp(torch.cat([zero_row, pull]), dim=0)
-        push_per_proxy = torch.logsumexp(torch.cat([zero_row, push]), dim=0)
-        has_positives = positive.any(dim=0)
+    def compute(self, blocks, classes_per_set):
+        pull_per_proxy, push_per_proxy = self._live_proxy_terms(blocks)
+        if len(blocks.stored_columns):
+            stored_pull, stored_push = self._stored_proxy_terms(blocks)
+            pull_per_proxy = torch.cat([pull_per_proxy, stored_pull])
+            push_per_proxy = torch.cat([push_per_proxy, stored_push])
+        num_proxies = blocks.num_classes
+        has_positives = blocks.labels.new_zeros(num_proxies, dtype=torch.bool).index_fill_(0, blocks.labels, True)
         if classes_per_set is None:
-            return pull_per_proxy.sum() / has_positives.sum() + push_per_proxy.sum() / cosines.shape[1]
-        num_sets = cosines.shape[1] // classes_per_set
+            return pull_per_proxy.sum() / has_positives.sum() + push_per_proxy.sum() / num_proxies
+        num_sets = num_proxies // classes_per_set
         pull_per_set = pull_per_proxy.view(num_sets, classes_per_set).sum(1)
         with_positives_per_set = has_positives.view(num_sets, classes_per_set).sum(1)
         push_per_set = push_per_proxy.view(num_sets, classes_per_set).sum(1) / classes_per_set
         # a set whose proxies have no positive row (MemVir's sets always have some) adds no pull term
         pull = torch.where(with_positives_per_set > 0, pull_per_set / with_positives_per_set.clamp_min(1), 0.0)
         return (pull + push_per_set).sum()
+
+    def _exponents(self, cosines, local_labels):
+        """[R, K] each entry's pull exponent (a row of the proxy's class) and push exponent (a row of any other
+        class), -inf where the other applies; ``local_labels`` count from the block's first proxy."""
+        positive = local_labels[:, None] == torch.arange(cosines.shape[1], device=cosines.device)
+        pull = torch.where(positive, -self.alpha * (cosines - self.margin), -math.inf)
+        push = torch.where(positive, -math.inf, self.alpha * (cosines + self.margin))
+        return pull, push
+
+    def _live_proxy_terms(self, blocks):
+        """[C] log(1 + sum exp) of the pull and of the push terms of each live proxy, over every row."""
+        cosines = torch.cat([blocks.live_rows @ blocks.live_columns.T, blocks.stored_rows @ blocks.live_columns.T])
+        zero_row = cosines.new_zeros(1, cosines.shape[1])
+        return tuple(torch.logsumexp(torch.cat([zero_row, exponents]), dim=0)
+                     for exponents in self._exponents(cosines, blocks.labels))
+
+    def _stored_proxy_terms(self, blocks):
+        """[kC] the same for each stored proxy: its sums over the stored rows (and the zero term) as one constant."""
+        offset, num_stored = blocks.num_live_classes, blocks.stored_columns.shape[0]
+        with torch.no_grad():
+            constants = [blocks.stored_rows.new_zeros(1, num_stored), blocks.stored_rows.new_zeros(1, num_stored)]
+            for part in _chunks(blocks.stored_rows.shape[0], self.chunk_rows):
+                exponents = self._exponents(blocks.stored_similarities(blocks.stored_rows[part]),
+                                            blocks.stored_labels[part] - offset)
+                for constant, chunk in zip(constants, exponents, strict=True):
+                    torch.logaddexp(constant, torch.logsumexp(chunk, dim=0, keepdim=True), out=constant)
+        live_exponents = self._exponents(blocks.stored_similarities(blocks.live_rows), blocks.live_labels - offset)
+        return tuple(torch.logsumexp(torch.cat([constant, exponents]), dim=0)
+                     for constant, exponents in zip(constants, live_exponents, strict=True))
 
 
 LOSSES: tuple[str, ...] = tuple(_REGISTRY)

@@ -47,6 +47,27 @@ def virtual_sets_at(step: int, num_steps: int, margin: int, warmup_steps: int, s
     return min(stored // (margin + 1), num_steps)
 
 
+class AugmentedBatch(tuple):
+    """MemVir's output, the 3-tuple (embeddings, labels, class_weights) with the live rows and weight rows first, and
+    how many of them there are: ``num_live_rows`` (B) and ``num_live_classes`` (C). Everything past them comes from
+    the memory and carries no gradient, so a loss of memvir.losses given ``live=batch.live`` leaves it out of its
+    gradient work (memvir.losses, "Blocks")."""
+
+    def __new__(cls, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
+                num_live_rows: int, num_live_classes: int):
+        batch = super().__new__(cls, (embeddings, labels, class_weights))
+        batch.num_live_rows, batch.num_live_classes = num_live_rows, num_live_classes
+        return batch
+
+    def __getnewargs__(self):  # copy and pickle rebuild it through __new__
+        return (*self, self.num_live_rows, self.num_live_classes)
+
+    @property
+    def live(self) -> tuple[int, int]:
+        """(B, C): the keyword ``live`` of a memvir.losses loss."""
+        return self.num_live_rows, self.num_live_classes
+
+
 class MemVir(nn.Module):
     """Memory-based virtual classes around any softmax-style or proxy-based loss.
 
@@ -67,7 +88,8 @@ class MemVir(nn.Module):
             (the Trainer does so on a GPU: it stops the run and keeps its last good checkpoint).
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
-    (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first.
+    (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first: an `AugmentedBatch`, a 3-tuple
+    that also says how many rows and weight rows are live (``.live`` = (B, C); the rest are the memory's, detached).
     """
 
     def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
@@ -205,7 +227,8 @@ class MemVir(nn.Module):
         storing = step >= self._store_from() and self.num_steps > 0
         self._validate(embeddings, labels, class_weights, storing)
         labels = labels.long()
-        num_sets, out = 0, (embeddings, labels, class_weights)
+        num_sets = 0
+        out = AugmentedBatch(embeddings, labels, class_weights, embeddings.shape[0], class_weights.shape[0])
         if not storing:
             # Warm-up (or a warm-up raised past the current step): the plain baseline, and an empty memory so the
             # stored steps stay consecutive and the ages j(M+1) stay true.
@@ -234,10 +257,12 @@ class MemVir(nn.Module):
         label_parts = [labels] + [
             self._labels[s, :size] + j * num_classes for j, (s, size) in enumerate(zip(slots, sizes, strict=True), 1)
         ]
-        return (
+        return AugmentedBatch(
             _concat(embeddings, embedding_views),
             torch.cat(label_parts),
             _concat(class_weights, weight_views),
+            embeddings.shape[0],
+            num_classes,
         )
 
     # ----------------------------------------------------------------------------------------------- control

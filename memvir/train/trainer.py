@@ -376,10 +376,12 @@ class Trainer:
         num_classes = self.class_weights.shape[0]
         if self.config.memvir_labels == "seen":  # the control: more instances of the seen classes, no new class
             all_labels, all_weights = all_labels % num_classes, self.class_weights
-        if self.config.memvir_reduction == "balanced":
-            loss = self.loss_fn(all_embeddings, all_labels, all_weights, classes_per_set=num_classes)
-        else:  # the plain three-argument call of the loss contract
-            loss = self.loss_fn(all_embeddings, all_labels, all_weights)
+        # with neither option, the plain three-argument call of the loss contract
+        options = {"classes_per_set": num_classes} if self.config.memvir_reduction == "balanced" else {}
+        if augmented.num_live_rows < all_embeddings.shape[0]:
+            # the memory's rows and weight rows are constants: the loss spends no gradient work on them
+            options["live"] = (augmented.num_live_rows, num_classes)
+        loss = self.loss_fn(all_embeddings, all_labels, all_weights, **options)
         return augmented, loss, all_weights.shape[0]
 
     def _observe(self, embeddings: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor):

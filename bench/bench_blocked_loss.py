@@ -1,0 +1,207 @@
+"""The losses' blocked computation (memvir.losses, "Blocks") against the plain one they replaced, in one run.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_blocked_loss.py [--repeats 9] [--losses norm-softmax,...]
+        [--peak-classes 11318 --peak-dim 512 --peak-n 5,10,45 --plain-peak-n 5,10]
+
+Speed: each loss's forward+backward at the reference CARS196 geometry (B=128, C=98, D=512, N=45 with the memory full:
+k=45, the loss sees 5,888 rows and 4,508 classes) on one MemVir output, the plain computation written here (the
+whole batch concatenated, the full logit matrix, F.cross_entropy or the Proxy-Anchor formula, as every loss computed
+it before) and the loss called with ``live=``, interleaved over the repeats (the order alternating), medians.
+
+Peak memory: Norm-softmax forward+backward at a large geometry (SOP-like: C=11,318 by default), each in a fresh
+process: the inputs are built, the process's peak resident set (VmHWM) is reset through /proc/self/clear_refs, the
+loss runs once, and the peak's rise over the resident set before the call is the loss's peak. The plain computation
+runs only at the N whose logit matrices fit in the machine's memory; the table also counts the largest logit block
+each computation holds, analytically, at every N.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from memvir import LOSSES, MemVir, build_loss  # noqa: E402
+
+ARC_MARGIN = 0.5
+
+
+def plain_logits(name, embeddings, labels, class_weights, t):
+    """[R, K] every row's logits over every class, targets with their margins, at the losses' default settings."""
+    if name == "softmax":
+        return embeddings @ class_weights.T
+    cosines = F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
+    if name == "norm-softmax":
+        return 23.0 * cosines
+    if name == "proxy-nca":
+        return -12.0 * (2.0 - 2.0 * cosines).clamp_min(0.0)
+    rows = torch.arange(len(labels))
+    target = cosines[rows, labels]
+    if name == "cosface":
+        return 64.0 * cosines.index_put((rows, labels), target - 0.35)
+    sines = (1.0 - target * target).clamp_min(0.0).sqrt()
+    with_margin = target * torch.cos(torch.tensor(ARC_MARGIN)) - sines * torch.sin(torch.tensor(ARC_MARGIN))
+    arc = torch.where(target > -torch.cos(torch.tensor(ARC_MARGIN)), with_margin,
+                      target - torch.sin(torch.tensor(torch.pi - ARC_MARGIN)) * ARC_MARGIN)
+    if name == "arcface":
+        return 64.0 * cosines.index_put((rows, labels), arc)
+    hard = cosines > with_margin.detach()[:, None]
+    return 64.0 * torch.where(hard, cosines * (t + cosines), cosines).index_put((rows, labels), arc)
+
+
+def plain_loss(name, embeddings, labels, class_weights, t=0.0):
+    """The loss as one matrix over the concatenated inputs (the official reduction)."""
+    if name == "proxy-anchor":
+        cosines = F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
+        positive = F.one_hot(labels, cosines.shape[1]).bool()
+        zero_row = cosines.new_zeros(1, cosines.shape[1])
+        pull = torch.logsumexp(torch.cat([zero_row, torch.where(positive, -32.0 * (cosines - 0.1), -torch.inf)]), 0)
+        push = torch.logsumexp(torch.cat([zero_row, torch.where(positive, -torch.inf, 32.0 * (cosines + 0.1))]), 0)
+        return pull.sum() / positive.any(0).sum() + push.sum() / cosines.shape[1]
+    return F.cross_entropy(plain_logits(name, embeddings, labels, class_weights, t), labels)
+
+
+def augmented_batch(batch, classes, dim, num_steps, seed=0):
+    """Live leaves (x, W) and MemVir(N, 0)'s output once its memory is full (k = N)."""
+    generator = torch.Generator().manual_seed(seed)
+    mv = MemVir(num_steps, 0)
+
+    def step():
+        x = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
+        w = torch.randn(classes, dim, generator=generator).requires_grad_()
+        return x, w, mv(x, torch.randint(0, classes, (batch,), generator=generator), w)
+
+    for _ in range(num_steps):
+        step()
+    x, w, out = step()
+    assert mv.num_virtual_sets == num_steps
+    return x, w, out
+
+
+def run_once(method, name, loss, x, w, out):
+    x.grad = w.grad = None
+    if method == "plain":
+        value = plain_loss(name, *out, t=getattr(loss, "t", torch.zeros(())).item())
+    else:
+        value = loss(*out, live=out.live)
+    value.backward()
+    return value.item()
+
+
+def speed(args):
+    print(f"## Speed: loss forward+backward, B={args.batch} C={args.classes} D={args.dim} N={args.n} (memory full), "
+          f"{args.repeats} interleaved repeats\n")
+    x, w, out = augmented_batch(args.batch, args.classes, args.dim, args.n)
+    print(f"the loss sees {out[0].shape[0]} rows and {out[2].shape[0]} classes; "
+          f"chunks of {build_loss('norm-softmax').chunk_rows} stored rows\n")
+    print("| loss | plain (ms) | blocked (ms) | plain / blocked | loss values (plain, blocked) |")
+    print("|---|---:|---:|---:|---|")
+    for name in args.losses:
+        loss = build_loss(name).eval()  # CurricularFace's t fixed, so both see the same t in every repeat
+        if name == "curricularface":
+            loss.t.fill_(0.2)
+        times = {"plain": [], "blocked": []}
+        values = {}
+        for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
+            for method in (("plain", "blocked") if repeat % 2 else ("blocked", "plain")):
+                started = time.perf_counter()
+                values[method] = run_once(method, name, loss, x, w, out)
+                if repeat:
+                    times[method].append(time.perf_counter() - started)
+        plain, blocked = (statistics.median(times[m]) * 1e3 for m in ("plain", "blocked"))
+        print(f"| {name} | {plain:.0f} | {blocked:.0f} | {plain / blocked:.2f}x "
+              f"| {values['plain']:.6f}, {values['blocked']:.6f} |", flush=True)
+
+
+def rss_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def measure_peak(method, batch, classes, dim, num_steps):
+    """In this (fresh) process: the rise of the peak resident set over the resident set before one loss
+    forward+backward, in bytes, on concatenated inputs built straight (no ring, so nothing else is resident)."""
+    generator = torch.Generator().manual_seed(0)
+    x = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
+    w = torch.randn(classes, dim, generator=generator).requires_grad_()
+    sets = num_steps + 1
+    stored_x = F.normalize(torch.randn(num_steps * batch, dim, generator=generator), dim=1)
+    embeddings = torch.cat([x, stored_x])
+    class_weights = torch.cat([w, torch.randn(num_steps * classes, dim, generator=generator)])
+    labels = torch.cat([torch.randint(0, classes, (batch,), generator=generator) + j * classes for j in range(sets)])
+    loss = build_loss("norm-softmax")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak resident set starts again from the current one
+    before = rss_kib("VmRSS")
+    started = time.perf_counter()
+    if method == "plain":
+        value = plain_loss("norm-softmax", embeddings, labels, class_weights)
+    else:
+        value = loss(embeddings, labels, class_weights, live=(batch, classes))
+    value.backward()
+    return {"peak_bytes": (rss_kib("VmHWM") - before) * 1024, "seconds": time.perf_counter() - started,
+            "loss": value.item()}
+
+
+def peaks(args):
+    chunk_rows = build_loss("norm-softmax").chunk_rows
+    print(f"\n## Peak memory of the loss: Norm-softmax, B={args.batch} C={args.peak_classes} D={args.peak_dim}, "
+          f"float32, memory full (k = N), each in a fresh process\n")
+    print("| N | rows x classes | plain: largest logit matrix | plain: measured peak | blocked: largest logit "
+          "block | blocked: measured peak | plain / blocked | seconds (plain, blocked) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
+    batch, classes = args.batch, args.peak_classes
+    for n in args.peak_n:
+        rows, columns = (n + 1) * batch, (n + 1) * classes
+        plain_block = rows * columns * 4
+        blocked_block = max(batch * n * classes, n * batch * classes, min(chunk_rows, n * batch) * n * classes) * 4
+        measured = {}
+        for method in (("plain", "blocked") if n in args.plain_peak_n else ("blocked",)):
+            command = [sys.executable, __file__, "--peak-of", method, "--batch", str(batch),
+                       "--peak-classes", str(classes), "--peak-dim", str(args.peak_dim), "--peak-n", str(n)]
+            measured[method] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
+        plain = measured.get("plain")
+        blocked = measured["blocked"]
+        ratio = f"{plain['peak_bytes'] / blocked['peak_bytes']:.1f}x" if plain else "-"
+        seconds = f"{plain['seconds']:.1f}, {blocked['seconds']:.1f}" if plain else f"-, {blocked['seconds']:.1f}"
+        plain_peak = f"{plain['peak_bytes'] / 1e9:.2f} GB" if plain else "not run"
+        print(f"| {n} | {rows:,} x {columns:,} | {plain_block / 1e9:.2f} GB | {plain_peak} "
+              f"| {blocked_block / 1e9:.3f} GB | {blocked['peak_bytes'] / 1e9:.2f} GB | {ratio} | {seconds} |",
+              flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--classes", type=int, default=98)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--n", type=int, default=45)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--losses", type=lambda text: text.split(","), default=list(LOSSES))
+    parser.add_argument("--peak-classes", type=int, default=11318)
+    parser.add_argument("--peak-dim", type=int, default=512)
+    parser.add_argument("--peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10, 45])
+    parser.add_argument("--plain-peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10])
+    parser.add_argument("--peak-of", choices=["plain", "blocked"], help=argparse.SUPPRESS)  # the fresh process
+    args = parser.parse_args()
+    if args.peak_of:
+        print(json.dumps(measure_peak(args.peak_of, args.batch, args.peak_classes, args.peak_dim, args.peak_n[0])))
+        return
+    print("command: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_blocked_loss.py " + " ".join(sys.argv[1:]))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+    if args.repeats:
+        speed(args)
+    if args.peak_n:
+        peaks(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""The losses' blocked computation (``live=(B, C)``, memvir.losses "Blocks") against the plain one written here: the
+whole batch concatenated, the full (k+1)B x (k+1)C logit matrix, F.cross_entropy or the Proxy-Anchor formula, as
+every loss computed before the blocks. Loss, gradients of the live embeddings and weights and CurricularFace's t must
+agree to 1e-10 in float64, for every loss, both reductions, MemVir's labels and the Trainer's "seen" control, with
+stored sets smaller than the live batch and chunks smaller than a set; then through a real MemVir and the Trainer.
+"""
+
+import copy
+import math
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memvir import MemVir, build_loss
+from memvir.losses import LOSSES
+from memvir.memory.virtual_classes import AugmentedBatch
+
+NUM_CLASSES, BATCH, DIM = 5, 6, 4
+STORED_SET_SIZES = (6, 4, 2)  # MemVir stores batches of any size: stored sets may be smaller than the live one
+EXACT = dict(rtol=1e-10, atol=1e-10)
+T_BEFORE = torch.tensor(0.3).item()  # CurricularFace's t before the call, as its float32 buffer holds it
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The plain computation: everything concatenated, the whole logit matrix
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def plain_logits(name, embeddings, labels, class_weights, t):
+    """[R, K] every row's logits over every class, each target carrying its margin (the losses' own formulas)."""
+    if name == "softmax":
+        return embeddings @ class_weights.T
+    cosines = F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
+    target = cosines[torch.arange(len(labels)), labels]
+    is_target = F.one_hot(labels, cosines.shape[1]).bool()
+    if name == "norm-softmax":
+        return 23.0 * cosines
+    if name == "proxy-nca":
+        differences = F.normalize(embeddings, dim=1)[:, None] - F.normalize(class_weights, dim=1)[None]
+        return -12.0 * (differences * differences).sum(-1)
+    if name == "cosface":
+        return 64.0 * torch.where(is_target, cosines - 0.35, cosines)
+    margin = 0.5
+    theta = torch.acos(target)
+    fallback = target - math.sin(math.pi - margin) * margin
+    arc = torch.where(theta + margin <= math.pi, torch.cos(theta + margin), fallback)
+    if name == "arcface":
+        return 64.0 * torch.where(is_target, arc[:, None], cosines)
+    assert name == "curricularface"
+    hard = cosines > torch.cos(theta.detach() + margin)[:, None]
+    others = torch.where(hard, cosines * (t + cosines), cosines)
+    return 64.0 * torch.where(is_target, arc[:, None], others)
+
+
+def plain_proxy_anchor(embeddings, labels, class_weights, classes_per_set, margin=0.1, alpha=32.0):
+    cosines = F.normalize(embeddings, dim=1) @ F.normalize(class_weights, dim=1).T
+    positive = F.one_hot(labels, cosines.shape[1]).bool()
+    pull = torch.log1p(torch.where(positive, torch.exp(-alpha * (cosines - margin)), 0.0).sum(0))
+    push = torch.log1p(torch.where(positive, 0.0, torch.exp(alpha * (cosines + margin))).sum(0))
+    has_positives = positive.any(0)
+    if classes_per_set is None:
+        return pull.sum() / has_positives.sum() + push.sum() / len(push)
+    total = 0.0
+    for first in range(0, len(push), classes_per_set):
+        proxies = slice(first, first + classes_per_set)
+        total = total + pull[proxies].sum() / has_positives[proxies].sum() + push[proxies].mean()
+    return total
+
+
+def plain_loss(name, embeddings, labels, class_weights, classes_per_set=None, t_before=0.0, training=True):
+    """(loss, CurricularFace's t after the call, None for the other losses) on the concatenated inputs."""
+    if name == "proxy-anchor":
+        return plain_proxy_anchor(embeddings, labels, class_weights, classes_per_set), None
+    t = t_before if name == "curricularface" else None
+    if name == "curricularface" and training:
+        with torch.no_grad():
+            target = (F.normalize(embeddings, dim=1) * F.normalize(class_weights, dim=1)[labels]).sum(1)
+        t = float(torch.tensor(0.01 * target.mean().item() + 0.99 * t_before).float())  # the buffer is float32
+    per_row = F.cross_entropy(plain_logits(name, embeddings, labels, class_weights, t), labels, reduction="none")
+    if classes_per_set is None:
+        return per_row.mean(), t
+    sets = labels // classes_per_set
+    return sum(per_row[sets == j].mean() for j in sets.unique()), t
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Inputs shaped like MemVir's output
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def augmented_inputs(seed, virtual_sets, labels_mode="virtual"):
+    """Live leaves (x [B, D], W [C, D]) that take gradients, and the concatenated (embeddings, labels, weights, live)
+    a loss sees: k stored sets of STORED_SET_SIZES rows, detached, labels y + jC (or y under "seen", against the
+    live weights alone)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+    def labels(rows):
+        return torch.randint(0, NUM_CLASSES, (rows,), generator=generator)
+
+    x, w = randn(BATCH, DIM).requires_grad_(), randn(NUM_CLASSES, DIM).requires_grad_()
+    sizes = STORED_SET_SIZES[:virtual_sets]
+    stored_x = [randn(size, DIM) for size in sizes]
+    stored_w = [randn(NUM_CLASSES, DIM) for _ in sizes]
+    label_parts = [labels(BATCH)] + [labels(size) + j * NUM_CLASSES for j, size in enumerate(sizes, 1)]
+    all_labels = torch.cat(label_parts)
+    if labels_mode == "seen":
+        return x, w, (torch.cat([x, *stored_x]), all_labels % NUM_CLASSES, w, (BATCH, NUM_CLASSES))
+    return x, w, (torch.cat([x, *stored_x]), all_labels, torch.cat([w, *stored_w]), (BATCH, NUM_CLASSES))
+
+
+def value_and_grads(loss, leaves):
+    return (loss.detach(), *torch.autograd.grad(loss, leaves, retain_graph=True))
+
+
+def assert_all_close(actual, expected):
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, **EXACT)
+
+
+def blocked_loss(name, chunk_rows):
+    loss = build_loss(name)
+    loss.chunk_rows = chunk_rows
+    if name == "curricularface":
+        loss.t.fill_(T_BEFORE)
+    return loss
+
+
+def check_against_plain(name, x, w, inputs, classes_per_set, chunk_rows, use_live=True):
+    embeddings, labels, weights, live = inputs
+    loss = blocked_loss(name, chunk_rows)
+    options = {"live": live} if use_live else {}
+    blocked = value_and_grads(loss(embeddings, labels, weights, classes_per_set, **options), (x, w))
+    value, t = plain_loss(name, embeddings, labels, weights, classes_per_set, t_before=T_BEFORE)
+    assert_all_close(blocked, value_and_grads(value, (x, w)))
+    if t is not None:
+        assert loss.t.item() == pytest.approx(t, abs=1e-10)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Blocked == plain
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 256])
+@pytest.mark.parametrize("reduction", ["official", "balanced"])
+@pytest.mark.parametrize("virtual_sets", [0, 1, 3])
+@pytest.mark.parametrize("name", LOSSES)
+def test_blocked_equals_plain_with_virtual_labels(name, virtual_sets, reduction, chunk_rows):
+    x, w, inputs = augmented_inputs(virtual_sets * 10 + len(name), virtual_sets)
+    classes_per_set = NUM_CLASSES if reduction == "balanced" else None
+    check_against_plain(name, x, w, inputs, classes_per_set, chunk_rows)
+
+
+@pytest.mark.parametrize("virtual_sets", [1, 3])
+@pytest.mark.parametrize("name", LOSSES)
+def test_blocked_equals_plain_under_the_seen_control(name, virtual_sets):
+    """Seen labels y against the live weights only: no stored class, the stored rows' targets are live columns."""
+    x, w, inputs = augmented_inputs(virtual_sets + 100, virtual_sets, labels_mode="seen")
+    assert inputs[2] is w and int(inputs[1].max()) < NUM_CLASSES
+    check_against_plain(name, x, w, inputs, None, chunk_rows=3)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_a_plain_call_is_the_plain_computation(name):
+    """Without ``live`` everything is one live block: the stored parts, if they took gradients, would get them."""
+    x, w, inputs = augmented_inputs(7, 3)
+    check_against_plain(name, x, w, inputs, None, chunk_rows=2, use_live=False)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_curricularface_in_eval_mode_keeps_t_and_uses_it(training):
+    x, w, (embeddings, labels, weights, live) = augmented_inputs(3, 3)
+    loss = blocked_loss("curricularface", chunk_rows=2).train(training)
+    blocked = value_and_grads(loss(embeddings, labels, weights, live=live), (x, w))
+    value, t = plain_loss("curricularface", embeddings, labels, weights, t_before=T_BEFORE, training=training)
+    assert_all_close(blocked, value_and_grads(value, (x, w)))
+    assert loss.t.item() == pytest.approx(t, abs=1e-10) and (training or t == T_BEFORE)
+
+
+def test_curricularface_has_hard_negatives_among_the_stored_rows_live_columns():
+    """The check above means something for the stored x live block: some stored row finds a live class hard."""
+    _, _, (embeddings, labels, weights, _) = augmented_inputs(3, 3)
+    cosines = F.normalize(embeddings, dim=1) @ F.normalize(weights, dim=1).T
+    target = cosines[torch.arange(len(labels)), labels]
+    hard = cosines > torch.cos(torch.acos(target) + 0.5)[:, None]
+    assert hard[BATCH:, :NUM_CLASSES].any() and hard[BATCH:, NUM_CLASSES:].any()
+
+
+@pytest.mark.parametrize("live", [(0, 5), (8, 5), (6, 0), (6, 21), (6.0, 5), (6,), "6,5", (True, 5)])
+def test_live_must_be_two_counts_within_the_inputs(live):
+    _, _, (embeddings, labels, weights, _) = augmented_inputs(1, 1)
+    with pytest.raises(ValueError, match=r"live must be \(live rows, live classes\)"):
+        build_loss("norm-softmax")(embeddings[:7], labels[:7], weights, live=live)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Through MemVir and the Trainer
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_memvir_returns_a_three_tuple_that_says_its_live_block():
+    mv = MemVir(2, 0)
+    generator = torch.Generator().manual_seed(0)
+    for batch, expected_rows in ((4, 4), (3, 7), (5, 12)):
+        x, y, w = torch.randn(batch, DIM, generator=generator), torch.arange(batch) % 3, torch.randn(3, DIM)
+        out = mv(x, y, w)
+        embeddings, labels, weights = out
+        assert isinstance(out, tuple) and len(out) == 3 and out[0] is embeddings and out[-1] is weights
+        assert embeddings.shape[0] == expected_rows and out.live == (batch, 3)
+        assert (out.num_live_rows, out.num_live_classes) == (batch, 3)
+        assert weights.shape[0] == 3 * (mv.num_virtual_sets + 1)
+        assert out == (embeddings, labels, weights)
+        for twin in (copy.copy(out), pickle.loads(pickle.dumps(out))):
+            assert isinstance(twin, AugmentedBatch) and twin.live == out.live and len(twin) == 3
+            assert torch.equal(twin[0], embeddings) and torch.equal(twin[2], weights)
+
+
+@pytest.mark.parametrize("store_dtype", [None, torch.float32])
+@pytest.mark.parametrize("name", LOSSES)
+def test_blocked_equals_plain_through_memvir_as_k_grows(name, store_dtype):
+    """A real MemVir(3, 0) over steps of different batch sizes (k = 0, 1, 2, 3, 3, 3); a float32 memory under
+    float64 inputs takes MemVir's other concatenation (a copy into one tensor)."""
+    mv = MemVir(3, 0, store_dtype=store_dtype)
+    generator = torch.Generator().manual_seed(len(name))
+    losses = {reduction: blocked_loss(name, chunk_rows=2) for reduction in ("official", "balanced")}
+    for step, batch in enumerate((6, 4, 6, 3, 2, 6)):
+        x = torch.randn(batch, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        y = torch.randint(0, NUM_CLASSES, (batch,), generator=generator)
+        out = mv(x, y, w)
+        assert mv.num_virtual_sets == min(step, 3) and out.live == (batch, NUM_CLASSES)
+        for reduction, loss in losses.items():
+            classes_per_set = NUM_CLASSES if reduction == "balanced" else None
+            t_before = loss.t.item() if name == "curricularface" else 0.0
+            blocked = value_and_grads(loss(*out, classes_per_set, live=out.live), (x, w))
+            value, t = plain_loss(name, *out, classes_per_set, t_before=t_before)
+            assert_all_close(blocked, value_and_grads(value, (x, w)))
+            if t is not None:
+                assert loss.t.item() == pytest.approx(t, abs=1e-10)
+
+
+@pytest.mark.parametrize("loss,reduction,labels_mode", [
+    ("norm-softmax", "official", "virtual"),
+    ("proxy-anchor", "balanced", "virtual"),
+    ("cosface", "official", "seen"),
+])
+def test_the_trainer_passes_the_live_block_and_computes_the_plain_loss(loss, reduction, labels_mode):
+    """The Trainer's own steps (glyphs-mini, MemVir(2, 0), no warm-up): once the memory adds rows it passes live =
+    (B, C), and the loss it trains on is the plain loss of the same inputs; each recorded call again in float64,
+    blocked against plain, value and the live rows' and weights' gradients."""
+    from memvir import TrainConfig
+    from memvir.train.trainer import Trainer
+
+    config = TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=1, max_steps=3, loss=loss, memvir_n=2,
+                         memvir_m=0, warmup_epochs=0, memvir_reduction=reduction, memvir_labels=labels_mode,
+                         snapshot_every=0, eval_every=0, eval_at_start=False, log_every=1, checkpoint_every=1000)
+    trainer = Trainer(config)
+    calls, loss_fn = [], trainer.loss_fn
+
+    def record(x, y, w, *rest, **options):
+        value = loss_fn(x, y, w, *rest, **options)
+        calls.append((x.detach().double(), y, w.detach().double(), options, value.detach().double()))
+        return value
+
+    trainer.loss_fn = record
+    trainer.run()
+    assert [call[3].get("live") for call in calls] == [None, (32, 24), (32, 24)]
+    classes_per_set = 24 if reduction == "balanced" else None
+    assert all(call[3].get("classes_per_set") == classes_per_set for call in calls)
+    for sets, (x, y, w, options, trained_value) in enumerate(calls[1:], 2):  # k = 1, then 2
+        assert x.shape[0] == 32 * sets and w.shape[0] == (24 if labels_mode == "seen" else 24 * sets)
+        live_x, live_w = x[:32].clone().requires_grad_(), w[:24].clone().requires_grad_()
+        embeddings, weights = torch.cat([live_x, x[32:]]), torch.cat([live_w, w[24:]])
+        blocked = value_and_grads(build_loss(loss)(embeddings, y, weights, **options), (live_x, live_w))
+        value, _ = plain_loss(loss, embeddings, y, weights, classes_per_set)
+        assert_all_close(blocked, value_and_grads(value, (live_x, live_w)))
+        torch.testing.assert_close(trained_value, value.detach(), rtol=1e-5, atol=1e-5)  # the step's float32
