@@ -78,14 +78,17 @@ class SnapshotEvent:
 
 @dataclass(frozen=True)
 class ControlEvent:
-    """A live change (N, M, warm-up, learning rate) took effect before `step`, or a pause/resume happened."""
+    """A live change (N, M, warm-up, learning rate) took effect before `step`, or a pause/resume happened.
+    `previous` holds what each changed setting was before, so that a run's story reads from its records alone."""
 
     step: int
     changes: dict
     message: str
+    previous: dict = field(default_factory=dict)
 
     def record(self) -> dict:
-        return {"type": "control", "step": self.step, "message": self.message, **self.changes}
+        kept = {"previous": self.previous} if self.previous else {}
+        return {"type": "control", "step": self.step, "message": self.message, **self.changes, **kept}
 
 
 @dataclass(frozen=True)

@@ -50,11 +50,34 @@ STUDY_ROWS = (
 )
 
 
-def expectations(config) -> str:
-    """The words under the table for a run of `config` (a TrainConfig): what the study measured for a run of
-    exactly these settings (MATCHED), or that no study matches them."""
+def live_changes(records: list[dict] | None) -> list[tuple[int, str, object, object]]:
+    """(step, setting, old, new) of every live change a run's records hold (the Trainer's control records), in
+    order; the step is the first one trained with the new value."""
+    changes = []
+    for record in records or ():
+        if record.get("type") == "control" and record.get("previous"):
+            changes += [(int(record["step"]) + 1, name, old, record[name])
+                        for name, old in record["previous"].items() if name in record]
+    return changes
+
+
+def story(changes: list[tuple[int, str, object, object]]) -> str:
+    """'N 4 -> 6 at step 522, M 10 -> 20 at step 700' in the page's names for the controls."""
+    from demo.train.words import LIVE_CONTROL_LABELS
+
+    return ", ".join(f"{LIVE_CONTROL_LABELS.get(name, name)} {old} -> {new} at step {step:,}"
+                     for step, name, old, new in changes)
+
+
+def expectations(config, changes: list | None = None) -> str:
+    """The words under the table for a run of `config` (a TrainConfig, the settings it started with): what the
+    study measured for a run of exactly these settings (MATCHED), or that no study matches them; a run changed
+    while it trained (`changes`, from `live_changes`) matches none."""
     from memvir.config import TrainConfig
 
+    if changes:
+        return (f"This run changed its settings while it trained ({story(changes)}); no study matches a run changed "
+                f"mid-way, so there is no measured expectation for it. {NOISE}")
     settings = config.to_dict()
     for flags, text in STUDY_ROWS:
         studied = TrainConfig(**flags).to_dict()
@@ -110,6 +133,7 @@ def results_markdown(run, baseline) -> str:
     with run.lock:
         finished = run.state == "finished"
         final = final_metrics(run.records)
+        changes = live_changes(run.records)
     with baseline.lock:
         finished = finished and baseline.state == "finished"
         base = final_metrics(baseline.records)
@@ -119,12 +143,14 @@ def results_markdown(run, baseline) -> str:
     lines = [f"**Final results** (step {final['step']:,}, %)", "",
              "| metric | this run | baseline | difference |", "|---|---:|---:|---:|"]
     lines += [f"| {name} | {mine} | {theirs} | {diff} |" for name, mine, theirs, diff in rows]
-    return "\n".join(lines + ["", arms_text(run.config, baseline.config), "", expectations(run.config)])
+    return "\n".join(lines + ["", arms_text(run.config, baseline.config, changes), "",
+                               expectations(run.config, changes)])
 
 
-def arms_text(config, baseline_config) -> str:
-    """What each column trained: MemVir's N, M and reduction, each arm's optimiser, and the search that chose them
-    (the fair comparison's, for a preset's tuned settings) or that nothing was tuned."""
+def arms_text(config, baseline_config, changes: list | None = None) -> str:
+    """What each column trained: MemVir's N, M and reduction as the run started (and its live changes), each arm's
+    optimiser, and the search that chose them (the fair comparison's, for a preset's tuned settings) or that
+    nothing was tuned."""
     from demo.train.presets import PRESETS, optimiser_of, tuned_baseline
 
     preset = PRESETS.get(config.dataset)
@@ -132,6 +158,8 @@ def arms_text(config, baseline_config) -> str:
     mine, theirs = optimiser_of(config), optimiser_of(baseline_config)
     memvir = (f"MemVir(N = {config.memvir_n}, M = {config.memvir_m}), {config.memvir_reduction} reduction"
               if config.memvir_n else "N = 0")
+    if changes:
+        memvir += f" at the start, then {story(changes)}"
     run_tuned = preset is not None and mine == preset.optimiser and tuned is not None
     baseline_tuned = tuned is not None and theirs == tuned
     if run_tuned and baseline_tuned:

@@ -275,7 +275,8 @@ class Trainer:
         if "focus_classes" in changes:
             self.snapshots.set_focus(self.config.focus_classes)
         described = ", ".join(f"{k} {old[k]} -> {v}" for k, v in changes.items())
-        self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}"))
+        self._emit(ControlEvent(self.step, changes, f"{described}: applied at step {self.step + 1}",
+                                previous={k: old[k] for k in changes}))
 
     def _refuse_memory_changes(self, changes: dict, error: BaseException) -> dict:
         """Tell the listeners that the changes of MemVir's settings in `changes` were not applied (set_hparams

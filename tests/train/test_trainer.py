@@ -6,11 +6,11 @@ import threading
 import pytest
 import torch
 
+from memvir import TrainConfig, Trainer
 from memvir.data.transforms import sample_seed
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.train.checks import TrainingDiverged
-from memvir.train.trainer import TrainConfig, Trainer
 
 
 def small_config(**overrides):
@@ -164,6 +164,11 @@ def test_live_update_applies_at_the_next_step():
     controls = [e for e in events if isinstance(e, ControlEvent)]
     assert len(controls) == 1 and controls[0].step == 4
     assert "memvir_n 2 -> 1" in controls[0].message and "applied at step 5" in controls[0].message
+    # the values replaced travel as data, in the event and in metrics.jsonl's record: a run's story reads from them
+    assert controls[0].changes == {"memvir_n": 1, "memvir_m": 0}
+    assert controls[0].previous == {"memvir_n": 2, "memvir_m": 1}
+    record = next(r for r in trainer.history if r["type"] == "control")
+    assert record["previous"] == {"memvir_n": 2, "memvir_m": 1} and record["memvir_n"] == 1
     assert trainer.memvir.num_steps == 1 and trainer.memvir.margin == 0 and trainer.config.memvir_n == 1
     steps = {e.step: e for e in events if isinstance(e, StepEvent)}
     assert steps[4].num_virtual_sets == 1  # N=2, M=1 after 3 stored steps: one set

@@ -96,6 +96,29 @@ def run(state, final, config=None):
                            config=config or TrainConfig(memvir_reduction="balanced", epochs=12))
 
 
+def test_a_run_changed_while_it_trained_tells_its_story_and_matches_no_study():
+    """N 4 -> 6 -> 8 and M 10 -> 20 live: the table said 'This run: MemVir(N = 4, M = 10)' and the fair
+    comparison's expectation, as if the run had never changed. Its control records (the Trainer's, with the values
+    they replaced) tell the story instead."""
+    from demo.train.presets import PAGE_DEFAULTS
+    from demo.train.results_table import FAIR_ON_GLYPHS
+
+    config = TrainConfig.from_dict(PAGE_DEFAULTS)
+    assert expectations(config).startswith(FAIR_ON_GLYPHS)  # unchanged, it is the study's own run
+    controls = [{"type": "control", "step": 521, "message": "", "memvir_n": 6, "previous": {"memvir_n": 4}},
+                {"type": "control", "step": 699, "message": "", "memvir_n": 8, "memvir_m": 20,
+                 "previous": {"memvir_n": 6, "memvir_m": 10}},
+                {"type": "control", "step": 800, "message": "paused"}]  # no change of a setting: not in the story
+    changed = SimpleNamespace(lock=threading.Lock(), state="finished", config=config,
+                              records=[{"type": "step", "step": 1}, *controls, RUN_FINAL])
+    lines = results_markdown(changed, run("finished", BASE_FINAL)).splitlines()
+    story = "N 4 -> 6 at step 522, N 6 -> 8 at step 700, M 10 -> 20 at step 700"
+    assert lines[-3].startswith(f"**This run**: MemVir(N = 4, M = 10), balanced reduction at the start, then {story};")
+    assert lines[-1].startswith(f"This run changed its settings while it trained ({story}); no study matches a run "
+                                "changed mid-way")
+    assert FAIR_ON_GLYPHS not in lines[-1]
+
+
 def test_the_table_appears_only_once_both_runs_finished_and_ends_with_the_expectations():
     assert results_markdown(run("finished", RUN_FINAL), None) == ""
     assert results_markdown(run("finished", RUN_FINAL), run("running", BASE_FINAL)) == ""
