@@ -88,3 +88,30 @@ def test_typed_numbers_left_in_their_boxes_are_what_start_trains_and_the_status_
     notice = page.locator("#memvir-notice").bounding_box()
     assert memvir["y"] < notice["y"] < memvir["y"] + memvir["height"]
     _stop(page)
+
+
+def test_the_sticky_run_buttons_are_never_overdrawn_by_the_settings_scrolling_under_them(open_page, app_url):
+    """Scrolled in steps through the settings, the element at each of the sticky bar's buttons' centres is that
+    button (or inside it): the settings' labels drew over Start and Stop ("Batch size" over Start)."""
+    page = open_page(app_url, *DESKTOP)
+    page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
+                           timeout=WAIT_MS)
+    covered = page.evaluate("""async () => {
+        const covered = [];
+        for (let y = 0; y <= 1600; y += 40) {
+            window.scrollTo(0, y);
+            await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+            for (const id of ['start', 'stop']) {
+                const button = document.getElementById(id);
+                const box = button.getBoundingClientRect();
+                if (box.bottom <= 0 || box.top >= window.innerHeight) continue;
+                const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+                if (hit !== button && !button.contains(hit)) {
+                    const what = hit ? (hit.innerText || hit.tagName).slice(0, 40) : 'nothing';
+                    covered.push(`${id} at scroll ${y}: ${what}`);
+                }
+            }
+        }
+        return covered;
+    }""")
+    assert covered == [], covered
