@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 FIRST_STEP_SCRIPT = """
 import time
 start = time.perf_counter()
-from memvir.train.trainer import TrainConfig, Trainer
+from memvir import TrainConfig, Trainer
 from memvir.events import StepEvent
 imported = time.perf_counter()
 trainer = Trainer(TrainConfig(dataset="glyphs", eval_at_start=False, max_steps=1, snapshot_every=0))
@@ -79,7 +79,7 @@ def main():
 
     import torch
 
-    from memvir.train.trainer import TrainConfig, Trainer
+    from memvir import TrainConfig, Trainer
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     common = dict(dataset="glyphs", batch_size=args.batch_size, eval_at_start=False, eval_every=0,

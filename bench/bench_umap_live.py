@@ -48,7 +48,7 @@ def app_arm(out: Path, epochs: int, umap: bool) -> dict:
     from demo.runs.manager import RunManager
     from demo.train.live_view import FigureBuilder
     from demo.train.poll import PollState, poll
-    from memvir.train.trainer import TrainConfig
+    from memvir.config import TrainConfig
 
     runs = RunManager(AppSettings(data_dir=out, checkpoints_dir=out / "none", umap=umap))
     figures = FigureBuilder()

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from demo.runs.memory_budget import memory_budget  # noqa: E402
+from memvir import TrainConfig, Trainer  # noqa: E402
 from memvir.events import ControlRefused, StepEvent  # noqa: E402
-from memvir.memory.size import MAX_MEMORY_ENV, format_bytes, ring_bytes  # noqa: E402
-from memvir.train.trainer import STORE_DTYPES, TrainConfig, Trainer  # noqa: E402
+from memvir.memory.size import MAX_MEMORY_ENV, STORE_DTYPES, format_bytes, ring_bytes  # noqa: E402
 
 
 def device_memory(device: torch.device) -> int:

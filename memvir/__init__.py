@@ -7,10 +7,11 @@ The library, by concept: `memory/` (the paper's algorithm), `train/` (the loop),
 metrics, the evaluation path), `analysis/` (what the paper's figures measure), `data/`, `integrations/` (other
 libraries' losses, such as pytorch-metric-learning's, imported only there); at the top `config` (TrainConfig),
 `events`, `losses`, `checkpoint` and `run_folder` (the run folder on disk), `hub`, `cli`; `_validate` (the argument and
-tensor checks the parts share) and `_hub_settings` (what the front ends tell huggingface_hub before using it).
+tensor checks the parts share), `_hub_settings` (what the front ends tell huggingface_hub before using it) and `_lazy`
+(the lazy faces: this one and each package's, whose `__init__` exports the package's public names the same way).
 """
 
-from importlib import import_module
+from memvir._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -26,9 +27,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        return getattr(import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'memvir' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

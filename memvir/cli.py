@@ -119,9 +119,10 @@ def _train(args) -> int:
 def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
+    from memvir.config import TrainConfig
     from memvir.events import EvalEvent, StatusEvent, StepEvent
     from memvir.train.checks import TrainingDiverged
-    from memvir.train.trainer import TrainConfig, Trainer
+    from memvir.train.trainer import Trainer
 
     if args.resume:
         trainer = _resume(args)

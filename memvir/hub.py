@@ -160,6 +160,22 @@ def push(
     Nothing else in the run folder (trainer state, logs) is uploaded. A Hub that does not answer within `timeout_s`
     is an error (PUSH_TIMEOUT_S). The messages name the run folder by its name only: the app shows them to
     visitors, who have no business with the server's paths.
+
+    Args:
+        run_dir: a run folder written by `python -m memvir train --out` (or any folder holding the HUB_FILES).
+        repo_id: the model repo to upload into, "owner/name".
+        token: the Hub token to write with: None for this machine's (HF_TOKEN, else the cached login), False for
+            none (refused), or a token.
+        private: create the repo private (an existing repo keeps its visibility).
+        commit_message: the message of the upload's commit.
+        timeout_s: how long the Hub may take to answer the first request.
+
+    Returns:
+        The URL of the repo.
+
+    Raises:
+        HubError: a folder without the Hub files, a bad repo id, no token, an unreachable Hub or a refusal, in
+            words that say what to do.
     """
     folder = Path(run_dir)
     if not folder.is_dir():

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from memvir import checkpoint
+from memvir import TrainConfig, Trainer, checkpoint
 from memvir.hub import load_model
 from memvir.models.embedding_model import EmbeddingModel
-from memvir.train.trainer import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("config.json", "model.safetensors", "README.md", "trainer_state.pt")

@@ -11,9 +11,9 @@ import torch
 from cli_process import run_memvir
 from safetensors.torch import load_file
 
+from memvir import TrainConfig, Trainer
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
-from memvir.train.trainer import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAINED = "checkpoints/glyphs-pretrain-convnet"

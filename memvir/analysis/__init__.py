@@ -1,7 +1,34 @@
 """What the paper's figures measure (docs/method.md, "What the app shows"), computed from a run's tensors.
 
-- `spread`: how far the virtual classes have drifted from the live ones; how the real classes use the sphere.
-- `snapshots`: what an embedding snapshot holds besides the step's rows: the probe set and the few-class view.
-- `projection`: a snapshot to 2-D points (PCA, UMAP), aligned from one snapshot to the next.
-- `drift_frame`: a class's stored weights in a frame of their own around its live weight, at their true angle.
+- `spread`: how far the virtual classes have drifted from the live ones; how the real classes use the sphere
+  (`virtual_spread`, `class_weight_spread`).
+- `snapshots`: what an embedding snapshot holds besides the step's rows: the probe set and the few-class view
+  (`SnapshotMaker`).
+- `projection`: a snapshot to 2-D points (PCA, UMAP), aligned from one snapshot to the next (`project_snapshot`
+  giving `ProjectedSnapshot`; for the few-class view `focus_points` giving `FocusPoints`, and `project_focus`
+  giving `FocusProjection`; `UmapWorker`, which runs UMAP off the caller's thread).
+- `drift_frame`: a class's stored weights in a frame of their own around its live weight, at their true angle
+  (`drift_offsets`).
+
+`from memvir.analysis import project_snapshot`, and so for each name given with its part above: resolved on first
+use, so `import memvir.analysis` imports none of the parts (and umap comes only with a UMAP projection).
 """
+
+from memvir._lazy import lazy_exports
+
+_EXPORTS = {
+    "class_weight_spread": "memvir.analysis.spread",
+    "virtual_spread": "memvir.analysis.spread",
+    "SnapshotMaker": "memvir.analysis.snapshots",
+    "FocusPoints": "memvir.analysis.projection",
+    "FocusProjection": "memvir.analysis.projection",
+    "ProjectedSnapshot": "memvir.analysis.projection",
+    "UmapWorker": "memvir.analysis.projection",
+    "focus_points": "memvir.analysis.projection",
+    "project_focus": "memvir.analysis.projection",
+    "project_snapshot": "memvir.analysis.projection",
+    "drift_offsets": "memvir.analysis.drift_frame",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,8 +1,29 @@
 """The embedding model and its parts.
 
 - `embedding_model`: `EmbeddingModel`: image in, L2-normalised embedding out, saved and loaded in the Hub format.
-- `backbones`: the backbone registry (convnet, convnet-gn, resnet18/50, googlenet).
+- `backbones`: the backbone registry (convnet, convnet-gn, resnet18/50, googlenet): `build_backbone`,
+  `available_backbones`, `register_backbone`; a `Backbone` (features and their width), `PretrainedWeightsUnavailable`.
 - `card`: the model card an `EmbeddingModel` saves as README.md.
 - `_hub_shims`: every use of huggingface_hub outside its documented API, checked against the pinned version.
-- `initialisation`: a model started from a saved checkpoint folder (the backbone, the head where it fits).
+- `initialisation`: a model started from a saved checkpoint folder (the backbone, the head where it fits):
+  `initialise_from_checkpoint`, which says what it loaded as an `Initialisation`.
+
+`from memvir.models import EmbeddingModel`, and so for each name given with its part above: resolved on first use, so
+`import memvir.models` imports none of the parts (huggingface_hub comes only with `EmbeddingModel`).
 """
+
+from memvir._lazy import lazy_exports
+
+_EXPORTS = {
+    "EmbeddingModel": "memvir.models.embedding_model",
+    "Backbone": "memvir.models.backbones",
+    "PretrainedWeightsUnavailable": "memvir.models.backbones",
+    "available_backbones": "memvir.models.backbones",
+    "build_backbone": "memvir.models.backbones",
+    "register_backbone": "memvir.models.backbones",
+    "Initialisation": "memvir.models.initialisation",
+    "initialise_from_checkpoint": "memvir.models.initialisation",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

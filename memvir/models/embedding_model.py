@@ -51,10 +51,26 @@ class EmbeddingModel(
     """Backbone -> global pooling -> Linear(feature_dim, embedding_dim) -> L2 normalisation.
 
     Every constructor argument is plain JSON and lands in `config.json`, which is what retrieval needs to
-    preprocess a query: `in_channels` (1 grayscale, 3 RGB), `image_size`, per-channel `mean`/`std`, `image_kind`
-    ("glyph": plain resize; "photo": resize to image_size*256/224 and center crop), `normalization` (None: pixels
-    in [0, 1] before mean/std; "caffe": pixels in [0, 255], mean/std given on that scale) and the `dataset` name.
-    `pretrained` starts the backbone from ImageNet weights (training only: loading a checkpoint never downloads).
+    preprocess a query. `embed` turns images into embeddings; `save_pretrained` and `from_pretrained` keep the model
+    in the Hub format.
+
+    Args:
+        backbone: a name of the backbone registry (`memvir.models.available_backbones()`).
+        embedding_dim: the dimension of the embeddings, the head's output.
+        in_channels: 1 grayscale, 3 RGB.
+        image_size: the side of the square images the model is given.
+        mean: per-channel mean, one value per input channel.
+        std: per-channel standard deviation, one positive value per input channel.
+        dataset: the name of the dataset the model is trained on.
+        image_kind: "glyph": plain resize; "photo": resize to image_size*256/224 and center crop.
+        normalization: None: pixels in [0, 1] before mean/std; "caffe": pixels in [0, 255], mean/std given on that
+            scale.
+        pretrained: start the backbone from ImageNet weights (training only: loading a checkpoint never downloads).
+
+    Raises:
+        ValueError: for an unknown backbone, `image_kind` or `normalization`, a size that is not a positive integer
+            or is past its limit, or a mean or std that does not fit `in_channels`.
+        PretrainedWeightsUnavailable: `pretrained` asked for ImageNet weights that cannot be had (offline, say).
     """
 
     def __init__(
@@ -137,8 +153,15 @@ class EmbeddingModel(
     def embed(self, images: torch.Tensor | Image.Image | Sequence[Image.Image]) -> torch.Tensor:
         """L2-normalised embeddings [B, embedding_dim] without gradients, in eval mode (BatchNorm running stats).
 
-        `images` is a preprocessed batch tensor or PIL image(s), which go through `preprocess` first. The training
-        flag is restored afterwards, so this is safe between training steps (not concurrently with them).
+        The training flag is restored afterwards, so this is safe between training steps (not concurrently with
+        them).
+
+        Args:
+            images: a preprocessed batch tensor [B, in_channels, H, W], or PIL image(s), which go through
+                `preprocess` first.
+
+        Returns:
+            The embeddings [B, embedding_dim], on the model's device.
         """
         if not isinstance(images, torch.Tensor):
             images = self.preprocess(images)
@@ -230,11 +253,19 @@ class EmbeddingModel(
         """Load from a folder written by `save_pretrained` or from a Hub repo id (the Hub cache when offline).
 
         Keys are checked strictly: a weight missing from the file or one the model does not have is an error.
-        Keyword arguments are the mixin's (revision, cache_dir, local_files_only, token, force_download) and its
-        loading options `map_location` (default "cpu") and `strict` (default True here; False loads the keys that
-        match and leaves the others as built). A missing, damaged or mismatched file is a CheckpointError that
-        names it. For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be
-        reached.
+        For a repo id, `memvir.hub.load_model` adds a time limit and plain errors when the Hub cannot be reached.
+
+        Args:
+            pretrained_model_name_or_path: a checkpoint folder or a Hub repo id ("owner/name").
+            **kwargs: the mixin's (revision, cache_dir, local_files_only, token, force_download) and its loading
+                options `map_location` (default "cpu") and `strict` (default True here; False loads the keys that
+                match and leaves the others as built).
+
+        Returns:
+            The model, built from config.json, its weights from model.safetensors.
+
+        Raises:
+            CheckpointError: a missing, damaged or mismatched file, named.
         """
         folder = Path(pretrained_model_name_or_path)
         if folder.is_dir():

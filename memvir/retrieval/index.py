@@ -91,10 +91,16 @@ class GalleryIndex:
     """Gallery embeddings plus optional labels and items (ids or paths); build with ``GalleryIndex.build``.
 
     ``labels`` and ``items`` are lists aligned with the rows (or None); ``len(index)`` is the number of rows.
+    ``search`` finds a query's nearest items, ``save`` and ``load`` keep the index in a folder.
+
+    Args:
+        vectors: a faiss index or a float32 [N, D] array of L2-normalised rows; use ``build`` or ``load``, which
+            make them.
+        labels: each row's label (int or str), or None.
+        items: each row's item (an id or a path), or None.
     """
 
     def __init__(self, vectors, labels=None, items=None):
-        """``vectors``: a faiss index or a float32 [N, D] array of L2-normalised rows; use ``build`` or ``load``."""
         self._vectors = vectors
         self.labels = labels
         self.items = items
@@ -103,13 +109,24 @@ class GalleryIndex:
     def build(cls, embeddings, labels=None, items=None, backend="auto", kind="exact", **options):
         """Index ``embeddings`` [N, D] (tensor on any device, any float dtype, or array); they are L2-normalised.
 
-        labels: optional [N] integers or strings. items: optional N strings (ids, file paths). kind: "exact",
-        "ivf" or "hnsw" (see the module's notes). backend, for "exact": "auto" (the faster search on this machine,
-        see ``memvir.retrieval.knn.search_backend``), "faiss", or "torch" (a plain array searched by the torch search);
-        the approximate kinds are faiss indexes and take "auto" or "faiss".
-        options, for "ivf": nlist (cells; default 4 sqrt(N), at most N / 39) and nprobe (cells scanned per query;
-        default nlist / 16). For "hnsw": m (links per vector, default 32), ef_construction (default 80) and
-        ef_search (default 64; a search for k neighbours walks a beam of at least k).
+        Args:
+            embeddings: [N, D], one row per gallery item.
+            labels: optional [N] integers or strings.
+            items: optional N strings (ids, file paths).
+            backend: for "exact": "auto" (the faster search on this machine, see
+                ``memvir.retrieval.knn.search_backend``), "faiss", or "torch" (a plain array searched by the torch
+                search); the approximate kinds are faiss indexes and take "auto" or "faiss".
+            kind: "exact", "ivf" or "hnsw" (see the module's notes).
+            **options: for "ivf", nlist (cells; default 4 sqrt(N), at most N / 39) and nprobe (cells scanned per
+                query; default nlist / 16). For "hnsw", m (links per vector, default 32), ef_construction (default
+                80) and ef_search (default 64; a search for k neighbours walks a beam of at least k).
+
+        Returns:
+            The ``GalleryIndex``.
+
+        Raises:
+            ValueError: for an unknown kind, option or backend, or labels or items not one per row.
+            ImportError: for an approximate kind without faiss installed.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
@@ -198,10 +215,19 @@ class GalleryIndex:
     def search_arrays(self, queries, k):
         """(scores [Nq, k] float32, gallery indices [Nq, k] int64) of the k nearest items of each query.
 
-        queries: [Nq, D] or a single [D] vector (tensor or array). Rows are ordered by score, ties by lower index.
-        An approximate index may find fewer than k items for a query (an IVF search whose scanned cells hold
-        fewer): the missing places are last, with index -1 and the lowest float32 score.
-        Raises ValueError when D differs from the index's or k is not in 1..len(self).
+        Rows are ordered by score, ties by lower index. An approximate index may find fewer than k items for a query
+        (an IVF search whose scanned cells hold fewer): the missing places are last, with index -1 and the lowest
+        float32 score.
+
+        Args:
+            queries: [Nq, D] or a single [D] vector (tensor on any device, any float dtype, or array).
+            k: how many items to find for each query, in 1..len(self).
+
+        Returns:
+            (scores, indices): numpy arrays [Nq, k], float32 cosine similarities and int64 gallery rows.
+
+        Raises:
+            ValueError: when D differs from the index's or k is not in 1..len(self).
         """
         queries = queries.detach() if isinstance(queries, torch.Tensor) else np.asarray(queries)
         if queries.ndim == 1:
@@ -213,8 +239,14 @@ class GalleryIndex:
     def search(self, queries, k):
         """The k nearest items of each query as ``SearchHit`` lists, best first (one list per query row).
 
-        queries: [Nq, D] or a single [D] vector; errors as ``search_arrays``. A list is shorter than k only where
-        an approximate index found fewer items.
+        Errors as ``search_arrays``. A list is shorter than k only where an approximate index found fewer items.
+
+        Args:
+            queries: [Nq, D] or a single [D] vector (tensor on any device, any float dtype, or array).
+            k: how many items to find for each query, in 1..len(self).
+
+        Returns:
+            One list of ``SearchHit`` (index, score, label, item) per query row, best first.
         """
         scores, indices = self.search_arrays(queries, k)
         return [
@@ -232,7 +264,14 @@ class GalleryIndex:
         ]
 
     def save(self, directory):
-        """Write the index into ``directory`` (created if missing) and return its path."""
+        """Write the index into ``directory`` (created if missing) and return its path.
+
+        Args:
+            directory: the folder to write ``gallery.json`` and the vectors (``index.faiss`` or ``vectors.npy``) into.
+
+        Returns:
+            ``directory`` as a Path.
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self.uses_faiss:
@@ -257,10 +296,18 @@ class GalleryIndex:
 
     @classmethod
     def load(cls, directory, backend="auto"):
-        """Read an index written by ``save``. backend: as in ``build``; an exact index is loaded into the backend
-        chosen (a saved faiss index needs faiss to read), an approximate one stays a faiss index.
+        """Read an index written by ``save``.
 
-        Raises ValueError naming the file expected when ``directory`` holds no index or a damaged one.
+        Args:
+            directory: a folder written by ``save``.
+            backend: as in ``build``; an exact index is loaded into the backend chosen (a saved faiss index needs
+                faiss to read), an approximate one stays a faiss index.
+
+        Returns:
+            The ``GalleryIndex``, with its labels and items.
+
+        Raises:
+            ValueError: naming the file expected when ``directory`` holds no index or a damaged one.
         """
         directory = Path(directory)
         sidecar = _read_sidecar(directory)

@@ -46,8 +46,20 @@ def retrieval_metrics(embeddings, labels, ks=(1, 2, 4, 8), nmi=False, *, backend
     nmi=True adds "nmi": scikit-learn's k-means (k-means++ start, ``seed``, run to convergence) with as many
     clusters as classes, scored by ``normalized_mutual_info``; it needs the scikit-learn package.
 
-    Returns {"recall@K" for each K, "precision@1", "r_precision", "map@r"[, "nmi"]}: plain floats in [0, 1].
-    Raises ValueError for bad shapes, NaN/inf rows, K outside 1..N-1, or no class with two members.
+    Args:
+        embeddings: [N, D], one row per item; L2-normalised here.
+        labels: [N], each item's class.
+        ks: the K of each Recall@K, each in 1..N-1 (an int for one).
+        nmi: also cluster the queries and report their NMI.
+        backend: the kNN search, "auto" | "faiss" | "torch" (see ``memvir.retrieval.knn.search_backend``).
+        chunk_size: queries per torch matmul (default: about 64 MiB of similarities).
+        seed: the k-means seed of NMI.
+
+    Returns:
+        {"recall@K" for each K, "precision@1", "r_precision", "map@r"[, "nmi"]}: plain floats in [0, 1].
+
+    Raises:
+        ValueError: for bad shapes, NaN/inf rows, K outside 1..N-1, or no class with two members.
     """
     found = _search(embeddings, labels, ks, backend, chunk_size)
     per_query = _neighbour_metrics(found)

@@ -6,7 +6,7 @@ import pytest
 @pytest.fixture(scope="module")
 def tiny_checkpoints(tmp_path_factory):
     """A checkpoints folder holding one glyphs-mini checkpoint trained for 5 steps."""
-    from memvir.train.trainer import TrainConfig, Trainer
+    from memvir import TrainConfig, Trainer
 
     root = tmp_path_factory.mktemp("checkpoints")
     Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,

@@ -22,7 +22,7 @@ DEADLINE_S = 90.0
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from memvir.train.trainer import TrainConfig, Trainer
+    from memvir import TrainConfig, Trainer
 
     root = tmp_path_factory.mktemp("app")
     checkpoint = root / "checkpoints" / "glyphs-mini-tiny"

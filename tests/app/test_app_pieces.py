@@ -14,8 +14,8 @@ from demo.common.uploads import UploadError, load_image, unpack_class_zip
 from demo.retrieve.galleries import thumbnail
 from demo.runs.live_run import LiveRun, SnapshotView
 from demo.train import live_view
+from memvir.config import TrainConfig
 from memvir.events import ControlEvent, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
-from memvir.train.trainer import TrainConfig
 
 
 def _png(path, size=(8, 8), color=200):

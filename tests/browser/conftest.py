@@ -117,7 +117,7 @@ def _app_served(app_root):
     """(the app, its URL) behind `app_url`."""
     from demo.common.settings import AppSettings
     from demo.page import build_app
-    from memvir.train.trainer import TrainConfig, Trainer
+    from memvir import TrainConfig, Trainer
 
     root = app_root
     Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=5, eval_at_start=False, snapshot_every=0,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from memvir.train.trainer import TrainConfig
+from memvir.config import TrainConfig
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WAIT_MS = 120_000

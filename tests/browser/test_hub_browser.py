@@ -12,8 +12,8 @@ import pytest
 from hub_server import USER, WRITE_TOKEN, client_environment, point_client_at
 from served_app import free_port
 
+from memvir import TrainConfig, Trainer
 from memvir.hub import push
-from memvir.train.trainer import TrainConfig, Trainer
 
 pytestmark = pytest.mark.browser
 

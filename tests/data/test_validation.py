@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
+from memvir import TrainConfig, Trainer
 from memvir.data import DatasetError, load_dataset
 from memvir.data.glyphs.dataset import GLYPH_MEAN, GLYPH_STD
 from memvir.data.validation import hold_out_validation, validation_classes
 from memvir.retrieval.metrics import retrieval_metrics
-from memvir.train.trainer import TrainConfig, Trainer
 
 
 def clean_pixels(render: np.ndarray) -> torch.Tensor:

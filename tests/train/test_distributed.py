@@ -18,11 +18,11 @@ import torch.multiprocessing
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from memvir import TrainConfig, Trainer
 from memvir.events import StepEvent
 from memvir.losses import build_loss
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.train.distributed import World
-from memvir.train.trainer import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
@@ -363,7 +363,7 @@ BLOCKED_TRAINING = """
 import sys
 for name in ("faiss", "gradio", "umap", "plotly"):
     sys.modules[name] = None  # any import of them fails, as on the lent GPU machine, which has none of them
-from memvir.train.trainer import TrainConfig, Trainer
+from memvir import TrainConfig, Trainer
 trainer = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=2, snapshot_every=1, eval_every=1))
 print(trainer.run(), trainer.last_metrics["map@r"])
 """

@@ -56,7 +56,7 @@ def test_kept_memory_is_reused_without_page_faults():
 
 def test_a_trainer_on_the_cpu_keeps_its_processs_freed_memory():
     setup = textwrap.dedent("""
-        from memvir.train.trainer import TrainConfig, Trainer
+        from memvir import TrainConfig, Trainer
         Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=1, device="cpu"))
     """)
     assert page_faults(setup) < PAGES_PER_ROUND / 10

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from memvir import TrainConfig, Trainer
 from memvir.checkpoint import CheckpointError
 from memvir.models.embedding_model import EmbeddingModel
-from memvir.train.trainer import TrainConfig, Trainer
 
 
 def tiny_config(**overrides):

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from memvir import TrainConfig, Trainer
 from memvir.events import ControlEvent, ControlRefused, StatusEvent, StepEvent
 from memvir.memory.virtual_classes import MemVir
-from memvir.train.trainer import TrainConfig, Trainer
 
 CPU_REFUSAL = ("DefaultCPUAllocator: can't allocate memory: you tried to allocate 99999999999 bytes. Error code 12 "
                "(Cannot allocate memory)")

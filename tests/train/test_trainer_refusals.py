@@ -9,14 +9,13 @@ import huggingface_hub
 import pytest
 import torch
 
-from memvir import checkpoint
+from memvir import TrainConfig, Trainer, checkpoint
 from memvir.checkpoint import CheckpointError
 from memvir.hub import load_model
 from memvir.memory.size import MemoryLimitError
 from memvir.models import embedding_model
 from memvir.models.embedding_model import MAX_EMBEDDING_DIM, EmbeddingModel
 from memvir.train.checks import TrainingDiverged
-from memvir.train.trainer import TrainConfig, Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -182,7 +182,7 @@ def test_a_start_past_the_run_processs_address_space_is_refused_with_the_limit_n
 @pytest.mark.slow
 def test_a_live_change_past_the_run_processs_address_space_is_refused_and_the_run_trains_on(tmp_path):
     from demo.runs.manager import RunManager
-    from memvir.train.trainer import TrainConfig
+    from memvir.config import TrainConfig
 
     settings = AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "none", umap=False,
                            run_memory_limit=6 * 10**9)

@@ -12,7 +12,7 @@ from demo.common.settings import AppSettings
 from demo.runs.manager import NotRunOwner, RunError, RunLimitReached, RunManager
 from demo.train.live_view import status_markdown
 from memvir.analysis.projection import UmapWorker, project_snapshot
-from memvir.train.trainer import TrainConfig
+from memvir.config import TrainConfig
 
 
 @pytest.fixture

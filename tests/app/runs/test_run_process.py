@@ -24,8 +24,8 @@ from demo.runs import snapshot_transport
 from demo.runs.manager import RunManager
 from demo.runs.messages import LaunchSpec
 from demo.runs.process import RunProcess, TrainingRefused
+from memvir.config import TrainConfig
 from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StepEvent
-from memvir.train.trainer import TrainConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEADLINE_S = 120.0

@@ -15,7 +15,7 @@ from demo.train import tab as train_tab
 from demo.train import views as train_views
 from demo.train.poll import PollHandlers, PollState, views_key
 from demo.train.views import ViewsHandlers, ViewsSent
-from memvir.train.trainer import TrainConfig
+from memvir.config import TrainConfig
 
 SKIP = gr.skip()
 
