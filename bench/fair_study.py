@@ -245,7 +245,7 @@ RUN_ORDER = (("baseline", "memvir-balanced", "schedule-balanced-optimiser"),
              ("memvir-official", "baseline-official-optimiser"))
 
 
-def _run_order(job: "Job") -> tuple:
+def _run_order(job: Job) -> tuple:
     group = next((g for g, arms in enumerate(RUN_ORDER) if job.arm in arms), len(RUN_ORDER))
     position = RUN_ORDER[group].index(job.arm) if group < len(RUN_ORDER) else 0
     return group, job.seed, position

@@ -184,6 +184,20 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
         assert table in doc
 
 
+def test_docs_reproduction_gives_the_report_s_tables_of_the_step_schedule_study():
+    """The step-schedule study's tables in docs/reproduction.md are the report's, recomputed from results.json, and
+    every one of its runs trained on one of the two commits its protocol names (which differ only outside memvir/)."""
+    root = Path(__file__).resolve().parents[2]
+    results = Results(root / "docs" / "reproduction" / "fair" / "results.json")
+    schedule = PROFILES["schedule"]
+    doc = (root / "docs" / "reproduction.md").read_text()
+    runs = [r for r in results.records if r["profile"] == schedule.name]
+    assert runs and {r["commit"][:7] for r in runs} <= {"d906bc8", "88e59aa"}
+    for table in (fair_study.final_table(results, schedule),
+                  fair_study.comparison_table(fair_study.comparisons(results, schedule))):
+        assert table in doc
+
+
 REGIME = PROFILES["regime"]
 
 
