@@ -7,6 +7,10 @@ was wrong and what to do, and exit status 2; a diverged run exits with 1 and kee
 resumed run may change (config.RESUMABLE) are applied and reported, a changed data, model, loss or batch setting is
 refused.
 
+`train --config FILE` starts a new run from a TrainConfig in a file, JSON (a run folder's train_config.json, so that
+`train --config runs/x/train_config.json --out runs/x-again` runs x again) or YAML: the file's settings replace the
+defaults, and only the flags typed with it override them.
+
 `train --init FOLDER` starts the backbone, and the embedding head where its dimension fits, from a checkpoint folder
 on the disk (memvir.models.initialisation); a resumed run continues from its own weights, not from FOLDER.
 
@@ -21,6 +25,10 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memvir.config import TrainConfig
 
 _UNTYPED = object()
 """The default of every train option in `build_parser(mark_untyped=True)`: what the user did not type."""
@@ -30,7 +38,9 @@ _LOSS_FLAGS = {"scale": "loss scale s (default: the loss's own)",
                "alpha": "Proxy-Anchor alpha (default: the loss's own)"}
 """Train options that together make the setting loss_params."""
 
-_NOT_SETTINGS = {"command", "out", "resume", "overwrite"}
+_NOT_SETTINGS = {"command", "out", "resume", "overwrite", "config"}
+
+_YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def _setting_fields():
@@ -74,6 +84,10 @@ def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a model; writes a run folder (Hub files, metrics.jsonl, state)")
     _add_setting_options(train)
+    train.add_argument("--config", default=None, metavar="FILE",
+                       help="start from the TrainConfig in FILE (JSON, as a run's train_config.json, or .yaml/.yml): "
+                       "its settings replace the defaults, flags typed with it override them (a --loss other than "
+                       "the file's leaves the file's loss hyper-parameters out)")
     train.add_argument("--out", required=True, help="run folder")
     train.add_argument("--resume", action="store_true",
                        help="continue the run in --out from its checkpoint; flags typed with it may change its "
@@ -119,16 +133,17 @@ def _train(args) -> int:
 def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
-    from memvir.config import TrainConfig
     from memvir.events import EvalEvent, StatusEvent, StepEvent
     from memvir.train.checks import TrainingDiverged
     from memvir.train.trainer import Trainer
 
     if args.resume:
+        if args.config is not None:
+            raise ValueError(f"--config starts a new run, but --resume continues {args.out} with its own settings; "
+                             "leave out --config to resume, or --resume to start a new run from the file")
         trainer = _resume(args)
     else:
-        loss_params = {k: getattr(args, k) for k in _LOSS_FLAGS if getattr(args, k) is not None}
-        config = TrainConfig(loss_params=loss_params, **{s.name: getattr(args, s.name) for s, _ in _setting_fields()})
+        config = train_config(args.argv)
         _check_new_run_folder(Path(args.out), args.overwrite)
         trainer = Trainer(config, args.out)
         trainer.command = command_line(args.argv, launcher=trainer.world.launch_command())
@@ -176,6 +191,111 @@ def _train_run(args) -> int:
     if speaks:
         print(json.dumps({"step": trainer.step, **trainer.last_metrics}))
     return 0
+
+
+def train_config(argv: list[str]) -> TrainConfig:
+    """The TrainConfig a new run of `python -m memvir *argv` trains with: the defaults, or the --config file's
+    settings, with the flags typed in `argv` on top.
+
+    Args:
+        argv: the command line after `python -m memvir`, starting with `train`.
+
+    Returns:
+        The validated TrainConfig.
+
+    Raises:
+        ValueError: a setting out of range (TrainConfig's words), or a --config file that is missing, is not JSON or
+            YAML, holds no mapping, or names an unknown setting (the message names the file).
+    """
+    import dataclasses
+
+    from memvir.config import TrainConfig
+
+    args = build_parser().parse_args(argv)
+    if args.command != "train":
+        raise ValueError(f"a TrainConfig comes from a train command line, not {args.command!r}")
+    if args.config is None:
+        loss_params = {k: getattr(args, k) for k in _LOSS_FLAGS if getattr(args, k) is not None}
+        return TrainConfig(loss_params=loss_params, **{s.name: getattr(args, s.name) for s, _ in _setting_fields()})
+    stored = _read_config_file(Path(args.config))
+    # Only what was typed is a request: an option's default would otherwise replace the file's value.
+    typed = _typed_options(argv) - _NOT_SETTINGS
+    settings = {dest: getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
+    # Hyper-parameters belong to their loss (Proxy-Anchor's alpha is no Norm-softmax setting): another loss starts
+    # from its own defaults, the same loss keeps the file's and takes the typed ones on top.
+    same_loss = settings.get("loss", stored.loss) == stored.loss
+    loss_params = {**(stored.loss_params if same_loss else {}),
+                   **{name: getattr(args, name) for name in sorted(typed & set(_LOSS_FLAGS))}}
+    return dataclasses.replace(stored, **settings, loss_params=loss_params)
+
+
+def _read_config_file(path: Path) -> TrainConfig:
+    """The TrainConfig in a JSON or YAML file (settings it leaves out keep their defaults); ValueError naming the file
+    for anything that keeps it from being one."""
+    import dataclasses
+    import difflib
+
+    from memvir.config import TrainConfig
+
+    what = "pass a run's train_config.json, or a JSON or YAML file of TrainConfig settings"
+    if path.is_dir():
+        raise ValueError(f"--config {path} is a folder; pass a file, e.g. {path / 'train_config.json'}")
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file; {what}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() in _YAML_SUFFIXES:
+        values = _parse_yaml(text, path)
+    else:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--config {path} is not valid JSON ({error.msg} at line {error.lineno} column "
+                             f"{error.colno}); a YAML file must be named .yaml or .yml") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"--config {path} holds {type(values).__name__ if values is not None else 'nothing'}, not "
+                         'a mapping of TrainConfig settings such as {"memvir_n": 2}')
+    known = [setting.name for setting in dataclasses.fields(TrainConfig)]
+    unknown = sorted(set(values) - set(known), key=str)
+    if unknown:
+        guesses = {name: difflib.get_close_matches(str(name).replace("-", "_"), known, n=1) for name in unknown}
+        named = ", ".join(f"{name} (did you mean {guess[0]}?)" if guess else str(name)
+                          for name, guess in guesses.items())
+        raise ValueError(f"--config {path}: unknown setting(s) {named}; settings are TrainConfig's field names, as "
+                         "a run's train_config.json holds them")
+    try:
+        return TrainConfig(**values)
+    except ValueError as error:
+        raise ValueError(f"--config {path}: {error}") from None
+    except TypeError as error:  # a value of a type no check expected (a mapping where a number goes): still the file's
+        raise ValueError(f"--config {path}: a setting has a value of the wrong type ({error})") from None
+
+
+def _parse_yaml(text: str, path: Path):
+    import dataclasses
+
+    from memvir.config import TrainConfig
+
+    try:
+        import yaml
+    except ImportError:
+        raise ValueError(f"reading --config {path} as YAML needs the PyYAML package (pip install pyyaml); or pass "
+                         "the settings as JSON") from None
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark, problem = getattr(error, "problem_mark", None), getattr(error, "problem", None)
+        where = f"{problem} at line {mark.line + 1} column {mark.column + 1}" if mark and problem else str(error)
+        raise ValueError(f"--config {path} is not valid YAML ({where})") from None
+    if isinstance(values, dict):
+        # YAML 1.1, which PyYAML reads, takes 1e-3 (no dot) for a string: read it as the number it is meant to be.
+        floats = {setting.name for setting in dataclasses.fields(TrainConfig) if setting.type == "float"}
+        for name in floats & set(values):
+            if isinstance(values[name], str):
+                try:
+                    values[name] = float(values[name])
+                except ValueError:
+                    pass  # left as written, for TrainConfig to refuse in its words
+    return values
 
 
 def _resume(args):

@@ -5,10 +5,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cli_process import run_memvir
+
+from memvir.cli import train_config
+from memvir.config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,6 +69,13 @@ def test_schedule_and_validation_flags_reach_the_run(tmp_path):
     config = json.loads((run / "train_config.json").read_text())
     assert config["memvir_schedule"] == "all-at-once" and config["val_classes"] == 4
     assert "all-at-once" in (run / "README.md").read_text()
+
+    # The run again from its own folder, in one command: its settings exactly, with the one flag typed on top.
+    stored = TrainConfig.from_json((run / "train_config.json").read_text())
+    assert train_config(["train", "--config", str(run / "train_config.json"), "--out", "unused"]) == stored
+    again = tmp_path / "again"
+    memvir_cli("train", "--config", run / "train_config.json", "--max-steps", "2", "--out", again)
+    assert TrainConfig.from_json((again / "train_config.json").read_text()) == replace(stored, max_steps=2)
 
 
 @pytest.mark.parametrize(
