@@ -10,8 +10,17 @@ changes it (tests/app/test_shims.py).
   its `type`: a small PNG declaring a 12000 x 12000 canvas would cost the server gigabytes). The instance's
   preprocess is replaced rather than subclassed: every gr.Component subclass makes gradio write a .pyi stub beside
   its source file when the class is defined. Its blob store (`ImageEditor.accept_blobs` keeps each drawing's parts
-  until an event names them) is bounded by `BoundedBlobs`: blobs that no search ever names (a page closed mid-drawing,
-  a client that only uploads) stayed in the server's memory for good.
+  until an event names them) is bounded by `BoundedBlobs`: blobs that no search ever names (the page sends a new
+  drawing id at every stroke; a page closed mid-drawing, a client that only uploads) stayed in the server's memory for
+  good. Its accept_blobs, which gradio serves at /gradio_api/component_server, is guarded (`_check_blob`): gradio
+  made a layer list as long as any index sent, kept with the drawing, and answered anything unexpected with HTTP 500.
+- gradio's File: `without_file_per_request` passes a handler the uploaded file's path as gradio does, without the empty
+  temporary file gradio's File.preprocess opened in the upload cache at every event (`_process_single_file`): a
+  client repeating one search left one file more each time, for good.
+- gradio's routes: `bounded_request_bodies` refuses, in words, a request body above a bound before it is read, except
+  on gradio's upload route (/gradio_api/upload, which launch's max_file_size bounds and which writes to disk). gradio
+  reads every event's body whole and parses it, whatever its size, before any component's check: an event carrying
+  an image as a data URL kept the server's memory higher long after its refusal (docs/benchmarks.md).
 - gradio's Dropdown and Radio: `refuse_outside_choices` checks a value sent for one (demo.common.inputs.check_text,
   then the choices) before gradio's own check, whose error quotes the value whole (a 20 MB dataset name came back
   in a 21 MB reply, a lone surrogate as a reply the server could not encode) and prints a traceback per refusal.
@@ -23,7 +32,10 @@ changes it (tests/app/test_shims.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
+import json
 import logging
 import threading
 import time
@@ -32,6 +44,11 @@ import types
 import gradio as gr
 import plotly
 import plotly.graph_objects as go
+from fastapi import HTTPException
+from gradio.route_utils import API_PREFIX
+from gradio.utils import NamedString
+from gradio_client.utils import is_valid_file
+from starlette.middleware import Middleware
 
 from demo.common.inputs import InputRefused, check_text, shown
 
@@ -96,6 +113,11 @@ def _preprocess_undecoded(sketch: gr.Sketchpad, payload):
 # A drawing's parts are a few hundred kB; a page's search names them within seconds of the drawing's last stroke.
 SKETCH_BLOBS_MAX_BYTES = 32 * 2**20
 SKETCH_BLOBS_MAX_AGE_S = 600.0
+# The page's editor names a drawing by Math.random().toString(36) (about 11 characters), and a visitor adds a layer
+# by hand: far fewer than this.
+SKETCH_PARTS = ("background", "layer", "composite")
+SKETCH_ID_MAX_CHARS = 64
+SKETCH_MAX_LAYERS = 100
 
 
 def _blob_bytes(blobs) -> int:
@@ -114,6 +136,7 @@ class BoundedBlobs(dict):
         self.max_bytes, self.max_age_s, self._clock = max_bytes, max_age_s, clock
         self._stored: dict[str, tuple[float, int]] = {}  # id -> (when last written, bytes), oldest first
         self._lock = threading.Lock()  # blobs arrive on many request threads at once
+        self._timer: threading.Timer | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -130,6 +153,7 @@ class BoundedBlobs(dict):
             super().__setitem__(key, blobs)
             self._stored[key] = (self._clock(), size)
             self._forget(self._clock())
+            self._wake_at_next_expiry()
 
     def pop(self, key, *default):
         with self._lock:
@@ -146,12 +170,63 @@ class BoundedBlobs(dict):
             total -= size
             log.info("a drawing's blobs (%d bytes) were forgotten unused", size)
 
+    def _wake_at_next_expiry(self) -> None:
+        """Forget the oldest drawing when it expires even if no blob arrives by then: a server left quiet after a
+        burst of unnamed drawings would otherwise hold them for good. Called under the lock."""
+        if self._timer is not None or not self._stored:
+            return
+        written, _ = next(iter(self._stored.values()))
+        self._timer = threading.Timer(max(0.0, written + self.max_age_s - self._clock()) + 1.0, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._forget(self._clock())
+            self._wake_at_next_expiry()
+
+
+def _refuse_blob(reason: str):
+    log.warning("a drawing's part was refused: %s", reason)
+    raise HTTPException(status_code=400, detail=f"the drawing's part was refused: {reason}")
+
+
+def _check_blob(data) -> None:
+    """Refuse (HTTP 400, in words) a blob upload the page's editor would not send, before gradio's accept_blobs reads
+    it: it made a layer list as long as any index sent, and raised (HTTP 500, a traceback) on a missing field."""
+    fields, files = getattr(data, "data", None), getattr(data, "files", None)
+    if not isinstance(fields, dict) or not isinstance(files, list):
+        _refuse_blob("send it as the page's editor does: a form with its type, index and drawing id, and one file")
+    kind, index, drawing = fields.get("type"), fields.get("index"), fields.get("id")
+    if kind not in SKETCH_PARTS:
+        _refuse_blob(f"its type must be one of {', '.join(SKETCH_PARTS)}, got {shown(kind)}")
+    if not isinstance(drawing, str) or not 0 < len(drawing) <= SKETCH_ID_MAX_CHARS:
+        _refuse_blob(f"its drawing id must be text of 1 to {SKETCH_ID_MAX_CHARS} characters")
+    if isinstance(index, str) and len(index) <= 3 and index.isascii() and index.isdigit():
+        index = int(index)  # a form's field
+    layer = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < SKETCH_MAX_LAYERS
+    if "index" not in fields or not (layer or index in (None, "", "null")):
+        _refuse_blob(f"its layer index must be null or a whole number from 0 to {SKETCH_MAX_LAYERS - 1}, got "
+                     f"{shown(index)}")
+    if len(files) != 1:
+        _refuse_blob(f"it must carry one file, not {len(files)}")
+
 
 def pass_undecoded(sketch: gr.Sketchpad) -> gr.Sketchpad:
-    """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded, and keeping the
-    blobs of drawings no event has named yet within bounds (`BoundedBlobs`)."""
+    """`sketch`, from now on passing its handler the drawing's parts as files or bytes, none decoded, keeping the
+    blobs of drawings no event has named yet within bounds (`BoundedBlobs`), and refusing a blob upload the page would
+    not send (`_check_blob`)."""
     sketch.preprocess = types.MethodType(_preprocess_undecoded, sketch)
     sketch.blob_storage = BoundedBlobs()
+    accept = sketch.accept_blobs
+
+    def accept_blobs(data):
+        _check_blob(data)
+        return accept(data)
+
+    accept_blobs._is_server_fn = True  # what /gradio_api/component_server asks of a function it may call
+    sketch.accept_blobs = accept_blobs
     return sketch
 
 
@@ -176,3 +251,112 @@ def refuse_outside_choices(component, name: str):
     choices, in words naming it `name`, without quoting the value whole."""
     component.preprocess = functools.partial(_preprocess_choice, component, name, component.preprocess)
     return component
+
+
+def _file_by_path(component: gr.File, original, payload):
+    """What gradio's File._process_single_file passes a handler (the uploaded file's path, as a NamedString), without
+    the temporary file it opened in the upload cache and never closed nor removed."""
+    if component.type != "filepath":
+        return original(payload)
+    if component.file_types and not is_valid_file(payload.path, component.file_types):
+        message = (f"this box takes {', '.join(component.file_types)} files only, and "
+                   f"{shown(payload.orig_name or 'the file sent')} is not one")
+        log.warning("an upload was refused: %s", message)
+        raise gr.Error(message, print_exception=False)
+    return NamedString(payload.path)
+
+
+def without_file_per_request(blocks: gr.Blocks) -> gr.Blocks:
+    """`blocks`, each of its gr.File boxes from now on passing its handler the upload's path without writing a file."""
+    for block in blocks.blocks.values():
+        if isinstance(block, gr.File):
+            block._process_single_file = functools.partial(_file_by_path, block, block._process_single_file)
+    return blocks
+
+
+_UPLOAD_ROUTE = f"{API_PREFIX}/upload"
+# How long a refused body is read and dropped before the refusal is sent: a client that has not finished sending
+# reads no answer from a connection closed under it, and one that sends for longer than this gets it all the same.
+_REFUSED_BODY_LINGER_S = 10.0
+
+
+def _declared_length(scope) -> int | None:
+    for name, value in scope.get("headers") or []:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class BoundedRequestBodies:
+    """ASGI middleware answering a request whose body is longer than `max_bytes` with HTTP 413 and a sentence (as
+    {"detail": ...}, the shape of FastAPI's own refusals), except on gradio's upload route. A declared Content-Length
+    is judged before a byte of the body is kept; a body without one (chunked) is counted as it arrives and cut off at
+    the bound, and whatever the app answered to the cut gives way to the refusal. The rest of a refused body is read
+    and dropped, a chunk at a time, for up to `_REFUSED_BODY_LINGER_S`, so that the client can read the answer."""
+
+    def __init__(self, app, max_bytes: int, advice: str = ""):
+        self.app, self.max_bytes, self.advice = app, max_bytes, advice
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path", "").rstrip("/").endswith(_UPLOAD_ROUTE):
+            await self.app(scope, receive, send)
+            return
+        declared = _declared_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(receive, send, declared)
+            return
+        received, cut, answering = 0, False, False
+
+        async def counted():
+            nonlocal received, cut
+            if cut:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    cut = True
+                    return {"type": "http.disconnect"}  # the app sees a client gone, and keeps nothing more
+            return message
+
+        async def unless_cut(message):
+            nonlocal answering
+            if cut and not answering:
+                return
+            answering = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, unless_cut)
+        except Exception:
+            if not cut or answering:
+                raise
+        if cut and not answering:
+            await self._refuse(receive, send, self.max_bytes, more=True)
+
+    async def _refuse(self, receive, send, size: int, more: bool = False) -> None:
+        from memvir.memory.size import format_bytes
+
+        message = (f"the request is {'more than ' * more}{format_bytes(size)}; requests up to "
+                   f"{format_bytes(self.max_bytes)} are accepted" + (f": {self.advice}" if self.advice else ""))
+        log.warning("a request was refused: %s", message)
+        deadline = time.monotonic() + _REFUSED_BODY_LINGER_S
+        drained = False
+        with contextlib.suppress(TimeoutError):
+            while not drained:
+                dropped = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+                drained = dropped["type"] != "http.request" or not dropped.get("more_body", False)
+        body = json.dumps({"detail": message}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if not drained:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def bounded_request_bodies(max_bytes: int, advice: str = "") -> Middleware:
+    """`BoundedRequestBodies` as launch takes it (app_kwargs={"middleware": [...]})."""
+    return Middleware(BoundedRequestBodies, max_bytes=max_bytes, advice=advice)

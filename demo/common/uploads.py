@@ -80,11 +80,12 @@ def _opened_image(source: str | Path | bytes, name: str, max_bytes: int, max_pix
             f"{name} declares more than {2 * Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels; images up to "
             f"{max_pixels / 1e6:.0f} megapixels are accepted: scale it down and upload it again"
         ) from None
-    except UnidentifiedImageError as error:
-        raise UploadError(f"{name} is not an image this app can read ({ACCEPTED_IMAGES}): {error}") from None
+    except UnidentifiedImageError:  # Pillow's words name the server's copy of the file
+        raise UploadError(f"{name} is not an image this app can read ({ACCEPTED_IMAGES})") from None
     except (OSError, SyntaxError, ValueError) as error:  # truncated or corrupt data surfaces as any of these
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error  # without the file's path
         raise UploadError(
-            f"{name} could not be decoded as an image ({error}); upload a {ACCEPTED_IMAGES} file"
+            f"{name} could not be decoded as an image ({reason}); upload a {ACCEPTED_IMAGES} file"
         ) from None
 
 
