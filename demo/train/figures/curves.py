@@ -173,10 +173,10 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None, reduc
     if per_set:
         loss = loss / (columns["num_virtual_sets"] + 1)
     shown = thinned(steps, eval_steps)
-    name = "loss per set" if per_set else "loss"
-    traces.append(scatter(x=steps[shown], y=loss[shown], name=name, mode="lines",
+    shown_as = "loss ÷ (k+1)" if per_set else "loss"
+    traces.append(scatter(x=steps[shown], y=loss[shown], name="loss", mode="lines",
                           line=dict(color=MAIN_COLOR, width=1.5),
-                          hovertemplate=f"step %{{x}}<br>{name} %{{y:.4f}}<extra></extra>"))
+                          hovertemplate=f"step %{{x}}<br>{shown_as} %{{y:.4f}}<extra></extra>"))
     traces.append(scatter(x=eval_steps, y=recall, name="test R@1", mode="lines+markers", yaxis="y2",
                           line=dict(color=RECALL_COLOR, width=2), marker=dict(size=6, color=RECALL_COLOR),
                           hovertemplate="step %{x}<br>Recall@1 %{y:.2%}<extra></extra>"))

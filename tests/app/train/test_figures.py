@@ -80,8 +80,9 @@ def test_a_balanced_runs_loss_is_drawn_on_the_baselines_scale_and_says_so():
     """The balanced loss sums k+1 set means: drawn as is it jumps k+1-fold as the sets arrive (2.3 to 17-24 on the
     page), beside a baseline at 0.5. Drawn divided by k+1, by hand: record i's loss 2.0 + 0.1 i over KS[i] + 1."""
     fig = curves_figure(RUN, BASELINE, reduction="balanced")
-    loss = trace(fig, "loss per set")
+    loss = trace(fig, "loss")
     np.testing.assert_allclose(loss.y, [(2.0 + 0.1 * i) / (k + 1) for i, k in enumerate(KS)])
+    assert "loss ÷ (k+1)" in loss.hovertemplate
     arrivals = trace(fig, "virtual set arrives")  # the triangles sit on the curve drawn
     np.testing.assert_allclose(arrivals.y, [(2.0 + 0.1 * i) / (KS[i] + 1) for i in (4, 6, 8, 11)])
     assert fig.layout.yaxis.title.text == "loss ÷ (k+1): mean of the k+1 set means"
