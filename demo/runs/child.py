@@ -51,8 +51,9 @@ def main(connection, spec: LaunchSpec) -> None:
         import torch
 
         torch.set_num_threads(spec.threads)
+        from memvir.config import TrainConfig
         from memvir.train.checks import TrainingDiverged
-        from memvir.train.trainer import TrainConfig, Trainer
+        from memvir.train.trainer import Trainer
 
         listeners = [outbox.put]
         if spec.resume:

@@ -394,7 +394,7 @@ class RunManager:
         """Overlay the same configuration without MemVir (N = 0), with `settings` (TrainConfig fields: the
         baseline's own tuned optimiser, where the caller has one) in place of the run's: loaded when such a run
         finished before, else trained beside the run (it shares the run's training slot)."""
-        from memvir.train.trainer import TrainConfig
+        from memvir.config import TrainConfig
 
         run = self._owned(run_id, visitor)
         if run.baseline is not None:
