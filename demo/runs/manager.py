@@ -261,10 +261,9 @@ class RunManager:
         (settings.persist_dir), a copy of its files there once it rests (demo.runs.persist)."""
         if self.settings.persist_dir is None:
             return run._on_event
+        from memvir.events import StatusEvent  # once a run, not at every event it sends
 
         def listen(event) -> None:
-            from memvir.events import StatusEvent
-
             run._on_event(event)
             if isinstance(event, StatusEvent) and event.state in persist.RESTING_STATES:
                 thread = threading.Thread(target=self._persist, args=(run,), name=f"memvir-persist-{run.id}",

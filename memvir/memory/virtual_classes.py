@@ -42,9 +42,13 @@ def virtual_sets_at(step: int, num_steps: int, margin: int, warmup_steps: int, s
     if step < warmup_steps or num_steps == 0:
         return 0
     capacity = num_steps * (margin + 1)
-    store_from = max(0, warmup_steps - capacity) if schedule == "all-at-once" else warmup_steps
-    stored = min(step - store_from, capacity)
+    stored = min(step - _first_stored_step(warmup_steps, capacity, schedule), capacity)
     return min(stored // (margin + 1), num_steps)
+
+
+def _first_stored_step(warmup_steps: int, capacity: int, schedule: str) -> int:
+    """The first step that is stored: the warm-up's end, or for "all-at-once" N(M+1) steps before it."""
+    return max(0, warmup_steps - capacity) if schedule == "all-at-once" else warmup_steps
 
 
 class AugmentedBatch(tuple):
@@ -284,10 +288,7 @@ class MemVir(nn.Module):
         self.num_virtual_sets = 0
 
     def _store_from(self) -> int:
-        """The first step that is stored: the warm-up's end, or for "all-at-once" N(M+1) steps before it."""
-        if self.schedule == "all-at-once":
-            return max(0, self.warmup_steps - self.capacity)
-        return self.warmup_steps
+        return _first_stored_step(self.warmup_steps, self.capacity, self.schedule)
 
     def num_classes_at(self, step: int, num_classes: int) -> int:
         """s(i), the class count at call `step` under the current N, M, U (for the curriculum: docs/method.md,
