@@ -69,6 +69,18 @@ class Profile:
     # the CONTROLS it runs: the fair comparison's four by default
     controls: tuple[str, ...] = ("baseline-loss-x2", "baseline-class-lr-x2", "balanced-eps-1e-8", "seen-labels")
     study: str = "fair"  # its folder under docs/reproduction/ (results.json, per_query/), shared by related profiles
+    box: str = "first"  # the search box (BOXES) its trials are drawn from
+    arms: tuple[str, ...] = ("baseline", "memvir-official", "memvir-balanced")  # the arms it searches (ARMS)
+    # Post-warm-up loss multipliers the baseline searches besides x1: its trials are then the shared points at x1 and
+    # again at one of these, as many as the two MemVir reductions' trials together (baseline_trials)
+    baseline_multipliers: tuple[float, ...] = ()
+
+    def arm_trials(self, arm: str) -> int:
+        """How many trials `arm` gets: the profile's count, twice that for a baseline that searches its multiplier."""
+        return 2 * self.trials if arm == "baseline" and self.baseline_multipliers else self.trials
+
+    def trial(self, arm: str, trial: int) -> Setting:
+        return trial_setting(arm, trial, self.trials, BOXES[self.box], self.baseline_multipliers)
 
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -87,6 +99,13 @@ PROFILES = {
     "schedule": Profile("schedule", folds=2, fold_size=255, trials=6, seeds=SEEDS, choose_from="cpu",
                         controls=("schedule-balanced-optimiser", "baseline-balanced-optimiser",
                                   "schedule-baseline-optimiser", "baseline-official-optimiser")),
+    # The widened search (docs/reproduction.md, "A converged search"): every arm in a box that reaches past the first
+    # study's choices, the baseline with its post-warm-up loss multiplier searched in as many trials as the two MemVir
+    # reductions together, and the seen-labels memory searched as an arm of its own (N and M included).
+    "wide": Profile("wide", folds=2, fold_size=255, trials=6, seeds=SEEDS, box="wide", study="wide",
+                    arms=("baseline", "memvir-official", "memvir-balanced", "memvir-seen"),
+                    baseline_multipliers=(2.0, 5.0),
+                    controls=("schedule-balanced-optimiser", "schedule-baseline-optimiser")),
     "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=SEEDS),
     # the whole pipeline in a couple of minutes, to try the runner (write it elsewhere: --output)
     "smoke": Profile("smoke", folds=2, fold_size=6, trials=2, seeds=(0, 1), epochs=2, warmup=1, dataset="glyphs-mini"),
@@ -152,15 +171,29 @@ class Setting:
         return f"{memvir}; {optimiser}{scaled}"
 
 
+@dataclass(frozen=True)
+class SearchBox:
+    """The ranges the trials' learning rates (log scale) and the loss's scale (linear) are drawn from."""
+
+    lr: tuple[float, float]
+    class_lr: tuple[float, float]
+    scale: tuple[float, float]
+
+
 # The search space. Adam eps is searched over four decades because it decides whether a scaled loss acts as a
-# learning-rate change (memvir.train.adam_regime); 1e-2 is the reference code's.
-LR_RANGE, CLASS_LR_RANGE, SCALE_RANGE = (3e-4, 3e-3), (3e-3, 3e-2), (12.0, 40.0)
+# learning-rate change (memvir.train.adam_regime); 1e-2 is the reference code's. The first study's box; the widened
+# one reaches 6x lower learning rates and half the lowest scale, where the first study's baseline chose its corner.
+BOXES = {"first": SearchBox(lr=(3e-4, 3e-3), class_lr=(3e-3, 3e-2), scale=(12.0, 40.0)),
+         "wide": SearchBox(lr=(5e-5, 3e-3), class_lr=(5e-4, 3e-2), scale=(6.0, 40.0))}
+EDGE = 0.1  # a chosen value within this share of its range's end lies on the box's edge: the box grows
 ADAM_EPS = (1e-8, 1e-6, 1e-4, 1e-2)
 MEMVIR_N, MEMVIR_M = (1, 2, 4), (10, 25, 50, 100)
 ARMS = {"baseline": Setting(), "memvir-official": Setting(n=2, m=50),
-        "memvir-balanced": Setting(n=2, m=50, reduction="balanced")}  # trial 0 of each: the page's current settings
+        "memvir-balanced": Setting(n=2, m=50, reduction="balanced"),
+        "memvir-seen": Setting(n=2, m=50, labels="seen")}  # trial 0 of each: the page's current settings
 ARM_NAMES = {"baseline": "baseline", "memvir-official": "MemVir, paper's reduction",
-             "memvir-balanced": "MemVir, balanced reduction"}
+             "memvir-balanced": "MemVir, balanced reduction",
+             "memvir-seen": "the memory with seen labels (searched)"}
 
 
 def _strata(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -179,17 +212,26 @@ def _log_scale(unit: float, low: float, high: float) -> float:
     return float(np.exp(np.log(low) + unit * (np.log(high) - np.log(low))))
 
 
-def trial_setting(arm: str, trial: int, trials: int) -> Setting:
+def trial_setting(arm: str, trial: int, trials: int, box: SearchBox = BOXES["first"],
+                  multipliers: tuple[float, ...] = ()) -> Setting:
     """Trial `trial` of `arm` in a search of `trials`: the arm's start for trial 0, else point `trial` of a Latin
-    hypercube over the optimiser settings shared by all arms, and of one over N and M shared by the MemVir arms."""
+    hypercube over the optimiser settings shared by all arms, and of one over N and M shared by the MemVir arms.
+    With `multipliers`, the baseline's trials `trials`.. are its first `trials` again, each with one of them as its
+    post-warm-up loss multiplier (every multiplier about equally often)."""
+    if trial >= trials:
+        if arm != "baseline" or not multipliers or trial >= 2 * trials:
+            raise ValueError(f"{arm} has no trial {trial} in a search of {trials}")
+        multiplier = _spread_choice(np.random.default_rng([SEARCH_SEED, trials, 2]), multipliers, trials)
+        return replace(trial_setting(arm, trial - trials, trials, box),
+                       loss_scale_after_warmup=float(multiplier[trial - trials]))
     if trial == 0:
         return ARMS[arm]
     count, row = trials - 1, trial - 1
     optimiser = np.random.default_rng([SEARCH_SEED, trials])
     lr, class_lr, scale = (_strata(optimiser, count) for _ in range(3))
     eps = _spread_choice(optimiser, ADAM_EPS, count)
-    drawn = replace(ARMS[arm], lr=_log_scale(lr[row], *LR_RANGE), class_lr=_log_scale(class_lr[row], *CLASS_LR_RANGE),
-                    adam_eps=float(eps[row]), scale=round(SCALE_RANGE[0] + scale[row] * np.ptp(SCALE_RANGE), 1))
+    drawn = replace(ARMS[arm], lr=_log_scale(lr[row], *box.lr), class_lr=_log_scale(class_lr[row], *box.class_lr),
+                    adam_eps=float(eps[row]), scale=round(box.scale[0] + scale[row] * np.ptp(box.scale), 1))
     if drawn.n == 0:
         return drawn
     memvir = np.random.default_rng([SEARCH_SEED, trials, 1])
@@ -306,12 +348,27 @@ def search_score(results: Results, profile: Profile, arm: str, trial: int) -> fl
 def chosen_settings(results: Results, profile: Profile) -> dict[str, Setting]:
     """Each arm whose trials are all in: the setting of its best trial (the choice rule)."""
     chosen = {}
-    for arm in ARMS:
-        scores = [search_score(results, profile, arm, t) for t in range(profile.trials)]
+    for arm in profile.arms:
+        scores = [search_score(results, profile, arm, t) for t in range(profile.arm_trials(arm))]
         if None not in scores:
             # argmax: the first of equal scores
-            chosen[arm] = trial_setting(arm, int(np.argmax(scores)), profile.trials)
+            chosen[arm] = profile.trial(arm, int(np.argmax(scores)))
     return chosen
+
+
+def box_edges(setting: Setting, box: SearchBox) -> list[str]:
+    """The chosen setting's values that lie on the box's edge (within EDGE of a range's end, learning rates on their
+    log scale): where the box must grow and the search go on, since the optimum may lie outside it."""
+    edges = []
+    for name, (low, high) in (("lr", box.lr), ("class_lr", box.class_lr), ("scale", box.scale)):
+        value = getattr(setting, name)
+        unit = ((np.log(value) - np.log(low)) / (np.log(high) - np.log(low)) if name != "scale"
+                else (value - low) / (high - low))
+        if unit <= EDGE:
+            edges.append(f"{name} {value:.3g} at the low edge ({low:g})")
+        elif unit >= 1 - EDGE:
+            edges.append(f"{name} {value:.3g} at the high edge ({high:g})")
+    return edges
 
 
 # ------------------------------------------------------------------------------------------------------- runs
@@ -350,8 +407,9 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
     if profile.choose_from:
         jobs, chosen = [], chosen_settings(results, PROFILES[profile.choose_from])
     else:
-        jobs = [Job("search", arm, trial_setting(arm, t, profile.trials), trial=t, fold=f)
-                for t in range(profile.trials) for arm in ARMS for f in range(profile.folds)]
+        jobs = [Job("search", arm, profile.trial(arm, t), trial=t, fold=f)
+                for t in range(max(map(profile.arm_trials, profile.arms))) for arm in profile.arms
+                for f in range(profile.folds) if t < profile.arm_trials(arm)]
         chosen = chosen_settings(results, profile)
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
     jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()]
@@ -454,12 +512,17 @@ def run_study(profile: Profile, jobs: int, device: str, runs: Path, output: Path
 
 # ------------------------------------------------------------------------------------------------------- report
 def plan(profile: Profile) -> str:
-    lines = [f"profile {profile.name}: {profile.trials} trials per arm x {profile.folds} folds of "
-             f"{profile.fold_size} validation classes, then {len(profile.seeds)} seeds; {profile.epochs} epochs, "
-             f"warm-up {profile.warmup:g}", "", "| trial | " + " | ".join(ARM_NAMES[a] for a in ARMS) + " |",
-             "|---:|" + "---|" * len(ARMS)]
-    for t in range(profile.trials):
-        lines.append(f"| {t} | " + " | ".join(trial_setting(a, t, profile.trials).describe() for a in ARMS) + " |")
+    box = BOXES[profile.box]
+    trials = ", ".join(f"{ARM_NAMES[a]} {profile.arm_trials(a)}" for a in profile.arms)
+    lines = [f"profile {profile.name}: trials ({trials}) x {profile.folds} folds of {profile.fold_size} validation "
+             f"classes, then {len(profile.seeds)} seeds; {profile.epochs} epochs, warm-up {profile.warmup:g}; box: "
+             f"lr {box.lr[0]:g} to {box.lr[1]:g}, class lr {box.class_lr[0]:g} to {box.class_lr[1]:g}, scale "
+             f"{box.scale[0]:g} to {box.scale[1]:g}", "",
+             "| trial | " + " | ".join(ARM_NAMES[a] for a in profile.arms) + " |",
+             "|---:|" + "---|" * len(profile.arms)]
+    for t in range(max(map(profile.arm_trials, profile.arms))):
+        lines.append(f"| {t} | " + " | ".join(profile.trial(a, t).describe() if t < profile.arm_trials(a) else ""
+                                              for a in profile.arms) + " |")
     return "\n".join(lines)
 
 
@@ -467,9 +530,9 @@ def search_table(results: Results, profile: Profile) -> str:
     chosen = chosen_settings(results, profile)
     lines = ["| arm | trial | setting | " + " | ".join(f"fold {f}" for f in range(profile.folds))
              + " | mean validation MAP@R |", "|---|---:|---|" + "---:|" * (profile.folds + 1)]
-    for arm in ARMS:
-        for t in range(profile.trials):
-            setting = trial_setting(arm, t, profile.trials)
+    for arm in profile.arms:
+        for t in range(profile.arm_trials(arm)):
+            setting = profile.trial(arm, t)
             folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=t, fold=f)
                      for f in range(profile.folds)]
             cells = [f"{100 * r['metrics'][CHOICE_METRIC]:.2f}" if r else "" for r in folds]
@@ -477,6 +540,10 @@ def search_table(results: Results, profile: Profile) -> str:
             mark = " (chosen)" if chosen.get(arm) == setting and score is not None else ""
             mean = f"{100 * score:.2f}{mark}" if score is not None else ""
             lines.append(f"| {ARM_NAMES[arm]} | {t} | {setting.describe()} | " + " | ".join(cells) + f" | {mean} |")
+    edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(found) for arm, setting in chosen.items()
+             if (found := box_edges(setting, BOXES[profile.box]))]
+    if edges:
+        lines += ["", "Chosen on the box's edge (the box grows and the search goes on):", *edges]
     return "\n".join(lines)
 
 
@@ -593,7 +660,7 @@ def overfit_table(results: Results, profile: Profile) -> str:
     (means over seeds), and the training batches' mean cos(x, W_y) at the end (the paper's Fig. 5)."""
     lines = ["| arm | seeds | MAP@R at step 0 | best MAP@R (step) | final MAP@R | final − best | cos(x, W_y) at the "
              "end |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for arm in ARMS:
+    for arm in profile.arms:
         group = _group(results, profile, arm)
         if not group:
             continue
@@ -654,14 +721,14 @@ def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     chosen = chosen_settings(results, profile)
-    if not any(_group(results, profile, arm) for arm in ARMS):
+    if not any(_group(results, profile, arm) for arm in profile.arms):
         return None
     figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     last_step = [0, 0, 0]  # each panel's last step: the warm-up ends at warmup / epochs of it
-    for arm in ARMS:
+    for arm in profile.arms:
         colour = COLOURS[arm]
         if arm in chosen:
-            trial = next(t for t in range(profile.trials) if trial_setting(arm, t, profile.trials) == chosen[arm])
+            trial = next(t for t in range(profile.arm_trials(arm)) if profile.trial(arm, t) == chosen[arm])
             folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=trial, fold=f)
                      for f in range(profile.folds)]
             steps, mean, _ = _curve_mean(folds, "val_map@r")

@@ -17,6 +17,7 @@ from fair_study import (  # noqa: E402
     ARMS,
     PROFILES,
     Results,
+    Setting,
     chosen_settings,
     pending_jobs,
     shown_command,
@@ -24,12 +25,13 @@ from fair_study import (  # noqa: E402
 )
 
 CPU = PROFILES["cpu"]
+FIRST = fair_study.BOXES["first"]
 OPTIMISER = ("lr", "class_lr", "adam_eps", "scale")
 
 
 def test_every_arm_gets_the_same_optimiser_points_and_the_memvir_arms_the_same_n_and_m():
     for trial in range(CPU.trials):
-        settings = {arm: trial_setting(arm, trial, CPU.trials) for arm in ARMS}
+        settings = {arm: trial_setting(arm, trial, CPU.trials) for arm in CPU.arms}
         points = {tuple(getattr(s, name) for name in OPTIMISER) for s in settings.values()}
         assert len(points) == 1, trial  # one optimiser point per trial, whatever the arm
         official, balanced = settings["memvir-official"], settings["memvir-balanced"]
@@ -43,14 +45,54 @@ def test_the_trials_stay_in_the_search_space_and_use_every_adam_eps():
     drawn = [trial_setting("memvir-official", t, CPU.trials) for t in range(1, CPU.trials)]
     assert {s.adam_eps for s in drawn} == set(fair_study.ADAM_EPS)  # 5 points over 4 values: none left out
     for s in drawn:
-        assert fair_study.LR_RANGE[0] <= s.lr <= fair_study.LR_RANGE[1]
-        assert fair_study.CLASS_LR_RANGE[0] <= s.class_lr <= fair_study.CLASS_LR_RANGE[1]
-        assert fair_study.SCALE_RANGE[0] <= s.scale <= fair_study.SCALE_RANGE[1]
+        assert FIRST.lr[0] <= s.lr <= FIRST.lr[1]
+        assert FIRST.class_lr[0] <= s.class_lr <= FIRST.class_lr[1]
+        assert FIRST.scale[0] <= s.scale <= FIRST.scale[1]
         assert s.n in fair_study.MEMVIR_N and s.m in fair_study.MEMVIR_M
     # a Latin hypercube: each fifth of the log learning-rate range holds one point
-    low, high = np.log(fair_study.LR_RANGE)
+    low, high = np.log(FIRST.lr)
     strata = sorted(int((np.log(s.lr) - low) / (high - low) * 5) for s in drawn)
     assert strata == [0, 1, 2, 3, 4]
+
+
+WIDE = PROFILES["wide"]
+
+
+def test_the_widened_search_gives_the_baseline_its_multiplier_in_as_many_trials_as_both_reductions():
+    """The baseline's 12 trials are the six shared points at x1 and again at x2 or x5 after the warm-up (each three
+    times); every MemVir arm, the seen-labels memory included, searches the same six points and the same N and M."""
+    assert {arm: WIDE.arm_trials(arm) for arm in WIDE.arms} == {
+        "baseline": 12, "memvir-official": 6, "memvir-balanced": 6, "memvir-seen": 6}
+    baseline = [WIDE.trial("baseline", t) for t in range(12)]
+    for t in range(6):
+        assert baseline[t].loss_scale_after_warmup == 1.0
+        assert baseline[t + 6] == replace(baseline[t], loss_scale_after_warmup=baseline[t + 6].loss_scale_after_warmup)
+        settings = [WIDE.trial(arm, t) for arm in WIDE.arms]
+        assert len({tuple(getattr(s, name) for name in OPTIMISER) for s in settings}) == 1
+        official, seen = WIDE.trial("memvir-official", t), WIDE.trial("memvir-seen", t)
+        assert (seen.n, seen.m, seen.labels, seen.reduction) == (official.n, official.m, "seen", "official")
+    assert sorted(s.loss_scale_after_warmup for s in baseline[6:]) == [2.0, 2.0, 2.0, 5.0, 5.0, 5.0]
+    wide = fair_study.BOXES["wide"]
+    for s in (WIDE.trial("memvir-balanced", t) for t in range(1, 6)):
+        assert wide.lr[0] <= s.lr <= wide.lr[1] and wide.scale[0] <= s.scale <= wide.scale[1]
+    # the search's runs: 12 baseline trials and 6 for each of three MemVir arms, on both folds; no final yet
+    jobs = pending_jobs(Results(Path("/nonexistent/results.json")), WIDE)
+    assert len(jobs) == 2 * (12 + 3 * 6) and {job.phase for job in jobs} == {"search"}
+    with pytest.raises(ValueError, match="no trial 6"):
+        WIDE.trial("memvir-official", 6)
+
+
+def test_a_choice_within_a_tenth_of_a_range_s_end_lies_on_the_box_s_edge():
+    wide, first = fair_study.BOXES["wide"], fair_study.BOXES["first"]
+    # lr 5.5e-5: log(5.5e-5 / 5e-5) / log(3e-3 / 5e-5) = 0.095 / 4.094 = 0.023 of the range: low edge;
+    # scale 39: (39 - 6) / 34 = 0.97: high edge; class lr 4e-3: log(8) / log(60) = 0.51: inside
+    assert fair_study.box_edges(Setting(lr=5.5e-5, class_lr=4e-3, scale=39.0), wide) == [
+        "lr 5.5e-05 at the low edge (5e-05)", "scale 39 at the high edge (40)"]
+    # the first study's baseline choice: lr at 0.07 of its box and scale at 0.05 (class lr at 0.17: inside);
+    # in the widened box the same point lies inside in every dimension (0.48, 0.53, 0.21)
+    first_choice = Setting(lr=0.000351, class_lr=0.00443, scale=13.3, adam_eps=1e-8)
+    assert [edge.split()[0] for edge in fair_study.box_edges(first_choice, first)] == ["lr", "scale"]
+    assert fair_study.box_edges(first_choice, wide) == []
 
 
 def _search_record(arm, trial, fold, val_map):
@@ -81,12 +123,12 @@ def test_equal_scores_choose_the_earlier_trial(tmp_path):
 def test_finals_wait_for_their_arms_search_and_controls_start_from_the_chosen_settings(tmp_path):
     assert {job.phase for job in pending_jobs(_results(tmp_path, []), CPU)} == {"search"}
     search = [_search_record(arm, t, f, 0.5 + 0.01 * t * (arm == "baseline"))
-              for arm in ARMS for t in range(CPU.trials) for f in (0, 1)]
+              for arm in CPU.arms for t in range(CPU.trials) for f in (0, 1)]
     jobs = pending_jobs(_results(tmp_path, search), CPU)
     assert {job.phase for job in jobs} == {"final", "control"}
     finals = [job for job in jobs if job.phase == "final"]
     # seed by seed: every arm's seed 0 before any seed 1, so a study stopped part-way has whole seeds to pair
-    assert [(job.seed, job.arm) for job in finals] == [(s, arm) for s in CPU.seeds for arm in ARMS]
+    assert [(job.seed, job.arm) for job in finals] == [(s, arm) for s in CPU.seeds for arm in CPU.arms]
     best_baseline = trial_setting("baseline", CPU.trials - 1, CPU.trials)  # the scores rise with the trial
     controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
     assert controls["baseline-class-lr-x2"].class_lr == pytest.approx(2 * best_baseline.class_lr)
@@ -146,11 +188,11 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
 def test_the_step_schedule_controls_take_balanced_s_schedule_and_each_arm_s_optimiser(tmp_path):
     """Each control is its arm's chosen setting with one change: balanced's step schedule (the loss x (k+1) of its
     chosen N and M, no virtual row) at balanced's or at the baseline's optimiser; each MemVir arm's optimiser alone."""
-    search = [_search_record(arm, t, f, 0.5 + 0.01 * t) for arm in ARMS for t in range(CPU.trials) for f in (0, 1)]
+    search = [_search_record(arm, t, f, 0.5 + 0.01 * t) for arm in CPU.arms for t in range(CPU.trials) for f in (0, 1)]
     schedule = PROFILES["schedule"]
     assert schedule.choose_from == "cpu" and schedule.study == CPU.study  # the CPU search's choices, trained again
     jobs = pending_jobs(_results(tmp_path, search), schedule)
-    assert {job.arm for job in jobs if job.phase == "final"} == set(ARMS)  # the arms again, on the schedule's commit
+    assert {job.arm for job in jobs if job.phase == "final"} == set(CPU.arms)  # again, on the schedule's commit
     chosen = {job.arm: job.setting for job in jobs if job.phase == "final" and job.seed == 0}
     controls = {job.arm: job.setting for job in jobs if job.phase == "control" and job.seed == 0}
     balanced, baseline, official = chosen["memvir-balanced"], chosen["baseline"], chosen["memvir-official"]
@@ -216,10 +258,10 @@ def test_a_class_share_profile_trains_the_regime_s_choices_on_that_share_of_the_
     assert share.study == REGIME.study  # one results.json: the choice is read from the regime's search
     assert pending_jobs(_results(tmp_path, []), share) == []  # no search of its own, nothing before the regime's
     search = [{**_search_record(arm, t, f, 0.5 + 0.01 * t * (arm == "memvir-official")), "profile": "regime"}
-              for arm in ARMS for t in range(REGIME.trials) for f in (0, 1)]
+              for arm in CPU.arms for t in range(REGIME.trials) for f in (0, 1)]
     jobs = pending_jobs(_results(tmp_path, search), share)
     finals = [job for job in jobs if job.phase == "final"]
-    assert len(finals) == len(ARMS) * len(share.seeds)
+    assert len(finals) == len(share.arms) * len(share.seeds)
     official = next(job for job in jobs if job.arm == "memvir-official")
     assert official.setting == trial_setting("memvir-official", REGIME.trials - 1, REGIME.trials)
     # its one control: the baseline with the MemVir arm's chosen optimiser (the arms' choices differ in it)
