@@ -74,6 +74,7 @@ class Profile:
     # Post-warm-up loss multipliers the baseline searches besides x1: its trials are then the shared points at x1 and
     # again at one of these, as many as the two MemVir reductions' trials together (baseline_trials)
     baseline_multipliers: tuple[float, ...] = ()
+    finals: tuple[str, ...] | None = None  # the chosen arms trained at every seed (None: every chosen arm)
 
     def arm_trials(self, arm: str) -> int:
         """How many trials `arm` gets: the profile's count, twice that for a baseline that searches its multiplier."""
@@ -84,6 +85,8 @@ class Profile:
 
 
 SEEDS = (0, 1, 2, 3, 4)
+TEN_SEEDS = tuple(range(10))
+DILUTION_CONTROLS = ("baseline-memvir-optimiser", "baseline-memvir-optimiser-half")
 PRETRAINED = "checkpoints/glyphs-pretrain-convnet"
 FEW_CLASSES = 116  # glyphs-few's training classes
 # The paper's regime (docs/reproduction.md, "The paper's regime"): the pretrained backbone fine-tuned on glyphs-few's
@@ -117,6 +120,14 @@ PROFILES = {
     **{f"regime-{share}": Profile(f"regime-{share}", folds=2, fold_size=38, trials=5, seeds=SEEDS,
                                   **{**REGIME, "controls": ("baseline-memvir-optimiser",)},
                                   held_out=FEW_CLASSES - round(FEW_CLASSES * share / 100), choose_from="regime")
+       for share in (10, 30)},
+    # The regime's dilution control (docs/reproduction.md, "The regime's dilution control"): where MemVir's paper
+    # reduction led, the baseline at its optimiser with its loss halved after the warm-up (official's cut of the live
+    # batch at N = 1, without a virtual class), beside the runs it is paired with, all again on one commit, 10 seeds.
+    **{f"dilution-{share}": Profile(f"dilution-{share}", folds=2, fold_size=38, trials=5, seeds=TEN_SEEDS,
+                                    **{**REGIME, "controls": DILUTION_CONTROLS},
+                                    held_out=FEW_CLASSES - round(FEW_CLASSES * share / 100), choose_from="regime",
+                                    finals=("memvir-official",))
        for share in (10, 30)},
     # the regime's pipeline on the bundled backbone in a few minutes, to try it
     "regime-smoke": Profile("regime-smoke", folds=2, fold_size=38, trials=2, seeds=(0, 1), dataset="glyphs-few",
@@ -270,6 +281,9 @@ CONTROLS = (
      "the memory's embeddings as more instances of the seen classes, no stored weight (as XBM, BroadFace)"),
     ("baseline-memvir-optimiser", "baseline with MemVir's optimiser", "memvir-official", {"n": 0},
      "the MemVir arm's chosen optimiser without a virtual class (the regime's shares, where the arms' choices differ)"),
+    ("baseline-memvir-optimiser-half", "baseline with MemVir's optimiser, loss x1/2 after warm-up", "memvir-official",
+     {"n": 0, "loss_scale_after_warmup": 0.5},
+     "the official reduction's cut of the live batch at N = 1 (its gradient / 2) without a virtual class"),
     ("schedule-balanced-optimiser", "baseline, balanced's step schedule and optimiser", "memvir-balanced",
      _balanced_schedule, "balanced MemVir's exact step schedule and optimiser without a virtual row"),
     ("baseline-balanced-optimiser", "baseline with balanced's optimiser", "memvir-balanced",
@@ -297,6 +311,7 @@ COMPARISONS = (
     ("baseline", "baseline-loss-x2"), ("baseline", "baseline-class-lr-x2"), ("baseline-loss-x2", "memvir-balanced"),
     ("memvir-balanced", "balanced-eps-1e-8"), ("seen-labels", "memvir-official"),
     ("baseline", "baseline-memvir-optimiser"), ("baseline-memvir-optimiser", "memvir-official"),
+    ("baseline-memvir-optimiser-half", "memvir-official"),
     ("schedule-balanced-optimiser", "memvir-balanced"), ("baseline-balanced-optimiser", "schedule-balanced-optimiser"),
     ("baseline-balanced-optimiser", "memvir-balanced"), ("baseline", "schedule-baseline-optimiser"),
     ("schedule-baseline-optimiser", "memvir-balanced"), ("baseline-official-optimiser", "memvir-official"),
@@ -412,7 +427,8 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
                 for f in range(profile.folds) if t < profile.arm_trials(arm)]
         chosen = chosen_settings(results, profile)
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
-    jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()]
+    jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()
+             if profile.finals is None or arm in profile.finals]
     jobs += [Job("control", name, control_setting(name, chosen), seed=s)
              for s in profile.seeds for name in profile.controls if control_needs(name) <= chosen.keys()]
     return [job for job in jobs if results.find(**job.keys(profile)) is None]
@@ -705,6 +721,32 @@ def share_table(results: Results, names: tuple[str, ...]) -> str:
                      f"{statistics.mean(values['recall@1']):.2f} ± {spread['recall@1']:.2f} | "
                      f"{cell('memvir-official', 'map@r')} | {cell('memvir-balanced', 'map@r')} | "
                      f"{cell('memvir-official', 'recall@1')} | {cell('memvir-balanced', 'recall@1')} |")
+    return "\n".join(lines)
+
+
+def early_stop_table(results: Results, names: tuple[str, ...]) -> str:
+    """For the shares that hold training classes out as validation: each arm's test MAP@R at step 0 (the pretrained
+    backbone, before any fine-tuning), at the end, and at a validation-chosen early stop (each run's evaluation with
+    the best validation MAP@R, the earliest of equals; means over seeds, the chosen steps listed)."""
+    lines = ["| training classes | run | seeds | MAP@R of the backbone (step 0) | final MAP@R | MAP@R at the "
+             "validation-chosen stop | steps chosen |", "|---|---|---:|---:|---:|---:|---|"]
+    for name in names:
+        profile = PROFILES[name]
+        if not profile.held_out:
+            continue
+        trained = FEW_CLASSES - profile.held_out
+        for arm in [*profile.arms, *profile.controls]:
+            group = _group(results, profile, arm)
+            if not group:
+                continue
+            columns = group[0]["curve_columns"]
+            test, validation = columns.index("map@r"), columns.index("val_map@r")
+            stops = [max(r["curve"], key=lambda row: row[validation]) for r in group]  # max keeps the first of equals
+            backbone = statistics.mean(100 * r["curve"][0][test] for r in group if r["curve"][0][0] == 0)
+            final = statistics.mean(100 * r["metrics"]["map@r"] for r in group)
+            stopped = statistics.mean(100 * row[test] for row in stops)
+            lines.append(f"| {trained} of {FEW_CLASSES} | {_label(arm)} | {len(group)} | {backbone:.2f} | "
+                         f"{final:.2f} | {stopped:.2f} | {', '.join(str(row[0]) for row in stops)} |")
     return "\n".join(lines)
 
 

@@ -276,6 +276,38 @@ def test_a_class_share_profile_trains_the_regime_s_choices_on_that_share_of_the_
     assert PROFILES["regime-10"].held_out == 116 - 12 and PROFILES["regime-70"].held_out == 116 - 81
 
 
+def test_the_dilution_control_halves_the_baseline_s_loss_at_official_s_optimiser_beside_official_at_ten_seeds(
+        tmp_path):
+    search = [{**_search_record(arm, t, f, 0.5 + 0.01 * t * (arm == "memvir-official")), "profile": "regime"}
+              for arm in CPU.arms for t in range(REGIME.trials) for f in (0, 1)]
+    for share, held_out in (("dilution-10", 104), ("dilution-30", 81)):
+        profile = PROFILES[share]
+        assert profile.study == REGIME.study and profile.held_out == held_out and profile.seeds == tuple(range(10))
+        jobs = pending_jobs(_results(tmp_path, search), profile)
+        official = trial_setting("memvir-official", REGIME.trials - 1, REGIME.trials)
+        runs = {(job.phase, job.arm): job.setting for job in jobs}
+        assert sorted(runs) == [("control", "baseline-memvir-optimiser"), ("control", "baseline-memvir-optimiser-half"),
+                                ("final", "memvir-official")]  # only official's final again, beside its controls
+        assert runs["control", "baseline-memvir-optimiser-half"] == replace(official, n=0, loss_scale_after_warmup=0.5)
+        assert len(jobs) == 3 * 10
+        args = runs["control", "baseline-memvir-optimiser-half"].args(profile)
+        assert args[args.index("--loss-scale-after-warmup") + 1] == "0.5" and args[args.index("--memvir-n") + 1] == "0"
+
+
+def test_the_early_stop_table_reads_each_run_s_best_validation_evaluation(tmp_path):
+    def final(arm, seed, curve):
+        return {"profile": "regime-70", "phase": "final", "arm": arm, "seed": seed, "trial": None, "fold": None,
+                "curve_columns": ["step", "map@r", "val_map@r"], "curve": [list(row) for row in curve],
+                "metrics": {"map@r": curve[-1][1]}}
+
+    records = [final("baseline", 0, [(0, 0.80, 0.90), (100, 0.84, 0.93), (200, 0.86, 0.93)]),  # the first of equals
+               final("baseline", 1, [(0, 0.80, 0.95), (100, 0.82, 0.94), (200, 0.83, 0.91)])]
+    table = fair_study.early_stop_table(_results(tmp_path, records), ("regime-70", "regime"))
+    # backbone 80.00; final (86 + 83) / 2 = 84.50; stops at step 100 (84) and step 0 (80): 82.00
+    assert table.splitlines()[2] == "| 81 of 116 | baseline | 2 | 80.00 | 84.50 | 82.00 | 100, 0 |"
+    assert len(table.splitlines()) == 3  # the whole regime holds no class out: no validation, no row
+
+
 def test_a_run_s_record_keeps_its_curves_and_its_target_cosines(tmp_path):
     steps = [{"type": "step", "step": s, "warmup": s < 20, "mean_target_cosine": c}
              for s, c in ((10, 0.41234567), (20, 0.6), (30, 0.75))]
@@ -342,7 +374,8 @@ def test_docs_reproduction_gives_the_regime_report_s_tables():
     for table in (fair_study.search_table(results, REGIME), fair_study.final_table(results, REGIME),
                   fair_study.comparison_table(fair_study.comparisons(results, REGIME)),
                   fair_study.overfit_table(results, REGIME),
-                  fair_study.share_table(results, fair_study.REGIME_SHARES)):
+                  fair_study.share_table(results, fair_study.REGIME_SHARES),
+                  fair_study.early_stop_table(results, fair_study.REGIME_SHARES)):
         assert table in doc
     for share in ("regime-10", "regime-30", "regime-70"):
         assert len(pending_jobs(results, PROFILES[share])) == 0, f"{share} is complete"
