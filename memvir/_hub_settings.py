@@ -2,8 +2,8 @@
 
 huggingface_hub 2.4.0 builds its user agent on every request; unless telemetry is off, the first one in a process
 also fetches `{HF_ENDPOINT}/api/agent-harnesses` with a 3 s timeout of its own (utils._detect_agent), before the
-request that was asked for. Against a Hub that does not answer, `memvir.hub.pull`'s 2 s look-up then took 5 s. Its
-only switch is the telemetry setting (HF_HUB_DISABLE_TELEMETRY, DISABLE_TELEMETRY or DO_NOT_TRACK), which
+request that was asked for, so against a Hub that does not answer `memvir.hub.pull`'s 2 s look-up waits for both
+timeouts. Its only switch is the telemetry setting (HF_HUB_DISABLE_TELEMETRY, DISABLE_TELEMETRY or DO_NOT_TRACK), which
 huggingface_hub reads once, when it is imported.
 """
 

@@ -11,19 +11,20 @@ changes it (tests/app/test_shims.py).
   preprocess is replaced rather than subclassed: every gr.Component subclass makes gradio write a .pyi stub beside
   its source file when the class is defined. Its blob store (`ImageEditor.accept_blobs` keeps each drawing's parts
   until an event names them) is bounded by `BoundedBlobs`: blobs that no search ever names (the page sends a new
-  drawing id at every stroke; a page closed mid-drawing, a client that only uploads) stayed in the server's memory for
-  good. Its accept_blobs, which gradio serves at /gradio_api/component_server, is guarded (`_check_blob`): gradio
-  made a layer list as long as any index sent, kept with the drawing, and answered anything unexpected with HTTP 500.
+  drawing id at every stroke; a page closed mid-drawing, a client that only uploads) would stay in the server's memory
+  for good. Its accept_blobs, which gradio serves at /gradio_api/component_server, is guarded (`_check_blob`): gradio
+  makes a layer list as long as any index sent, kept with the drawing, and answers anything unexpected with HTTP 500.
 - gradio's File: `without_file_per_request` passes a handler the uploaded file's path as gradio does, without the empty
-  temporary file gradio's File.preprocess opened in the upload cache at every event (`_process_single_file`): a
-  client repeating one search left one file more each time, for good.
+  temporary file gradio's File.preprocess opens in the upload cache at every event (`_process_single_file`): a
+  client repeating one search would leave one file more each time, for good.
 - gradio's routes: `bounded_request_bodies` refuses, in words, a request body above a bound before it is read, except
   on gradio's upload route (/gradio_api/upload, which launch's max_file_size bounds and which writes to disk). gradio
   reads every event's body whole and parses it, whatever its size, before any component's check: an event carrying
-  an image as a data URL kept the server's memory higher long after its refusal (docs/benchmarks.md).
+  an image as a data URL keeps the server's memory higher long after its refusal (docs/benchmarks.md, "Oversized and
+  repeated uploads").
 - gradio's Dropdown and Radio: `refuse_outside_choices` checks a value sent for one (demo.common.inputs.check_text,
-  then the choices) before gradio's own check, whose error quotes the value whole (a 20 MB dataset name came back
-  in a 21 MB reply, a lone surrogate as a reply the server could not encode) and prints a traceback per refusal.
+  then the choices) before gradio's own check, whose error quotes the value whole (a dataset name of megabytes comes
+  back in a reply as large, a lone surrogate in a reply the server cannot encode) and prints a traceback per refusal.
   Replaced per instance, as the Sketchpad's.
 - plotly's Figure without per-property validation (`unvalidated_figure`): most of the cost of the app's figures,
   which are redrawn every second while a run trains; tests/app/train/test_figure_validity.py has plotly validate
