@@ -25,7 +25,7 @@ PHOTO_NORMALIZATIONS = ("imagenet", "caffe")
 
 def _filter3x3(images: torch.Tensor, pick, fill: float) -> torch.Tensor:
     """3x3 max (or min) filter of [B, 1, H, W] images, separably: 4 element-wise ops instead of max_pool2d, whose
-    CPU kernel is ~25x slower on one-channel images and was the costliest step of the augmentation."""
+    CPU kernel is far slower on one-channel images (docs/benchmarks.md, "The Trainer")."""
     padded = F.pad(images, (1, 1, 1, 1), value=fill)
     rows = pick(pick(padded[..., :, :-2], padded[..., :, 1:-1]), padded[..., :, 2:])
     return pick(pick(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])

@@ -3,8 +3,8 @@
 `glyphs` holds every character that survives the checks in `glyph_render` (about 2,000 classes); `glyphs-mini` is
 48 characters drawn from the same candidates by a fixed shuffle and checked the same way, for fast tests. Classes,
 not images, are split: half train, half test, by a fixed project seed. The clean renders are cached on disk (one
-.npz per variant and image size), so only the first start renders (about 1.5 s for `glyphs` at 32 px on
-a 2-core laptop); later starts load the file in a few hundredths of a second.
+.npz per variant and image size), so only the first start renders (docs/benchmarks.md, "The Trainer", has the
+time); later starts load the file.
 
 Two more variants stage the paper's setting, a backbone pretrained on a large class set and fine-tuned on about a
 hundred classes of another domain (docs/method.md, "Pretraining and fine-tuning"), from `glyphs`' own classes:
