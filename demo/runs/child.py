@@ -93,7 +93,7 @@ class _Outbox:
     end, at each, and on a machine whose every core trains each wake-up takes a core from a training thread for a
     moment (docs/benchmarks.md). A page polls once a second, so a step shown up to SEND_EVERY_S later changes
     nothing it sees. A reply to a live change cuts the rest short: a visitor waits for it, and a visitor's changes
-    are answered one at a time, so a reply held back for the rest made a flood of them wait in line for minutes."""
+    are answered one at a time, so a reply held back for the rest would make a flood of them wait in line."""
 
     def __init__(self, connection, run_folder: Path):
         self._connection = connection

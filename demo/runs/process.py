@@ -1,9 +1,9 @@
 """RunProcess: one run's Trainer in a training process of its own, as the server sees it.
 
-A thread of the web server used to train: every poll, every figure drawn and every request competed with it for the
-interpreter lock, torch's and faiss's thread pools were shared, and a run that died (an out-of-memory kill) took
-every visitor's page with it. Now each run trains in a child process running demo.runs.child, with no copy of the
-server's threads or state, and talks to the server over a pipe (demo.runs.messages). The process forks from
+Each run trains in a child process running demo.runs.child, with no copy of the server's threads or state, and
+talks to the server over a pipe (demo.runs.messages): trained in a thread of the web server, it would compete with
+every poll, figure and request for the interpreter lock, share torch's and faiss's thread pools, and, dying (an
+out-of-memory kill), take every visitor's page with it. The process forks from
 multiprocessing's forkserver, which imported torch and the Trainer once (`prepare_run_processes` starts it with the
 server): a run's process is ready in a fraction of a second rather than the seconds a fresh interpreter (spawn, off
 Linux) spends importing them. The server holds no Trainer: what it needs of one comes up in the

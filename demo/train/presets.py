@@ -4,8 +4,8 @@ the page opens with glyphs' (its default dataset).
 glyphs: the fair comparison's choice (docs/reproduction.md, "A fair comparison"; bench/fair_study.py). Every arm
 (the baseline, MemVir with the paper's reduction, MemVir balanced) had the same search of 6 trials over its optimiser
 (and MemVir's N and M), scored on validation MAP@R over two class-disjoint folds of the training classes, never on
-test. The preset is the MemVir arm whose choice scored higher (balanced, MemVir(4, 10) with its own optimiser:
-90.72 against official's 87.61 and the baseline's 88.85), and "Compare with baseline" trains the baseline arm's own
+test. The preset is the MemVir arm whose choice scored higher (balanced, MemVir(4, 10) with its own optimiser;
+the scores: docs/reproduction.md, "The search"), and "Compare with baseline" trains the baseline arm's own
 choice (`baseline`), not N = 0 with MemVir's optimiser. The bundled checkpoints are the two arms' seed-0 finals. The
 library keeps the reference's official reduction and optimiser as its defaults; the page departs from them here.
 
