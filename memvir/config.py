@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field
 
 from memvir.losses import LOSSES, build_loss
@@ -30,6 +31,9 @@ REDUCTIONS = ("official", "balanced")
 MEMORY_LABELS = ("virtual", "seen")
 FOCUS_CLASSES = 8  # the few-class view's default: few enough to tell apart by colour, enough to show a spread
 MAX_FOCUS_CLASSES = 20
+# Where a run's metrics are also sent (memvir.train.reporting): besides metrics.jsonl, which every run writes.
+REPORT_TO = ("none", "trackio", "tensorboard")
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")  # NAME or OWNER/NAME
 _MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed + 1, which torch takes as an int64
 _MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
 
@@ -131,6 +135,17 @@ class TrainConfig:
     eval_at_start: bool = _setting(True, "the untrained model's metrics as the first point of the curve", cli=False,
                                    resumable=True)
     compile: bool = _setting(False, "torch.compile the network (pays off on a GPU over long runs)", resumable=True)
+    report_to: str = _setting(
+        "none", "also send each logged step's and evaluation's metrics to trackio (its local dashboard: trackio show; "
+        "or a Space: --report-space) or tensorboard (event files in the run folder's tensorboard/); under torchrun "
+        "rank 0 alone", choices=REPORT_TO, resumable=True)
+    report_project: str = _setting("memvir", "with --report-to trackio: the trackio project of the run", resumable=True)
+    report_space: str | None = _setting(
+        None, "with --report-to trackio: a Hugging Face Space (OWNER/NAME) whose trackio dashboard receives the run "
+        "instead of the local one (created if missing, with your Hub login)", resumable=True)
+    report_bucket: str | None = _setting(
+        None, "with --report-space: the Hugging Face bucket (OWNER/NAME) that keeps the Space's metrics (default: "
+        "trackio's, named after the Space)", resumable=True)
 
     def __post_init__(self):
         self.validate()
@@ -201,6 +216,20 @@ class TrainConfig:
         need(not (self.pretrained and self.init_from),
              "pretrained (ImageNet weights) and init_from (a checkpoint folder) both choose the starting weights; "
              "pass one of them")
+        need(self.report_to in REPORT_TO,
+             f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+        need(isinstance(self.report_project, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.report_project),
+             f"report_project must be a name of letters, digits, '.', '_' or '-', got {self.report_project!r}")
+        for name in ("report_space", "report_bucket"):
+            value = getattr(self, name)
+            need(value is None or (isinstance(value, str) and _HUB_NAME.fullmatch(value)),
+                 f"{name} must be a Hugging Face id such as your-name/memvir-runs, got {value!r}")
+        need(self.report_space is None or self.report_to == "trackio",
+             f"report_space {self.report_space!r} is where trackio sends the run; add report_to trackio (it is "
+             f"{self.report_to!r})")
+        need(self.report_bucket is None or self.report_space is not None,
+             f"report_bucket {self.report_bucket!r} keeps a trackio Space's metrics; name the Space too "
+             "(report_space)")
         need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
         for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
             need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")

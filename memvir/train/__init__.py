@@ -8,6 +8,7 @@
   compile).
 - `distributed`: torchrun: which process this is (`World`), and the collectives the Trainer needs.
 - `host_memory`: a CPU process keeps the memory its steps free instead of page-faulting it back.
+- `reporting`: the run's metrics sent to trackio or TensorBoard (`TrainConfig.report_to`), by rank 0.
 - `adam_regime`: the share of Adam's parameters whose step grows with the gradient, logged with each step record.
 
 `from memvir.train import Trainer`, and so for each name given with its part above: resolved on first use, so

@@ -102,6 +102,12 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()  # a step's memory mapped once, not at every step (memvir.train.host_memory)
         self._listeners = list(listeners)
+        if config.report_to != "none":  # its module, and the tracker's package, only when asked for
+            from memvir.train.reporting import reporter_for
+
+            reporter = reporter_for(config, self.out_dir, self.world)
+            if reporter is not None:
+                self._listeners.append(reporter)
         self._lock = threading.Lock()
         self._pending: dict = {}
         self._stop = threading.Event()

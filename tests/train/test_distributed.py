@@ -361,7 +361,7 @@ def test_gpu_bench_refuses_cuda_without_a_gpu(capsys):
 
 BLOCKED_TRAINING = """
 import sys
-for name in ("faiss", "gradio", "umap", "plotly"):
+for name in ("faiss", "gradio", "umap", "plotly", "trackio", "tensorboard"):
     sys.modules[name] = None  # any import of them fails, as on the lent GPU machine, which has none of them
 from memvir import TrainConfig, Trainer
 trainer = Trainer(TrainConfig(dataset="glyphs-mini", batch_size=32, max_steps=2, snapshot_every=1, eval_every=1))
