@@ -151,6 +151,8 @@ def _train_run(args) -> int:
     speaks = trainer.world.is_main  # under torchrun one rank reports; the others train silently
     if trainer.initialisation is not None and speaks:
         print(f"initialised the {trainer.initialisation.describe()}", file=sys.stderr)
+    if trainer.data.info.split_rule and speaks:  # which classes train: chosen from the data for a Hub dataset
+        print(f"{trainer.config.dataset}: {trainer.data.info.split_rule}", file=sys.stderr)
     bar = tqdm(total=trainer.total_steps, initial=trainer.step, unit="step", dynamic_ncols=True, disable=not speaks,
                desc=f"{trainer.config.loss} N={trainer.config.memvir_n} M={trainer.config.memvir_m}")
     recall = {"value": trainer.last_metrics.get("recall@1")}

@@ -59,8 +59,14 @@ class TrainConfig:
 
     dataset: str = _setting("glyphs", "glyphs | glyphs-mini | glyphs-pretrain (for pretraining) | glyphs-few (~116 "
                             "classes to fine-tune on, disjoint from glyphs-pretrain's) | cub200 | cars196 | sop | "
-                            "folder:PATH")
+                            "folder:PATH | hf:OWNER/NAME[@REVISION] (a Hub image-classification dataset, read "
+                            "through 🤗 datasets; classes split as the benchmarks split them)")
     data_root: str | None = _setting(None, "folder of cub200 / cars196 / sop", resumable=True)
+    image_column: str | None = _setting(
+        None, "for hf: datasets, the column of images (default: the dataset's one Image feature)")
+    label_column: str | None = _setting(
+        None, "for hf: datasets, the column of classes (default: the dataset's one ClassLabel feature; a column of "
+        "strings or integers works too, its distinct values being the classes)")
     image_size: int | None = _setting(None, "input size (default: the dataset's own)")
     backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet")
     pretrained: bool = _setting(False, "start from ImageNet weights (cached or online)")
@@ -211,6 +217,12 @@ class TrainConfig:
              "loss_scale_schedule follows the curriculum's staircase; use it with memvir_schedule 'curriculum'")
         need(self.val_fold == 0 or self.val_classes > 0,
              f"val_fold {self.val_fold} needs val_classes, the size of each fold")
+        for name in ("image_column", "label_column"):
+            value = getattr(self, name)
+            need(value is None or (isinstance(value, str) and value.strip() != ""),
+                 f"{name} must be None or a column name, got {value!r}")
+            need(value is None or self.dataset.startswith("hf:"),
+                 f"{name} names a column of a Hub dataset (hf:OWNER/NAME); dataset {self.dataset!r} has no columns")
         need(self.init_from is None or (isinstance(self.init_from, str) and self.init_from.strip() != ""),
              f"init_from must be None or a checkpoint folder's path, got {self.init_from!r}")
         need(not (self.pretrained and self.init_from),

@@ -11,6 +11,10 @@ file's resolve answers with a redirect to a storage host of its own (another por
 carrying X-Linked-Etag and X-Linked-Size. Commit ids are SHA-1s of the commit's tree, parent, author, time and
 message; blob ids are git's own (`sha1("blob <size>\\0" + content)`).
 
+Dataset repos too, as 🤗 datasets 5.2.0 writes (`Dataset.push_to_hub`) and reads (`load_dataset`, through
+HfFileSystem) them: the same routes under /api/datasets/..., resolve under /datasets/..., and paths-info. The server
+keeps a dataset repo under the key `datasets/OWNER/NAME` (its path on the Hub) in `repos`, beside the model repos.
+
 Not served: Xet storage (its CAS protocol); a push goes through LFS when HF_HUB_DISABLE_XET is set, which
 `point_client_at` and the subprocess environments of the tests set. Nor pull requests, organisations, gated repos.
 """
@@ -39,6 +43,12 @@ DEFAULT_GITATTRIBUTES = "".join(
 )
 """What the Hub writes into a new model repo (a subset of its list): the files it stores with Git LFS."""
 
+DATASET_GITATTRIBUTES = DEFAULT_GITATTRIBUTES + "".join(
+    f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in ("*.arrow", "*.parquet", "*.jpg", "*.png"))
+"""What the Hub writes into a new dataset repo (a subset): also Arrow, Parquet and images with LFS. 🤗 datasets
+relies on it: it uploads a shard's parquet from a temporary file that is gone by the commit, where only LFS content
+is already uploaded."""
+
 WRITE_TOKEN, READ_TOKEN, OTHER_TOKEN = "hf_someone_write", "hf_someone_read", "hf_other_write"
 USER = "someone"
 TOKENS = {WRITE_TOKEN: USER, READ_TOKEN: USER, OTHER_TOKEN: "other"}
@@ -50,6 +60,9 @@ LFS_THRESHOLD_BYTES = 10 * 1024 * 1024
 PIPELINE_TAGS = {"feature-extraction", "image-classification", "image-feature-extraction", "image-to-image",
                  "image-segmentation", "object-detection", "zero-shot-image-classification", "text-classification"}
 """Task ids the front matter's `pipeline_tag` may name (the Hub's list is longer; these are the image ones)."""
+
+DATASETS = "datasets/"
+"""The key prefix of a dataset repo in `LoopbackHub.repos`, as its Hub URL path starts."""
 
 MISSING_METADATA_WARNING = ("empty or missing yaml metadata in repo card "
                             "(https://huggingface.co/docs/hub/model-cards#model-card-metadata)")
@@ -103,7 +116,7 @@ class Repo:
 
     @property
     def owner(self) -> str:
-        return self.repo_id.split("/")[0]
+        return self.repo_id.removeprefix(DATASETS).split("/")[0]
 
     def resolve(self, revision: str) -> Commit | None:
         oid = self.refs.get(revision) or (revision if revision in self.commits else None)
@@ -192,8 +205,8 @@ class LoopbackHub:
         with self._lock:
             repo = Repo(repo_id, private, _now())
             self.repos[repo_id] = repo
-            self._commit(repo, "main", repo.owner, "initial commit",
-                         {".gitattributes": Blob(DEFAULT_GITATTRIBUTES.encode())})
+            attributes = DATASET_GITATTRIBUTES if repo_id.startswith(DATASETS) else DEFAULT_GITATTRIBUTES
+            self._commit(repo, "main", repo.owner, "initial commit", {".gitattributes": Blob(attributes.encode())})
             return repo
 
     def add_commit(self, repo_id: str, files: dict[str, bytes], message: str = "add files",
@@ -321,6 +334,14 @@ class LoopbackHub:
                 return self._create(request)
             if method == "POST" and parts == ["api", "validate-yaml"]:
                 return _json(validate_card_yaml(request.json().get("content", "")))
+            if parts[:2] == ["api", "datasets"] and len(parts) >= 4:
+                return self._dataset_route(request, DATASETS + "/".join(parts[2:4]), parts[4:])
+            if parts[0] == "datasets" and len(parts) >= 6 and parts[3] == "resolve" and method in ("GET", "HEAD"):
+                return self._resolve(request, "/".join(parts[:3]), parts[4], "/".join(parts[5:]))
+            if (parts[0] == "datasets" and len(parts) == 7 and parts[2].endswith(".git")
+                    and parts[3:6] == ["info", "lfs", "objects"] and method == "POST"):
+                repo_id = f"{DATASETS}{parts[1]}/{parts[2].removesuffix('.git')}"
+                return (self._lfs_batch if parts[6] == "batch" else self._lfs_verify)(request, repo_id)
             if parts[:2] == ["api", "models"] and len(parts) >= 4:
                 repo_id, rest = "/".join(parts[2:4]), parts[4:]
                 if method == "GET" and not rest:
@@ -348,8 +369,10 @@ class LoopbackHub:
         payload = request.json()
         namespace = payload.get("organization") or user
         repo_id = f"{namespace}/{payload['name']}"
-        if payload.get("type", "model") != "model":
-            raise HubAnswer(400, "this test Hub holds model repos only")
+        if payload.get("type", "model") not in ("model", "dataset"):
+            raise HubAnswer(400, "this test Hub holds model and dataset repos only")
+        if payload.get("type") == "dataset":
+            repo_id = DATASETS + repo_id
         if namespace != user:
             raise HubAnswer(403, f'You don\'t have the rights to create a model under the namespace "{namespace}"')
         token = request.headers["authorization"].removeprefix("Bearer ").strip()
@@ -381,6 +404,67 @@ class LoopbackHub:
             if "model-index" in card:
                 info["model-index"] = card["model-index"]
         return _json(info)
+
+    def _dataset_route(self, request: _Request, repo_id: str, rest: list[str]) -> _Response:
+        """/api/datasets/OWNER/NAME[/...]: the model routes' answers for a dataset repo, and paths-info."""
+        method = request.method
+        if method == "GET" and not rest:
+            return self._dataset_info(request, repo_id, "main")
+        if method == "GET" and len(rest) == 2 and rest[0] == "revision":
+            return self._dataset_info(request, repo_id, rest[1])
+        if method == "GET" and len(rest) >= 2 and rest[0] == "tree":
+            return self._tree(request, repo_id, rest[1], "/".join(rest[2:]))
+        if method == "POST" and len(rest) == 2 and rest[0] == "paths-info":
+            return self._paths_info(request, repo_id, rest[1])
+        if method == "POST" and len(rest) == 2 and rest[0] == "branch":
+            return self._create_branch(request, repo_id, rest[1])
+        if method == "POST" and len(rest) == 2 and rest[0] == "preupload":
+            return self._preupload(request, repo_id, rest[1])
+        if method == "POST" and len(rest) == 2 and rest[0] == "commit":
+            return self._receive_commit(request, repo_id, rest[1])
+        raise HubAnswer(404, "Sorry, we can't find the page you are looking for.")
+
+    def _dataset_info(self, request: _Request, repo_id: str, revision: str) -> _Response:
+        """huggingface_hub.hf_api.DatasetInfo's fields, as the Hub answers /api/datasets/OWNER/NAME."""
+        repo = self._readable_repo(request, repo_id)
+        commit = self._commit_at(repo, revision)
+        card = self._card_metadata(commit) or {}
+        info = {
+            "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24], "id": repo_id.removeprefix(DATASETS),
+            "author": repo.owner, "sha": commit.oid, "lastModified": commit.date, "createdAt": repo.created_at,
+            "private": repo.private, "gated": False, "disabled": False, "downloads": 0, "likes": 0,
+            "tags": list(card.get("tags") or []), "siblings": [{"rfilename": path} for path in sorted(commit.files)],
+            "usedStorage": sum(blob.size for blob in commit.files.values()),
+        }
+        if card:
+            info["cardData"] = card
+        return _json(info)
+
+    def _create_branch(self, request: _Request, repo_id: str, branch: str) -> _Response:
+        """A new branch at `startingPoint` (default: main's head); 409 if it exists, as the Hub answers."""
+        repo, _ = self._writable_repo(request, repo_id)
+        if branch in repo.refs:
+            raise HubAnswer(409, f"Reference refs/heads/{branch} already exists")
+        repo.refs[branch] = self._commit_at(repo, request.json().get("startingPoint") or "main").oid
+        return _json({})
+
+    def _paths_info(self, request: _Request, repo_id: str, revision: str) -> _Response:
+        """The entries (files as in a tree listing, folders) of the form-encoded `paths` that exist at `revision`."""
+        repo = self._readable_repo(request, repo_id)
+        commit = self._commit_at(repo, revision)
+        entries = []
+        for path in parse_qs(request.body.decode()).get("paths", []):
+            path = path.strip("/")
+            blob = commit.files.get(path)
+            if blob is not None:
+                entry = {"type": "file", "oid": blob.oid, "size": blob.size, "path": path}
+                if blob.lfs_sha256:
+                    entry["lfs"] = {"oid": blob.lfs_sha256, "size": blob.lfs_size, "pointerSize": len(blob.content)}
+                entries.append(entry)
+            elif any(name.startswith(path + "/") for name in commit.files) or path == "":
+                entries.append({"type": "directory", "oid": hashlib.sha1(path.encode()).hexdigest(), "size": 0,
+                                "path": path})
+        return _json(entries)
 
     def _tree(self, request: _Request, repo_id: str, revision: str, folder: str) -> _Response:
         repo = self._readable_repo(request, repo_id)

@@ -44,15 +44,16 @@ def check_files_exist(paths: Sequence[Path], listed_in: str) -> None:
 
 
 def _class_split(
-    paths: Sequence[Path], class_ids: Sequence[int], class_names: dict[int, str], keep_ids: list[int], transform
-) -> ImageFileDataset:
+    paths: Sequence, class_ids: Sequence[int], class_names: dict[int, str], keep_ids: list[int], transform,
+    dataset_type: Callable[..., SplitDataset] = ImageFileDataset,
+) -> SplitDataset:
     """The images of the classes `keep_ids` (ascending), labelled 0.. in that order."""
     label_of = {class_id: label for label, class_id in enumerate(keep_ids)}
     chosen = [
         (path, label_of[class_id]) for path, class_id in zip(paths, class_ids, strict=True) if class_id in label_of
     ]
-    return ImageFileDataset(
-        paths=[path for path, _ in chosen],
+    return dataset_type(
+        [path for path, _ in chosen],
         labels=np.array([label for _, label in chosen], dtype=np.int64),
         class_names=[class_names[class_id] for class_id in keep_ids],
         transform=transform,
@@ -61,7 +62,7 @@ def _class_split(
 
 def photo_splits(
     name: str,
-    paths: Sequence[Path],
+    paths: Sequence,
     class_ids: Sequence[int],
     class_names: dict[int, str],
     is_train_class: Callable[[int], bool],
@@ -69,11 +70,14 @@ def photo_splits(
     image_size: int,
     normalization: str,
     seed: int,
+    dataset_type: Callable[..., SplitDataset] = ImageFileDataset,
 ) -> DatasetSplits:
     """Split images by class into train (`is_train_class`) and test (the rest), with the photo transforms.
 
     Labels run from 0 in ascending class-id order within each split. The train transform is seeded by `seed`.
-    `split_rule` describes the rule for the error raised when a split has fewer than two classes.
+    `split_rule` describes the rule, for the error raised when a split has fewer than two classes and for the run's
+    log (`DatasetInfo.split_rule`). `dataset_type(items, labels=, class_names=, transform=)` makes each split from its
+    items: `paths` are image files for the default, whatever that type reads otherwise (a Hub dataset's rows).
     """
     found_ids = sorted(set(class_ids))
     train_ids = [class_id for class_id in found_ids if is_train_class(class_id)]
@@ -86,8 +90,9 @@ def photo_splits(
             )
     mean, std = photo_normalization(normalization)
     train_transform = SeededTransform(photo_train_transform(image_size, normalization), seed)
-    train = _class_split(paths, class_ids, class_names, train_ids, train_transform)
-    test = _class_split(paths, class_ids, class_names, test_ids, photo_test_transform(image_size, normalization))
+    train = _class_split(paths, class_ids, class_names, train_ids, train_transform, dataset_type)
+    test = _class_split(paths, class_ids, class_names, test_ids, photo_test_transform(image_size, normalization),
+                        dataset_type)
     check_scorable(test, f"{name}: the test split ({split_rule})")
     info = DatasetInfo(
         name=name,
@@ -100,5 +105,6 @@ def photo_splits(
         num_test_classes=test.num_classes,
         # EmbeddingModel's convention: None for pixels in [0, 1], "caffe" for 0-255.
         normalization="caffe" if normalization == "caffe" else None,
+        split_rule=split_rule,
     )
     return DatasetSplits(train=train, test=test, info=info)

@@ -6,6 +6,7 @@ from memvir.data.benchmarks import load_cars196, load_cub200, load_sop
 from memvir.data.errors import DatasetError
 from memvir.data.folder import load_folder
 from memvir.data.glyphs.dataset import GLYPH_IMAGE_SIZE, GLYPH_VARIANTS, load_glyphs
+from memvir.data.hub import HUB_PREFIX, load_hub_dataset
 from memvir.data.image_files import PHOTO_IMAGE_SIZE
 from memvir.data.splits import DatasetSplits
 from memvir.data.transforms import PHOTO_NORMALIZATIONS
@@ -38,10 +39,12 @@ def load_dataset(
     image_size: int | None = None,
     seed: int = 0,
     normalization: str | None = None,
+    image_column: str | None = None,
+    label_column: str | None = None,
 ) -> DatasetSplits:
-    """Load a dataset by name: `glyphs`, `glyphs-mini`, `glyphs-pretrain`, `glyphs-few`, `cub200`, `cars196`, `sop`
-    or `folder:PATH` (glyphs-pretrain and glyphs-few: a pretraining set and a disjoint fine-tuning set,
-    memvir.data.glyphs.dataset).
+    """Load a dataset by name: `glyphs`, `glyphs-mini`, `glyphs-pretrain`, `glyphs-few`, `cub200`, `cars196`, `sop`,
+    `folder:PATH` or `hf:OWNER/NAME[@REVISION]` (glyphs-pretrain and glyphs-few: a pretraining set and a disjoint
+    fine-tuning set, memvir.data.glyphs.dataset; hf: a Hub image-classification dataset, memvir.data.hub).
 
     data_root: the benchmark's folder (needed for cub200, cars196 and sop); a relative `folder:PATH` is taken
         inside it when given.
@@ -50,8 +53,13 @@ def load_dataset(
         depend on it: every run tests on the same classes.
     normalization: for photos, "imagenet" (the default) or "caffe" (0-255 pixels, BN-Inception's means);
         glyphs have their own and take None.
+    image_column, label_column: for `hf:` datasets, the columns holding the images and the classes (None: the
+        dataset's one Image and one ClassLabel feature).
     """
     _check_arguments(name, image_size, seed)
+    if (image_column or label_column) and not name.startswith(HUB_PREFIX):
+        raise DatasetError(f"image_column and label_column (--image-column, --label-column) name the columns of a "
+                           f"Hub dataset (hf:OWNER/NAME); {name!r} has none: leave them out")
     if name in GLYPH_VARIANTS:
         if normalization is not None:
             raise DatasetError(
@@ -70,6 +78,9 @@ def load_dataset(
         if data_root is not None and not folder.is_absolute():
             folder = Path(data_root).expanduser() / folder
         return load_folder(folder, photo_size, normalization, seed)
+    if name.startswith(HUB_PREFIX):
+        return load_hub_dataset(name, photo_size, normalization, seed, image_column, label_column)
     if name in _BENCHMARK_LOADERS:
         return _BENCHMARK_LOADERS[name](data_root, photo_size, normalization, seed)
-    raise DatasetError(f"unknown dataset {name!r}: use one of {', '.join(DATASET_NAMES)}, or folder:PATH")
+    raise DatasetError(f"unknown dataset {name!r}: use one of {', '.join(DATASET_NAMES)}, folder:PATH or "
+                       "hf:OWNER/NAME[@REVISION]")

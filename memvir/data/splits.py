@@ -76,6 +76,7 @@ class DatasetInfo:
     num_train_classes: int
     num_test_classes: int
     normalization: str | None = None
+    split_rule: str = ""  # which classes train and which test, in words, for the run's log ("" where it is fixed)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from huggingface_hub import EvalResult, ModelCardData
 
+from memvir.data.hub.names import HUB_PREFIX, parse_hub_name
 from memvir.data.registry import FOLDER_PREFIX
 
 CARD_TAGS = ("metric-learning", "memvir", "image-retrieval")
@@ -108,9 +109,12 @@ def memvir_summary(config, warmup_steps: int) -> str:
 
 def dataset_id(dataset: str) -> str:
     """The name a card gives a run's dataset: the registry name (`glyphs`, `cub200`, ...), or a class folder's own
-    name for `folder:PATH` (the path is this machine's, not the model's)."""
+    name for `folder:PATH` (the path is this machine's, not the model's), or the Hub dataset's repo id for
+    `hf:OWNER/NAME[@REVISION]` (what the Hub links a model card's `datasets:` to)."""
     if dataset.startswith(FOLDER_PREFIX):
         return PurePath(dataset.removeprefix(FOLDER_PREFIX)).name or "folder"
+    if dataset.startswith(HUB_PREFIX):
+        return parse_hub_name(dataset).repo_id
     return dataset
 
 

@@ -93,5 +93,22 @@ def load_model_and_split(model_ref: str, dataset: str | None = None, data_root: 
     name = dataset or config.get("dataset")
     if not name:
         raise ValueError(f"{model_ref} does not say which dataset it was trained on; pass --dataset")
-    data = load_dataset(name, data_root=data_root, image_size=config.get("image_size"))
+    columns = _trained_columns(model_ref) if name == config.get("dataset") else {}
+    data = load_dataset(name, data_root=data_root, image_size=config.get("image_size"), **columns)
     return model, name, getattr(data, split)
+
+
+def _trained_columns(model_ref: str) -> dict:
+    """The Hub dataset columns (image_column, label_column) a run folder's train_config.json names, so that the
+    run's own dataset is read as it was trained on; {} elsewhere (a repo id, a checkpoint folder: the defaults)."""
+    import json
+    from pathlib import Path
+
+    from memvir.checkpoint import TRAIN_CONFIG
+
+    path = Path(model_ref).expanduser() / TRAIN_CONFIG
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return {key: saved[key] for key in ("image_column", "label_column") if isinstance(saved.get(key), str)}

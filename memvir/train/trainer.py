@@ -68,7 +68,8 @@ def training_data(config: TrainConfig):
     from memvir.data.splits import without_augmentation
     from memvir.data.validation import hold_out_validation
 
-    data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size, seed=config.seed)
+    data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size, seed=config.seed,
+                        image_column=config.image_column, label_column=config.label_column)
     if not config.augment:
         data = without_augmentation(data)
     if config.val_classes:
@@ -319,7 +320,8 @@ class Trainer:
             checkpoint.write_records(self.history, self.out_dir / checkpoint.METRICS_LOG)
         self.state = "running"
         where = self.device.type if not self.world.is_distributed else f"{self.world.world_size} x {self.device.type}"
-        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset} on {where}"))
+        split_rule = f" ({self.data.info.split_rule})" if self.data.info.split_rule else ""
+        self._emit(StatusEvent("running", self.step, f"training {self.config.dataset}{split_rule} on {where}"))
         if self.step == 0 and self.config.eval_at_start:
             self.evaluate()
         while self.step < self.total_steps:

@@ -440,7 +440,7 @@ def test_unknown_dataset_lists_the_valid_names():
     with pytest.raises(
         DatasetError,
         match=r"unknown dataset 'mnist': use one of glyphs, glyphs-mini, glyphs-pretrain, glyphs-few, cub200, "
-              r"cars196, sop, or folder:PATH",
+              r"cars196, sop, folder:PATH or hf:OWNER/NAME\[@REVISION\]",
     ):
         load_dataset("mnist")
     with pytest.raises(DatasetError, match="dataset name must be a string"):

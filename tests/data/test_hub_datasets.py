@@ -1,0 +1,196 @@
+"""`hf:OWNER/NAME[@REVISION]`: image-classification datasets written to the loopback Hub (tests/hub_server.py) with
+🤗 datasets' own `DatasetDict.push_to_hub`, read back through `memvir.data.load_dataset` in a process pointed at that
+Hub (🤗 datasets reads the endpoint when it is imported). Both shapes of repo: splits that share classes (pooled,
+then the classes halved in label order) and class-disjoint splits (kept), and the refusals before any training."""
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hub_server import READ_TOKEN, TOKENS, USER, WRITE_TOKEN, LoopbackHub, client_environment
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+# Label order differs from the names' sorted order, so that "the first half in label order" is told apart.
+CLASS_NAMES = ["wren", "auk", "tern", "finch", "owl", "crane", "heron", "ibis"]
+POOLED, DISJOINT, SPECKS, SINGLES = (f"{USER}/{name}" for name in ("birds-pooled", "birds-disjoint", "specks",
+                                                                     "birds-singles"))
+
+
+def picture(class_id: int, index: int, side: int = 24) -> np.ndarray:
+    """The RGB pixels of image `index` of class `class_id`: a colour of the class, a stripe that moves with index."""
+    pixels = np.empty((side, side + 4, 3), dtype=np.uint8)
+    pixels[:] = ((37 * class_id) % 256, (91 * class_id + 50) % 256, (151 * class_id + 100) % 256)
+    pixels[:, index % (side + 4)] = 255 - pixels[0, 0]
+    return pixels
+
+
+def png(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+# The repos, as (split -> [(class id, index)]) per repo; each is pushed with 🤗 datasets in `hub_datasets`.
+SHAPES = {
+    # every class in both splits, as the CUB and CARS mirrors split images: pooled, classes 0-3 train, 4-7 test
+    POOLED: {"train": [(c, i) for c in range(8) for i in range(2)],
+             "test": [(c, i) for c in range(8) for i in range(2, 4)]},
+    # classes 0-4 in train, 5-7 in test (SOP's shape): kept as they are, 5 train and 3 test (halving gives 4 and 4)
+    DISJOINT: {"train": [(c, i) for c in range(5) for i in range(3)],
+               "test": [(c, i) for c in range(5, 8) for i in range(3)]},
+    SPECKS: {"train": [(c, i) for c in range(8) for i in range(2)]},
+    # the test half (classes 4-7) holds one image per class: nothing to retrieve
+    SINGLES: {"train": [(c, i) for c in range(8) for i in range(2 if c < 4 else 1)]},
+}
+
+PUSH = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image, Value
+    from test_hub_datasets import CLASS_NAMES, DISJOINT, POOLED, SHAPES, SPECKS, picture, png
+
+    def labelled(items, side=24):  # an Image and a ClassLabel column
+        features = Features({"image": Image(), "label": ClassLabel(names=CLASS_NAMES)})
+        rows = {"image": [{"bytes": png(picture(c, i, side)), "path": None} for c, i in items],
+                "label": [c for c, _ in items]}
+        return Dataset.from_dict(rows, features=features)
+
+    def named(items):  # an image column of another name, a string label column beside another string column
+        features = Features({"picture": Image(), "species": Value("string"), "note": Value("string")})
+        rows = {"picture": [{"bytes": png(picture(c, i)), "path": None} for c, i in items],
+                "species": [CLASS_NAMES[c] for c, _ in items], "note": ["x" for _ in items]}
+        return Dataset.from_dict(rows, features=features)
+
+    for repo, splits in SHAPES.items():
+        DatasetDict({split: named(items) if repo == DISJOINT else labelled(items, 8 if repo == SPECKS else 24)
+                     for split, items in splits.items()}).push_to_hub(repo)
+    # the pooled repo again on a branch, without its test split: read as hf:OWNER/NAME@v1, a one-split repo
+    DatasetDict({"train": labelled(SHAPES[POOLED]["train"])}).push_to_hub(POOLED, revision="v1")
+""")
+
+LOAD = textwrap.dedent("""
+    import json, sys
+    from memvir.data import DatasetError, load_dataset
+
+    def facts(split, with_pixels):
+        first_rows = [[list(split.image(i).getpixel((x, 0))) for x in range(split.image(i).width)]
+                      for i in range(len(split))] if with_pixels else None
+        return {"classes": split.class_names, "labels": split.labels.tolist(), "size": list(split[0][0].shape),
+                "first_rows": first_rows}
+
+    results = {}
+    for key, name, columns in json.loads(sys.argv[2]):
+        try:
+            data = load_dataset(name, image_size=32, **columns)
+            results[key] = {"rule": data.info.split_rule, "name": data.info.name,
+                            "train": facts(data.train, True), "test": facts(data.test, False)}
+        except DatasetError as error:
+            results[key] = {"refused": str(error)}
+    print(json.dumps(results))
+""")
+
+
+def _python(code: str, *args, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                            env={**env, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+CASES = [
+    ("pooled", f"hf:{POOLED}", {}),
+    ("pooled_at_branch", f"hf:{POOLED}@v1", {}),
+    ("disjoint", f"hf:{DISJOINT}", {"label_column": "species"}),
+    ("disjoint_no_label", f"hf:{DISJOINT}", {}),
+    ("disjoint_bad_column", f"hf:{DISJOINT}", {"label_column": "colour"}),
+    ("disjoint_wrong_type", f"hf:{DISJOINT}", {"image_column": "species", "label_column": "species"}),
+    ("specks", f"hf:{SPECKS}", {}),
+    ("singles", f"hf:{SINGLES}", {}),
+    ("missing", f"hf:{USER}/no-such-dataset", {}),
+]
+"""(key, name, columns) of each `load_dataset` call of the `loaded` fixture."""
+
+
+@pytest.fixture(scope="module")
+def hub_datasets(tmp_path_factory):
+    """(a loopback Hub holding the repos of SHAPES, pushed by someone with 🤗 datasets; their HF_HOME, whose 🤗 datasets
+    cache holds those repos; what `load_dataset` made of each of CASES, read back through the Hub there). One process
+    pushes and loads: importing 🤗 datasets is most of its time."""
+    home = tmp_path_factory.mktemp("hub-datasets")
+    with LoopbackHub(TOKENS, read_only=(READ_TOKEN,)) as hub:
+        result = _python(PUSH + LOAD, HERE, json.dumps(CASES),
+                         env=client_environment(hub.url, home, token=WRITE_TOKEN))
+        yield hub, home, json.loads(result.stdout.strip().splitlines()[-1])
+    assert hub.server_errors == []
+
+
+@pytest.fixture(scope="module")
+def loaded(hub_datasets):
+    return hub_datasets[2]
+
+
+def _expected_items(repo: str, classes: list[int]) -> list[tuple[int, int]]:
+    """The (class id, index) of each item of a split holding `classes`: all splits pooled in their order, then the
+    rows of those classes in that order (the label of each is its class's rank in `classes`)."""
+    pooled = [item for items in SHAPES[repo].values() for item in items]
+    return [(c, i) for c, i in pooled if c in classes]
+
+
+def _first_row(class_id: int, index: int) -> list:
+    return picture(class_id, index)[0].tolist()
+
+
+def test_splits_sharing_classes_are_pooled_and_the_classes_halved_in_label_order(loaded):
+    pooled = loaded["pooled"]
+    assert pooled["rule"].startswith("all splits pooled ('train', 'test')"), pooled["rule"]
+    assert pooled["train"]["classes"] == CLASS_NAMES[:4] and pooled["test"]["classes"] == CLASS_NAMES[4:]
+    train_items = _expected_items(POOLED, [0, 1, 2, 3])
+    assert pooled["train"]["labels"] == [c for c, _ in train_items]
+    assert pooled["test"]["labels"] == [c - 4 for c, _ in _expected_items(POOLED, [4, 5, 6, 7])]
+    assert pooled["train"]["first_rows"] == [_first_row(c, i) for c, i in train_items]  # each row's own image
+    assert pooled["train"]["size"] == [3, 32, 32] and pooled["name"] == f"hf:{POOLED}"
+    at_branch = loaded["pooled_at_branch"]  # the train split alone: classes 0-3 train, 4-7 test, 2 images each
+    assert at_branch["name"] == f"hf:{POOLED}@v1" and at_branch["rule"].startswith("all splits pooled ('train')")
+    assert at_branch["train"]["labels"] == [c for c, _ in SHAPES[POOLED]["train"] if c < 4]
+
+
+def test_class_disjoint_splits_are_kept_and_a_string_column_gives_the_classes(loaded):
+    disjoint = loaded["disjoint"]
+    assert disjoint["rule"].startswith("the repo's splits hold disjoint classes, so they are kept"), disjoint["rule"]
+    train_classes = sorted(CLASS_NAMES[c] for c in range(5))  # a string column's classes: its values, sorted
+    assert disjoint["train"]["classes"] == train_classes
+    assert disjoint["test"]["classes"] == sorted(CLASS_NAMES[c] for c in range(5, 8))
+    items = SHAPES[DISJOINT]["train"]
+    assert disjoint["train"]["labels"] == [train_classes.index(CLASS_NAMES[c]) for c, _ in items]
+    assert disjoint["train"]["first_rows"] == [_first_row(c, i) for c, i in items]
+
+
+def test_datasets_that_cannot_be_trained_on_are_refused_in_words(loaded):
+    assert "has no ClassLabel column; name the one to use with --label-column" in loaded["disjoint_no_label"][
+        "refused"]
+    assert "picture (Image), species (Value(string)), note (Value(string))" in loaded["disjoint_no_label"]["refused"]
+    assert "has no column 'colour' (--label-column)" in loaded["disjoint_bad_column"]["refused"]
+    assert "column 'species' is Value(string), not an Image (--image-column)" in loaded["disjoint_wrong_type"][
+        "refused"]
+    assert "is 12x8 pixels; images need at least 16 pixels a side" in loaded["specks"]["refused"]
+    assert "the test split" in loaded["singles"]["refused"] and "no class with two or more images" in loaded[
+        "singles"]["refused"]
+    assert f"could not load the Hub dataset {USER}/no-such-dataset" in loaded["missing"]["refused"]
+
+
+def test_a_hub_name_is_checked_before_anything_is_fetched():
+    from memvir.data import DatasetError, load_dataset
+
+    for name in ("hf:", "hf:no-owner", "hf:a/b/c", "hf:someone/birds@", "hf:../x"):
+        with pytest.raises(DatasetError, match="Hub dataset name|no usable revision"):
+            load_dataset(name)
+    with pytest.raises(DatasetError, match="name the columns of a Hub dataset"):
+        load_dataset("glyphs-mini", label_column="label")
