@@ -98,7 +98,7 @@ class _Reporter:
             self._send(metrics, event.step)
 
     def _start(self, step: int) -> None:
-        self._begin(resumed=step > 0)
+        self._begin(step)
         self._open = True
         atexit.register(self.close)
 
@@ -114,7 +114,8 @@ class _Reporter:
         return self.config.to_dict()
 
     # what each tracker implements
-    def _begin(self, resumed: bool) -> None:
+    def _begin(self, step: int) -> None:
+        """Open the tracker's run at `step`: 0 for a new run, the checkpoint's step for a resumed one."""
         raise NotImplementedError
 
     def _send(self, metrics: dict[str, float], step: int) -> None:
@@ -132,7 +133,7 @@ def _missing(package: str, version: str) -> ValueError:
 class TrackioReporter(_Reporter):
     """The run in trackio (locally, or on a Space when `config.report_space` names one)."""
 
-    def _begin(self, resumed: bool) -> None:
+    def _begin(self, step: int) -> None:
         try:
             import trackio
         except ImportError:
@@ -145,7 +146,7 @@ class TrackioReporter(_Reporter):
             self._run = trackio.init(
                 project=self.config.report_project, name=name, config=self._settings(),
                 space_id=self.config.report_space, bucket_id=self.config.report_bucket,
-                resume="allow" if resumed and name is not None else "never",
+                resume="allow" if step > 0 and name is not None else "never",
                 auto_log_cpu=False, auto_log_gpu=False,  # what the issue asks for, not the machine's load
                 embed=False,
             )
@@ -171,13 +172,16 @@ class TensorBoardReporter(_Reporter):
                              "out_dir (the CLI's --out), or report to trackio")
         super().__init__(config, out_dir)
 
-    def _begin(self, resumed: bool) -> None:
+    def _begin(self, step: int) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise _missing("tensorboard", "2.21.0") from None
-        self._writer = SummaryWriter(log_dir=str(self.out_dir / TENSORBOARD_FOLDER))
-        if not resumed:
+        # a resumed run starts again from its checkpoint's step: what a stopped or killed process wrote past it is
+        # hidden (purge_step), as metrics.jsonl is cut back to the checkpoint's records
+        self._writer = SummaryWriter(log_dir=str(self.out_dir / TENSORBOARD_FOLDER),
+                                     purge_step=step + 1 if step > 0 else None)
+        if step == 0:
             settings = json.dumps(self._settings(), indent=2)
             # indented four spaces: TensorBoard's text view reads markdown, and this keeps the JSON as written
             self._writer.add_text("config", "\n".join("    " + line for line in settings.splitlines()), 0)

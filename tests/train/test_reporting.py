@@ -12,7 +12,7 @@ import pytest
 from cli_process import run_memvir
 
 from memvir.config import TrainConfig
-from memvir.events import EvalEvent, StepEvent
+from memvir.events import EvalEvent, StatusEvent, StepEvent
 from memvir.train.distributed import World
 from memvir.train.reporting import (
     TensorBoardReporter,
@@ -121,6 +121,27 @@ def test_the_tensorboard_event_file_holds_the_runs_metrics_and_settings(tmp_path
 
 def config(**values):
     return TrainConfig(dataset="glyphs-mini", **values)
+
+
+def logged_step(step: int, loss: float) -> StepEvent:
+    return StepEvent(step=step, epoch=0, loss=loss, num_classes=24, num_virtual_sets=0, mean_target_cosine=0.5,
+                     images_per_s=10.0, lr=0.001, warmup=False, logged=True)
+
+
+def test_a_resumed_run_hides_what_tensorboard_got_past_its_checkpoint(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    settings = config(report_to="tensorboard")
+    killed = TensorBoardReporter(settings, tmp_path)
+    for event in (StatusEvent("running", 0), *(logged_step(step, float(step)) for step in (1, 2, 3, 4))):
+        killed(event)
+    killed.close()  # as the exit closes it when a process is killed after step 4, its checkpoint at step 2
+    resumed = TensorBoardReporter(settings, tmp_path)
+    for event in (StatusEvent("running", 2), logged_step(3, 30.0), StatusEvent("finished", 3)):
+        resumed(event)
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(s.step, s.value) for s in events.Scalars("train/loss")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
 
 
 def test_rank_zero_alone_reports(tmp_path):
