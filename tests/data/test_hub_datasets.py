@@ -194,3 +194,35 @@ def test_a_hub_name_is_checked_before_anything_is_fetched():
             load_dataset(name)
     with pytest.raises(DatasetError, match="name the columns of a Hub dataset"):
         load_dataset("glyphs-mini", label_column="label")
+
+
+@pytest.mark.slow
+def test_the_cli_trains_on_a_hub_dataset_pushes_the_model_and_evaluates_it_from_the_cache(hub_datasets, tmp_path):
+    from cli_process import run_memvir
+
+    hub, home, _ = hub_datasets
+    run, repo = tmp_path / "run", f"{USER}/memvir-birds"
+    online = client_environment(hub.url, home, token=WRITE_TOKEN) | {"PYTHONPATH": str(ROOT)}
+    trained = subprocess.run(
+        [sys.executable, "-m", "memvir", "train", "--dataset", f"hf:{POOLED}", "--image-size", "32", "--epochs", "1",
+         "--batch-size", "8", "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0", "--num-workers", "1",
+         "--seed", "0", "--out", run], capture_output=True, text=True, cwd=ROOT, env=online, timeout=600)
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    assert f"hf:{POOLED}: all splits pooled ('train', 'test'), classes split in label order" in trained.stderr
+    metrics = json.loads(trained.stdout.strip().splitlines()[-1])
+    assert metrics["step"] == 2 and 0 <= metrics["recall@1"] <= 1  # 16 training images, batches of 8
+
+    pushed = subprocess.run([sys.executable, "-m", "memvir", "push", run, "--repo-id", repo], capture_output=True,
+                            text=True, cwd=ROOT, env=online, timeout=600)
+    assert pushed.returncode == 0, pushed.stderr[-4000:]
+    card = hub.files_at(repo)["README.md"].decode()
+    front_matter = card.split("---")[1]
+    assert f"datasets:\n- {POOLED}\n" in front_matter  # the Hub links the model to its dataset
+    assert f"| Dataset | `hf:{POOLED}` |" in card
+
+    # evaluated offline (the tests' HF_HUB_OFFLINE=1): 🤗 datasets reads the repo from its cache
+    evaluated = run_memvir("eval", run, env={"HF_HOME": str(home), "PYTHONPATH": str(ROOT)})
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    scored = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert scored["dataset"] == f"hf:{POOLED}"
+    assert abs(scored["recall@1"] - metrics["recall@1"]) < 1e-6
