@@ -1,12 +1,17 @@
-"""The losses' blocked computation (memvir.losses, "Blocks") against the plain one they replaced, in one run.
+"""The losses' blocked computation (memvir.losses, "Blocks") and its kept pairs ("Cache") against the plain one they
+replaced, in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_blocked_loss.py [--repeats 9] [--losses norm-softmax,...]
-        [--peak-classes 11318 --peak-dim 512 --peak-n 5,10,45 --plain-peak-n 5,10]
+        [--n 45 --m 10] [--peak-classes 11318 --peak-dim 512 --peak-n 5,10,45 --plain-peak-n 5,10]
 
-Speed: each loss's forward+backward at the reference CARS196 geometry (B=128, C=98, D=512, N=45 with the memory full:
-k=45, the loss sees 5,888 rows and 4,508 classes) on one MemVir output, the plain computation written here (the
-whole batch concatenated, the full logit matrix, F.cross_entropy or the Proxy-Anchor formula, as every loss computed
-it before) and the loss called with ``live=``, interleaved over the repeats (the order alternating), medians.
+Speed: each loss's forward+backward at the reference CARS196 geometry (B=128, C=98, D=512, N=45, M=10 with the memory
+full: k=45, the loss sees 5,888 rows and 4,508 classes), on consecutive MemVir outputs, one new step per repeat: the
+plain computation written here (the whole batch concatenated, the full logit matrix, F.cross_entropy or the
+Proxy-Anchor formula, as every loss computed it before), the loss called with a plain ``live=(B, C)`` (blocked: every
+stored block at every call) and with MemVir's own ``live`` (blocked and kept: a loss that has seen every step since
+the memory filled computes only the pairs of stored steps that are new), interleaved over the repeats (the order
+rotating), medians. The last column counts the stored blocks (one set's rows x one set's classes) the kept loss
+computed at its last call, of k^2.
 
 Peak memory: Norm-softmax forward+backward at a large geometry (SOP-like: C=11,318 by default), each in a fresh
 process: the inputs are built, the process's peak resident set (VmHWM) is reset through /proc/self/clear_refs, the
@@ -68,56 +73,74 @@ def plain_loss(name, embeddings, labels, class_weights, t=0.0):
     return F.cross_entropy(plain_logits(name, embeddings, labels, class_weights, t), labels)
 
 
-def augmented_batch(batch, classes, dim, num_steps, seed=0):
-    """Live leaves (x, W) and MemVir(N, 0)'s output once its memory is full (k = N)."""
-    generator = torch.Generator().manual_seed(seed)
-    mv = MemVir(num_steps, 0)
+class MemoryFull:
+    """MemVir(N, M) on random steps of B rows, C classes, D dimensions, past the N(M+1) steps that fill its memory;
+    ``next()`` makes one more step: live leaves (x, W) and MemVir's output (k = N)."""
 
-    def step():
-        x = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
-        w = torch.randn(classes, dim, generator=generator).requires_grad_()
-        return x, w, mv(x, torch.randint(0, classes, (batch,), generator=generator), w)
+    def __init__(self, batch, classes, dim, num_steps, margin, seed=0):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.batch, self.classes, self.dim = batch, classes, dim
+        self.mv = MemVir(num_steps, margin)
+        for _ in range(num_steps * (margin + 1)):
+            self.next()
+        assert self.mv.num_stored == num_steps * (margin + 1)
 
-    for _ in range(num_steps):
-        step()
-    x, w, out = step()
-    assert mv.num_virtual_sets == num_steps
-    return x, w, out
+    def next(self):
+        x = F.normalize(torch.randn(self.batch, self.dim, generator=self.generator), dim=1).requires_grad_()
+        w = torch.randn(self.classes, self.dim, generator=self.generator).requires_grad_()
+        labels = torch.randint(0, self.classes, (self.batch,), generator=self.generator)
+        return x, w, self.mv(x, labels, w)
 
 
 def run_once(method, name, loss, x, w, out):
     x.grad = w.grad = None
     if method == "plain":
         value = plain_loss(name, *out, t=getattr(loss, "t", torch.zeros(())).item())
+    elif method == "blocked":
+        value = loss(*out, live=tuple(out.live))  # a plain (B, C): no stored step named, nothing kept
     else:
         value = loss(*out, live=out.live)
     value.backward()
     return value.item()
 
 
+METHODS = ("plain", "blocked", "kept")
+
+
 def speed(args):
-    print(f"## Speed: loss forward+backward, B={args.batch} C={args.classes} D={args.dim} N={args.n} (memory full), "
-          f"{args.repeats} interleaved repeats\n")
-    x, w, out = augmented_batch(args.batch, args.classes, args.dim, args.n)
+    print(f"## Speed: loss forward+backward, B={args.batch} C={args.classes} D={args.dim} N={args.n} M={args.m} "
+          f"(memory full), {args.repeats} interleaved repeats, one new MemVir step each\n")
+    steps = MemoryFull(args.batch, args.classes, args.dim, args.n, args.m)
+    _, _, out = steps.next()
     print(f"the loss sees {out[0].shape[0]} rows and {out[2].shape[0]} classes; "
           f"chunks of {build_loss('norm-softmax').chunk_rows} stored rows\n")
-    print("| loss | plain (ms) | blocked (ms) | plain / blocked | loss values (plain, blocked) |")
-    print("|---|---:|---:|---:|---|")
+    print("| loss | plain (ms) | blocked (ms) | blocked + kept (ms) | plain / blocked | plain / kept "
+          "| blocked / kept | loss values (plain, blocked, kept) | stored blocks computed (kept) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for name in args.losses:
-        loss = build_loss(name).eval()  # CurricularFace's t fixed, so both see the same t in every repeat
-        if name == "curricularface":
-            loss.t.fill_(0.2)
-        times = {"plain": [], "blocked": []}
+        losses = {method: build_loss(name).eval() for method in METHODS}  # CurricularFace's t fixed in eval mode
+        for loss in losses.values():
+            if name == "curricularface":
+                loss.t.fill_(0.2)
+        # the kept loss sees M+1 steps first, so that every step's pairs with the others are kept once
+        for _ in range(args.m + 1):
+            run_once("kept", name, losses["kept"], *steps.next())
+        times = {method: [] for method in METHODS}
         values = {}
         for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
-            for method in (("plain", "blocked") if repeat % 2 else ("blocked", "plain")):
+            x, w, out = steps.next()
+            order = METHODS[repeat % 3:] + METHODS[: repeat % 3]
+            for method in order:
                 started = time.perf_counter()
-                values[method] = run_once(method, name, loss, x, w, out)
+                values[method] = run_once(method, name, losses[method], x, w, out)
                 if repeat:
                     times[method].append(time.perf_counter() - started)
-        plain, blocked = (statistics.median(times[m]) * 1e3 for m in ("plain", "blocked"))
-        print(f"| {name} | {plain:.0f} | {blocked:.0f} | {plain / blocked:.2f}x "
-              f"| {values['plain']:.6f}, {values['blocked']:.6f} |", flush=True)
+        plain, blocked, kept = (statistics.median(times[m]) * 1e3 for m in METHODS)
+        computed = losses["kept"]._stored_pairs.computed
+        computed = f"{computed:,} of {args.n ** 2:,}" if losses["kept"].keeps_stored_pairs else "keeps none"
+        print(f"| {name} | {plain:.0f} | {blocked:.0f} | {kept:.0f} | {plain / blocked:.2f}x | {plain / kept:.2f}x "
+              f"| {blocked / kept:.2f}x | {values['plain']:.6f}, {values['blocked']:.6f}, {values['kept']:.6f} "
+              f"| {computed} |", flush=True)
 
 
 def rss_kib(field):
@@ -184,11 +207,12 @@ def main():
     parser.add_argument("--classes", type=int, default=98)
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--n", type=int, default=45)
+    parser.add_argument("--m", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--losses", type=lambda text: text.split(","), default=list(LOSSES))
     parser.add_argument("--peak-classes", type=int, default=11318)
     parser.add_argument("--peak-dim", type=int, default=512)
-    parser.add_argument("--peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10, 45])
+    parser.add_argument("--peak-n", type=lambda text: [int(n) for n in text.split(",") if n], default=[5, 10, 45])
     parser.add_argument("--plain-peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10])
     parser.add_argument("--peak-of", choices=["plain", "blocked"], help=argparse.SUPPRESS)  # the fresh process
     args = parser.parse_args()

@@ -19,12 +19,23 @@ each stored row's log-sum-exp (Proxy-Anchor: each stored proxy's sums over rows)
 ``chunk_rows`` stored rows at a time, and kept as one constant per row (per proxy). The value and the gradients are
 those of the whole matrix. Without ``live`` every row and weight row is live, as for any plain call.
 
+Cache (docs/method.md, "Blocks"): a stored row's constant is the log-sum-exp over the virtual sets' columns of the
+log-sum-exps of one pair of stored steps, (rows of step a, weights of step b); a stored proxy's, over the row steps.
+MemVir's selection moves by M+1 steps a call, so a pair recurs every M+1 calls while both steps stay selected and only
+the pairs of the newest selected step are new (2k-1 of the k^2 blocks). Given MemVir's own ``live`` (a ``LiveBlock``
+whose ``stored_sets`` names the stored steps), a loss whose stored logits are fixed functions of the stored data keeps
+each pair's vector between calls and computes only the missing pairs: every loss but CurricularFace, whose running t
+moves the logits at every call. The kept pairs are dropped when the memory's identity changes (a reset, a resume, a
+change of N or M, a move), when the loss's settings, dtype or device change, and when a step leaves the memory; they
+are not saved (a resumed run computes them again). A plain ``(B, C)`` computes every stored block at every call.
+
 ``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
 ``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
 """
 
 import functools
 import inspect
+import itertools
 import math
 from abc import ABC, abstractmethod
 
@@ -112,10 +123,11 @@ class _Blocks:
     """One call's inputs split at ``live`` = (B, C): the first B rows and C weight rows, which may carry gradient,
     and the rest (MemVir's memory), detached. For the losses that compare cosines the rows are L2-normalised here,
     once; the stored weight rows are not copied (a normalised copy would be as large as the memory's weights): their
-    cosines are the products scaled by the weight rows' inverse norms."""
+    cosines are the products scaled by the weight rows' inverse norms. ``stored_sets``: which stored steps the
+    virtual sets are (module docstring, "Cache"), None when unknown or when there is no stored class."""
 
     def __init__(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                 live: tuple[int, int], normalize: bool):
+                 live: tuple[int, int], normalize: bool, stored_sets=None):
         num_rows, self.num_live_classes = live
         self.num_live_rows, self.num_classes = num_rows, class_weights.shape[0]
         self.labels, self.live_labels, self.stored_labels = labels, labels[:num_rows], labels[num_rows:]
@@ -127,12 +139,23 @@ class _Blocks:
             self.stored_columns = class_weights[self.num_live_classes :].detach()
             # F.normalize's divisor, max(norm, eps)
             self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
+        self.stored_sets = stored_sets if len(self.stored_columns) else None
 
-    def stored_similarities(self, rows: torch.Tensor) -> torch.Tensor:
-        """[R, kC] the similarities of ``rows`` to the stored classes (a gradient reaches only ``rows``)."""
-        products = rows @ self.stored_columns.T
+    def stored_set_rows(self) -> list[slice]:
+        """Each virtual set's rows among the stored rows, j = 1..k."""
+        ends = list(itertools.accumulate(self.stored_sets.rows))
+        return [slice(end - rows, end) for end, rows in zip(ends, self.stored_sets.rows, strict=True)]
+
+    def stored_set_columns(self, index: int) -> slice:
+        """Virtual set ``index``'s (0-based) weight rows among the stored ones."""
+        return slice(index * self.num_live_classes, (index + 1) * self.num_live_classes)
+
+    def stored_similarities(self, rows: torch.Tensor, columns: slice = slice(None)) -> torch.Tensor:
+        """[R, kC] the similarities of ``rows`` to the stored classes (or to the stored ``columns`` among them; a
+        gradient reaches only ``rows``)."""
+        products = rows @ self.stored_columns[columns].T
         # in place even under autograd: the product's backward keeps its inputs, not the product
-        return products if self.stored_scales is None else products.mul_(self.stored_scales)
+        return products if self.stored_scales is None else products.mul_(self.stored_scales[columns])
 
     def target_columns(self, labels: torch.Tensor) -> torch.Tensor:
         """[R, D] each label's (normalised) weight row: a live one carries gradient, a stored one does not."""
@@ -145,10 +168,23 @@ class _Blocks:
             stored_columns = stored_columns * self.stored_scales[stored, None]
         return torch.where((labels < live)[:, None], self.live_columns[labels.clamp(max=live - 1)], stored_columns)
 
-    def target_similarities(self) -> torch.Tensor:
-        """[(k+1)B] each row's similarity (cosine, or dot product) to its own class, live rows first."""
-        return torch.cat([(self.live_rows * self.target_columns(self.live_labels)).sum(1),
-                          (self.stored_rows * self.target_columns(self.stored_labels)).sum(1)])
+    def target_similarities(self, stored: torch.Tensor | None = None) -> torch.Tensor:
+        """[(k+1)B] each row's similarity (cosine, or dot product) to its own class, live rows first; ``stored``: the
+        stored rows' where they are known already (kept: module docstring, "Cache")."""
+        if stored is None:
+            stored = (self.stored_rows * self.target_columns(self.stored_labels)).sum(1)
+        return torch.cat([(self.live_rows * self.target_columns(self.live_labels)).sum(1), stored])
+
+    def own_set_similarities(self, index: int) -> torch.Tensor:
+        """[rows of the set] the similarity of virtual set ``index``'s (0-based) rows to their own classes, which are
+        that set's stored weight rows: a constant."""
+        rows = self.stored_set_rows()[index]
+        targets = self.stored_labels[rows] - self.num_live_classes  # within the set's own weight rows
+        with torch.no_grad():
+            target_columns = self.stored_columns[targets]
+            if self.stored_scales is not None:
+                target_columns = target_columns * self.stored_scales[targets, None]
+            return (self.stored_rows[rows] * target_columns).sum(1)
 
 
 def _first(tensor: torch.Tensor, count: int) -> torch.Tensor:
@@ -166,6 +202,93 @@ def _with_targets(logits: torch.Tensor, local_labels: torch.Tensor, target_logit
     inside = (local_labels >= 0) & (local_labels < width)
     values = torch.where(inside, target_logits, logits.gather(1, index).squeeze(1))
     return logits.scatter(1, index, values[:, None])
+
+
+@functools.cache
+def _hyper_parameter_names(cls: type) -> tuple[str, ...]:
+    """The named parameters of ``cls.__init__``, which a loss keeps as attributes of the same names."""
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return tuple(p.name for p in parameters if p.kind in named and p.name != "self")
+
+
+class _StoredPairs:
+    """The per-pair constants of the stored x stored block kept between calls (module docstring, "Cache"):
+    ``values[a][b]``, what the rows of stored step a give against the weights of stored step b, for the memory and
+    the settings of ``settings``, and ``own[a]``, step a's rows' similarities to their own classes. A call first drops
+    what no longer holds (``begin_call``), then looks pairs up and adds the missing ones; ``computed`` counts the
+    blocks (one set's rows x one set's classes) the call computed."""
+
+    def __init__(self):
+        self.settings: tuple | None = None
+        self.values: dict[int, dict[int, object]] = {}
+        self.own: dict[int, torch.Tensor] = {}  # a step's rows' similarities to their own classes
+        self.computed = 0
+
+    def begin_call(self, sets, settings: tuple) -> None:
+        settings = (sets.memory, *settings)
+        if settings != self.settings:
+            self.values.clear()
+            self.own.clear()
+            self.settings = settings
+        for kept in (self.values, self.own):
+            for step in [step for step in kept if step < sets.oldest]:
+                del kept[step]
+        for columns in self.values.values():
+            for step in [step for step in columns if step < sets.oldest]:
+                del columns[step]
+        self.computed = 0
+
+    def missing(self, steps: tuple[int, ...]) -> tuple[list[int], dict[int, list[int]]]:
+        """The missing pairs among ``steps`` (the virtual sets, by index): (row sets to compute against every set,
+        {column set: the other row sets it lacks}). A row set that lacks most pairs (the newest selected step) is
+        computed whole, in one product; the other row sets lack a pair with the newest step only, and those are
+        computed column set by column set, each in one product over all the row sets that lack it."""
+        lacking = [[b for b, column in enumerate(steps) if column not in self.values.get(row, {})]
+                   for row in steps]
+        whole = [a for a, columns in enumerate(lacking) if 2 * len(columns) > len(steps)]
+        by_column: dict[int, list[int]] = {}
+        for a, columns in enumerate(lacking):
+            if a not in whole:
+                for b in columns:
+                    by_column.setdefault(b, []).append(a)
+        return whole, by_column
+
+    def keep(self, row_step: int, column_step: int, value) -> None:
+        self.values.setdefault(row_step, {})[column_step] = value
+        self.computed += 1
+
+
+def _row_chunks(set_rows: list[slice], chosen: list[int], size: int):
+    """The stored rows of the ``chosen`` sets (indices into ``set_rows``) in chunks of at most ``size`` rows: each
+    chunk a list of pieces (set, first row, end row), a set cut where it does not fit in one chunk."""
+    pieces = [(a, start, min(start + size, set_rows[a].stop))
+              for a in chosen for start in range(set_rows[a].start, set_rows[a].stop, size)]
+    chunk, count = [], 0
+    for a, start, stop in pieces:
+        if chunk and count + stop - start > size:
+            yield chunk
+            chunk, count = [], 0
+        chunk.append((a, start, stop))
+        count += stop - start
+    if chunk:
+        yield chunk
+
+
+def _scatter_pieces(out: dict, pieces, set_rows: list[slice], values: torch.Tensor) -> None:
+    """Write ``values`` [K, rows of ``pieces``] into ``out[set]`` [K, rows of the set] where each piece lies."""
+    position = 0
+    for a, start, stop in pieces:
+        first = start - set_rows[a].start
+        out[a][:, first : first + stop - start] = values[:, position : position + stop - start]
+        position += stop - start
+
+
+def _gather_rows(tensor: torch.Tensor, pieces) -> torch.Tensor:
+    """The rows of ``tensor`` in ``pieces`` ((set, start, stop) each), one view where they are consecutive."""
+    if all(previous[2] == following[1] for previous, following in itertools.pairwise(pieces)):
+        return tensor[pieces[0][1] : pieces[-1][2]]
+    return torch.cat([tensor[start:stop] for _, start, stop in pieces])
 
 
 class MetricLoss(nn.Module, ABC):
@@ -188,6 +311,13 @@ class MetricLoss(nn.Module, ABC):
     check_values: bool = True
     # Stored rows per chunk of the stored x stored block: its temporaries hold chunk_rows x kC logits, whatever k.
     chunk_rows: int = 128
+    # Whether the stored x stored block is a fixed function of the stored data and the loss's settings, so that its
+    # per-pair constants may be kept between calls (module docstring, "Cache").
+    keeps_stored_pairs: bool = True
+
+    def __init__(self):
+        super().__init__()
+        self._stored_pairs = _StoredPairs()
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
                 classes_per_set: int | None = None, *, live: tuple[int, int] | None = None) -> torch.Tensor:
@@ -201,12 +331,44 @@ class MetricLoss(nn.Module, ABC):
         _validate.check_inputs(embeddings, labels, class_weights, self.check_values)
         if classes_per_set is not None:
             _validate.check_classes_per_set(classes_per_set, class_weights.shape[0])
+        stored_sets = getattr(live, "stored_sets", None) if self.keeps_stored_pairs else None
         live = _check_live(live, embeddings.shape[0], class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
-        blocks = _Blocks(embeddings.to(dtype), labels.long(), class_weights.to(dtype), live, self.compares_cosines)
+        blocks = _Blocks(embeddings.to(dtype), labels.long(), class_weights.to(dtype), live, self.compares_cosines,
+                         stored_sets)
+        if blocks.stored_sets is not None:
+            self._check_stored_sets(blocks)
+            self._stored_pairs.begin_call(blocks.stored_sets, self._pair_settings(blocks))
         return self.compute(blocks, classes_per_set)
+
+    def _check_stored_sets(self, blocks: _Blocks) -> None:
+        """ValueError unless the stored rows and weight rows are the sets ``live.stored_sets`` names, each row's label
+        in its own set (the label check, as the other value checks, only with ``check_values``: it costs a host
+        sync): the kept pairs hold for MemVir's output as it is, not for one whose labels or weights were changed."""
+        sets, live_classes = blocks.stored_sets, blocks.num_live_classes
+        shapes_fit = (len(sets.steps) == len(sets.rows) and sum(sets.rows) == len(blocks.stored_rows)
+                      and len(sets.steps) * live_classes == len(blocks.stored_columns))
+        labels_fit = True
+        if shapes_fit and self.check_values:
+            rows = torch.tensor(sets.rows, device=blocks.labels.device)
+            own_sets = torch.arange(1, len(sets.rows) + 1, device=rows.device).repeat_interleave(rows)
+            labels_fit = bool(torch.equal(blocks.stored_labels // live_classes, own_sets))
+        if not (shapes_fit and labels_fit):
+            raise ValueError(
+                f"live names MemVir's stored sets (steps {list(sets.steps)}, rows {list(sets.rows)}) but the inputs "
+                f"are not that output ({len(blocks.stored_rows)} stored rows, {len(blocks.stored_columns)} stored "
+                "weight rows, each row's label in its own set): pass MemVir's output as it is, or live as a plain "
+                "(rows, classes) tuple for inputs changed after MemVir"
+            )
+
+    def _pair_settings(self, blocks: _Blocks) -> tuple:
+        """What the kept pairs were computed under besides the stored data: the loss, its hyper-parameters (live
+        control may change them), the compute dtype and device."""
+        names = _hyper_parameter_names(type(self))
+        return (type(self), tuple(getattr(self, name) for name in names), blocks.stored_rows.dtype,
+                blocks.stored_rows.device)
 
     @abstractmethod
     def compute(self, blocks: _Blocks, classes_per_set: int | None) -> torch.Tensor:
@@ -235,7 +397,7 @@ class _CrossEntropyLoss(MetricLoss):
         """Once per call, before any logit is made: where a loss moves a running statistic (CurricularFace's t)."""
 
     def compute(self, blocks, classes_per_set):
-        similarities = blocks.target_similarities()
+        similarities = blocks.target_similarities(self._kept_own_similarities(blocks))
         self.update_statistics(similarities)
         targets = self.target_logits(similarities)
         live = slice(None, blocks.num_live_rows)
@@ -250,13 +412,26 @@ class _CrossEntropyLoss(MetricLoss):
             return per_row.mean()
         return _sum_of_set_means(per_row, blocks.labels // classes_per_set, blocks.num_classes // classes_per_set)
 
+    def _kept_own_similarities(self, blocks):
+        """[kB] the stored rows' similarities to their own classes, kept a step at a time (module docstring,
+        "Cache"); None where nothing is kept (they are computed with the rest)."""
+        if blocks.stored_sets is None:
+            return None
+        kept = self._stored_pairs.own
+        for index, step in enumerate(blocks.stored_sets.steps):
+            if step not in kept:
+                kept[step] = blocks.own_set_similarities(index)
+        return torch.cat([kept[step] for step in blocks.stored_sets.steps])
+
     def _log_normalisers(self, blocks, rows, labels, similarities, targets, constant_stored_block=False):
         """[R] log sum_j exp(z_ij) of ``rows`` over every class: the live classes' block, then the stored classes'
         (for stored rows a constant, made without autograd a chunk of rows at a time)."""
         parts = [self._log_sum_exp(rows @ blocks.live_columns.T, labels, similarities, targets)]
         if len(blocks.stored_columns):
             stored_labels = labels - blocks.num_live_classes
-            if constant_stored_block:
+            if constant_stored_block and blocks.stored_sets is not None:
+                parts.append(self._kept_log_sum_exp(blocks, stored_labels, similarities, targets))
+            elif constant_stored_block:
                 parts.append(self._chunked_log_sum_exp(blocks, rows, stored_labels, similarities, targets))
             else:
                 parts.append(self._log_sum_exp(blocks.stored_similarities(rows), stored_labels, similarities, targets))
@@ -277,6 +452,44 @@ class _CrossEntropyLoss(MetricLoss):
                 out[part] = self._log_sum_exp(blocks.stored_similarities(rows[part]), local_labels[part],
                                               similarities[part], targets[part])
         return out
+
+    def _kept_log_sum_exp(self, blocks, local_labels, similarities, targets):
+        """``_chunked_log_sum_exp`` of the stored rows from the kept pairs (module docstring, "Cache"): each pair of
+        stored steps gives every row of the first its log-sum-exp over the second's classes (the row's own target
+        among them where the two are one step); the missing pairs are computed and kept, and each row's pairs joined
+        by a log-sum-exp over the sets."""
+        pairs, steps, width = self._stored_pairs, blocks.stored_sets.steps, blocks.num_live_classes
+        set_rows = blocks.stored_set_rows()
+        whole, by_column = pairs.missing(steps)
+        with torch.no_grad():
+            # a row set lacking most pairs: against every stored class, chunk_rows rows at a time
+            per_pair = {a: blocks.stored_rows.new_empty(len(steps), set_rows[a].stop - set_rows[a].start)
+                        for a in whole}
+            for chunk in _row_chunks(set_rows, whole, self.chunk_rows):
+                rows, labels, row_similarities, row_targets = (_gather_rows(tensor, chunk) for tensor in (
+                    blocks.stored_rows, local_labels, similarities, targets))
+                logits = self.other_logits(blocks.stored_similarities(rows), row_similarities)
+                logits = _with_targets(logits, labels, row_targets)
+                _scatter_pieces(per_pair, chunk, set_rows, torch.logsumexp(logits.view(len(rows), -1, width), 2).T)
+            for a in whole:
+                for b, column_step in enumerate(steps):
+                    pairs.keep(steps[a], column_step, per_pair[a][b])
+            # the other missing pairs, one set's classes at a time against every row set that lacks them
+            for b, row_sets in by_column.items():
+                columns = blocks.stored_set_columns(b)
+                per_row_set = {a: blocks.stored_rows.new_empty(1, set_rows[a].stop - set_rows[a].start)
+                               for a in row_sets}
+                for chunk in _row_chunks(set_rows, row_sets, self.chunk_rows * len(steps)):
+                    rows, labels, row_similarities, row_targets = (_gather_rows(tensor, chunk) for tensor in (
+                        blocks.stored_rows, local_labels, similarities, targets))
+                    logits = self.other_logits(blocks.stored_similarities(rows, columns), row_similarities)
+                    logits = _with_targets(logits, labels - columns.start, row_targets)
+                    _scatter_pieces(per_row_set, chunk, set_rows, torch.logsumexp(logits, 1)[None])
+                for a in row_sets:
+                    pairs.keep(steps[a], steps[b], per_row_set[a][0])
+            per_row_and_set = torch.cat([torch.stack([pairs.values[row_step][column_step] for column_step in steps],
+                                                     dim=1) for row_step in steps])
+            return torch.logsumexp(per_row_and_set, dim=1)
 
 
 def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -> torch.Tensor:
@@ -373,6 +586,9 @@ class CurricularFaceLoss(_CrossEntropyLoss):
     Gradients (the official choice): t is a statistic and is detached; the hard-negative term passes gradient
     through both factors of cos_j * (t + cos_j), i.e. d/dcos_j = t + 2 cos_j. The hard/easy mask itself carries none.
     """
+
+    # its stored logits move with t at every call: nothing of them holds for the next
+    keeps_stored_pairs = False
 
     def __init__(self, scale: float = 64.0, margin: float = 0.5):
         super().__init__()
@@ -487,16 +703,72 @@ class ProxyAnchorLoss(MetricLoss):
     def _stored_proxy_terms(self, blocks):
         """[kC] the same for each stored proxy: its sums over the stored rows (and the zero term) as one constant."""
         offset, num_stored = blocks.num_live_classes, blocks.stored_columns.shape[0]
-        with torch.no_grad():
-            constants = [blocks.stored_rows.new_zeros(1, num_stored), blocks.stored_rows.new_zeros(1, num_stored)]
-            for part in _chunks(blocks.stored_rows.shape[0], self.chunk_rows):
-                exponents = self._exponents(blocks.stored_similarities(blocks.stored_rows[part]),
-                                            blocks.stored_labels[part] - offset)
-                for constant, chunk in zip(constants, exponents, strict=True):
-                    torch.logaddexp(constant, torch.logsumexp(chunk, dim=0, keepdim=True), out=constant)
+        if blocks.stored_sets is not None:
+            constants = self._kept_constants(blocks)
+        else:
+            with torch.no_grad():
+                constants = [blocks.stored_rows.new_zeros(1, num_stored), blocks.stored_rows.new_zeros(1, num_stored)]
+                for part in _chunks(blocks.stored_rows.shape[0], self.chunk_rows):
+                    exponents = self._exponents(blocks.stored_similarities(blocks.stored_rows[part]),
+                                                blocks.stored_labels[part] - offset)
+                    for constant, chunk in zip(constants, exponents, strict=True):
+                        torch.logaddexp(constant, torch.logsumexp(chunk, dim=0, keepdim=True), out=constant)
         live_exponents = self._exponents(blocks.stored_similarities(blocks.live_rows), blocks.live_labels - offset)
         return tuple(torch.logsumexp(torch.cat([constant, exponents]), dim=0)
                      for constant, exponents in zip(constants, live_exponents, strict=True))
+
+
+    def _kept_constants(self, blocks):
+        """The stored proxies' constants of ``_stored_proxy_terms`` from the kept pairs (module docstring, "Cache"):
+        each pair of stored steps gives every proxy of the second its pull and push sums over the rows of the first
+        (a pull only where the two are one step: a row's positive proxy is in its own set); the missing pairs are
+        computed and kept, and each proxy's pairs joined by a log-sum-exp over the row sets, with the zero term."""
+        pairs, steps, width = self._stored_pairs, blocks.stored_sets.steps, blocks.num_live_classes
+        set_rows, labels = blocks.stored_set_rows(), blocks.stored_labels - width
+        whole, by_column = pairs.missing(steps)
+        with torch.no_grad():
+            for chunks, columns, keep in (
+                # a row set lacking most pairs: against every stored proxy, chunk_rows rows at a time
+                *((_row_chunks(set_rows, [a], self.chunk_rows), slice(None), _keep_all(pairs, steps, width, a))
+                  for a in whole),
+                # the other missing pairs, one set's proxies at a time against every row set that lacks them
+                *((_row_chunks(set_rows, row_sets, self.chunk_rows * len(steps)), blocks.stored_set_columns(b),
+                   _keep_one(pairs, steps, b)) for b, row_sets in by_column.items()),
+            ):
+                sums = {}
+                for chunk in chunks:
+                    cosines = blocks.stored_similarities(_gather_rows(blocks.stored_rows, chunk), columns)
+                    exponents = self._exponents(cosines, _gather_rows(labels, chunk) - (columns.start or 0))
+                    position = 0
+                    for a, start, stop in chunk:
+                        rows = slice(position, position + stop - start)
+                        part = torch.stack([torch.logsumexp(exponent[rows], dim=0) for exponent in exponents])
+                        sums[a] = torch.logaddexp(sums[a], part) if a in sums else part
+                        position += stop - start
+                for a, (pull, push) in sums.items():
+                    keep(a, pull, push)
+            zeros = blocks.stored_rows.new_zeros(1, len(steps), width)
+            pull = torch.stack([pairs.values[step][step][0] for step in steps])
+            push = torch.stack([torch.stack([pairs.values[row_step][column_step][1] for column_step in steps])
+                                for row_step in steps])
+            return [torch.logaddexp(pull, zeros[0]).view(1, -1),
+                    torch.logsumexp(torch.cat([zeros, push]), 0).view(1, -1)]
+
+
+def _keep_all(pairs: _StoredPairs, steps: tuple[int, ...], width: int, row_set: int):
+    """Keep a row set's sums over every stored proxy ([k C] each) as its k pairs."""
+    def keep(_, pull, push):
+        for b, column_step in enumerate(steps):
+            columns = slice(b * width, (b + 1) * width)
+            pairs.keep(steps[row_set], column_step, (pull[columns] if b == row_set else None, push[columns]))
+    return keep
+
+
+def _keep_one(pairs: _StoredPairs, steps: tuple[int, ...], column_set: int):
+    """Keep a row set's sums over one set's proxies as one pair."""
+    def keep(row_set, pull, push):
+        pairs.keep(steps[row_set], steps[column_set], (pull if row_set == column_set else None, push))
+    return keep
 
 
 LOSSES: tuple[str, ...] = tuple(_REGISTRY)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from memvir import MemVir, build_loss
 from memvir.losses import LOSSES
-from memvir.memory.virtual_classes import AugmentedBatch
+from memvir.memory.virtual_classes import AugmentedBatch, LiveBlock, StoredSets
 
 NUM_CLASSES, BATCH, DIM = 5, 6, 4
 STORED_SET_SIZES = (6, 4, 2)  # MemVir stores batches of any size: stored sets may be smaller than the live one
@@ -69,16 +69,19 @@ def plain_proxy_anchor(embeddings, labels, class_weights, classes_per_set, margi
     return total
 
 
-def plain_loss(name, embeddings, labels, class_weights, classes_per_set=None, t_before=0.0, training=True):
-    """(loss, CurricularFace's t after the call, None for the other losses) on the concatenated inputs."""
+def plain_loss(name, embeddings, labels, class_weights, classes_per_set=None, t_before=0.0, training=True,
+               scale_factor=1.0):
+    """(loss, CurricularFace's t after the call, None for the other losses) on the concatenated inputs; the losses'
+    default scale (alpha for Proxy-Anchor) times ``scale_factor``."""
     if name == "proxy-anchor":
-        return plain_proxy_anchor(embeddings, labels, class_weights, classes_per_set), None
+        return plain_proxy_anchor(embeddings, labels, class_weights, classes_per_set, alpha=32.0 * scale_factor), None
     t = t_before if name == "curricularface" else None
     if name == "curricularface" and training:
         with torch.no_grad():
             target = (F.normalize(embeddings, dim=1) * F.normalize(class_weights, dim=1)[labels]).sum(1)
         t = float(torch.tensor(0.01 * target.mean().item() + 0.99 * t_before).float())  # the buffer is float32
-    per_row = F.cross_entropy(plain_logits(name, embeddings, labels, class_weights, t), labels, reduction="none")
+    logits = plain_logits(name, embeddings, labels, class_weights, t) * (1.0 if name == "softmax" else scale_factor)
+    per_row = F.cross_entropy(logits, labels, reduction="none")
     if classes_per_set is None:
         return per_row.mean(), t
     sets = labels // classes_per_set
@@ -218,6 +221,11 @@ def test_memvir_returns_a_three_tuple_that_says_its_live_block():
         for twin in (copy.copy(out), pickle.loads(pickle.dumps(out))):
             assert isinstance(twin, AugmentedBatch) and twin.live == out.live and len(twin) == 3
             assert torch.equal(twin[0], embeddings) and torch.equal(twin[2], weights)
+            assert twin.stored_sets == out.stored_sets and twin.live.stored_sets == out.stored_sets
+        live = pickle.loads(pickle.dumps(out.live))
+        assert isinstance(live, LiveBlock) and live == (batch, 3) and live.stored_sets == out.stored_sets
+    # the virtual sets named by the calls that stored them (steps 1 and 0 at call 2), with their row counts
+    assert out.stored_sets[1:] == ((1, 0), (3, 4), 0)
 
 
 @pytest.mark.parametrize("store_dtype", [None, torch.float32])
@@ -270,6 +278,9 @@ def test_the_trainer_passes_the_live_block_and_computes_the_plain_loss(loss, red
     trainer.loss_fn = record
     trainer.run()
     assert [call[3].get("live") for call in calls] == [None, (32, 24), (32, 24)]
+    # MemVir's own live, naming its stored steps, where the loss sees MemVir's output; a plain one for the control's
+    assert [getattr(call[3]["live"], "stored_sets", None) is not None for call in calls[1:]] == [
+        labels_mode == "virtual"] * 2
     classes_per_set = 24 if reduction == "balanced" else None
     assert all(call[3].get("classes_per_set") == classes_per_set for call in calls)
     for sets, (x, y, w, options, trained_value) in enumerate(calls[1:], 2):  # k = 1, then 2
@@ -280,3 +291,157 @@ def test_the_trainer_passes_the_live_block_and_computes_the_plain_loss(loss, red
         value, _ = plain_loss(loss, embeddings, y, weights, classes_per_set)
         assert_all_close(blocked, value_and_grads(value, (live_x, live_w)))
         torch.testing.assert_close(trained_value, value.detach(), rtol=1e-5, atol=1e-5)  # the step's float32
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Kept pairs (memvir.losses, "Cache"): what one pair of stored steps gives, kept between calls
+# ----------------------------------------------------------------------------------------------------------------
+
+KEEPS_PAIRS = [name for name in LOSSES if name != "curricularface"]
+
+
+def live_naming(steps, sizes, memory="memory-a", oldest=0):
+    """A ``live`` as MemVir's output carries it: (B, C) and which stored steps the virtual sets are."""
+    return LiveBlock(BATCH, NUM_CLASSES, StoredSets(memory, tuple(steps), tuple(sizes), oldest) if steps else None)
+
+
+def moved_inputs(seed, virtual_sets, previous):
+    """The next call of a MemVir with M = 0 after ``previous`` (augmented_inputs' stored sets, or this function's):
+    a new live batch, its old live batch's step as set 1, its sets 1..k-1 as sets 2..k, the steps numbered so."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(BATCH, DIM, generator=generator, dtype=torch.float64).requires_grad_()
+    w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64).requires_grad_()
+    y = torch.randint(0, NUM_CLASSES, (BATCH,), generator=generator)
+    old_x, old_y, old_w, old_sets = previous
+    stored_x = [old_x.detach(), *old_sets[0]][:virtual_sets]
+    stored_y = [old_y, *old_sets[1]][:virtual_sets]
+    stored_w = [old_w.detach(), *old_sets[2]][:virtual_sets]
+    labels = torch.cat([y] + [labels + j * NUM_CLASSES for j, labels in enumerate(stored_y, 1)])
+    inputs = (torch.cat([x, *stored_x]), labels, torch.cat([w, *stored_w]))
+    return x, w, y, inputs, (stored_x, stored_y, stored_w)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 256])
+@pytest.mark.parametrize("reduction", ["official", "balanced"])
+@pytest.mark.parametrize("virtual_sets", [0, 1, 3])
+@pytest.mark.parametrize("name", LOSSES)
+def test_kept_pairs_equal_plain_when_served_and_when_the_selection_moves(name, virtual_sets, reduction, chunk_rows):
+    """The same augmented batch three times (every pair computed, then every pair served), then the next call of a
+    MemVir with M = 0 (a new step as set 1, the others one set further): only its 2k-1 new pairs are computed.
+    Stored sets of 6, 4 and 2 rows, chunks down to one row; each call against the plain computation."""
+    classes_per_set = NUM_CLASSES if reduction == "balanced" else None
+    loss = blocked_loss(name, chunk_rows)
+    keeps = name in KEEPS_PAIRS and virtual_sets > 0
+    x, w, (embeddings, labels, weights, _) = augmented_inputs(virtual_sets * 10 + len(name), virtual_sets)
+    sizes = STORED_SET_SIZES[:virtual_sets]
+    steps = [100 - j for j in range(1, virtual_sets + 1)]
+    for call in range(3):
+        t_before = loss.t.item() if name == "curricularface" else 0.0
+        live = live_naming(steps, sizes, oldest=90)
+        blocked = value_and_grads(loss(embeddings, labels, weights, classes_per_set, live=live), (x, w))
+        value, t = plain_loss(name, embeddings, labels, weights, classes_per_set, t_before=t_before)
+        assert_all_close(blocked, value_and_grads(value, (x, w)))
+        assert loss._stored_pairs.computed == (virtual_sets**2 if keeps and call == 0 else 0)
+    stored = [embeddings[BATCH:].split(sizes), (labels[BATCH:] % NUM_CLASSES).split(sizes),
+              weights[NUM_CLASSES:].split(NUM_CLASSES)]
+    previous = (x, labels[:BATCH], w, stored)
+    new_x, new_w, _, (embeddings, labels, weights), _ = moved_inputs(5, virtual_sets, previous)
+    t_before = loss.t.item() if name == "curricularface" else 0.0
+    live = live_naming([100] + steps[:-1], ([BATCH] + list(sizes))[:virtual_sets], oldest=91)
+    blocked = value_and_grads(loss(embeddings, labels, weights, classes_per_set, live=live), (new_x, new_w))
+    value, _ = plain_loss(name, embeddings, labels, weights, classes_per_set, t_before=t_before)
+    assert_all_close(blocked, value_and_grads(value, (new_x, new_w)))
+    assert loss._stored_pairs.computed == (2 * virtual_sets - 1 if keeps else 0)
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_the_seen_control_uses_no_kept_pair(name):
+    """Seen labels against the live weights, even given MemVir's own ``live``: no stored class, nothing to keep."""
+    x, w, (embeddings, labels, weights, _) = augmented_inputs(103, 3, labels_mode="seen")
+    loss = blocked_loss(name, chunk_rows=3)
+    live = live_naming([9, 8, 7], STORED_SET_SIZES)
+    blocked = value_and_grads(loss(embeddings, labels, weights, live=live), (x, w))
+    assert_all_close(blocked, value_and_grads(plain_loss(name, embeddings, labels, weights, t_before=T_BEFORE)[0],
+                                              (x, w)))
+    assert loss._stored_pairs.computed == 0 and not loss._stored_pairs.values
+
+
+@pytest.mark.parametrize("change", ["labels", "rows", "steps"])
+def test_a_live_that_names_other_inputs_is_refused(change):
+    """MemVir's ``live`` with inputs that are not its output (seen labels beside the stored weights, other set sizes,
+    another number of sets): a ValueError that says to pass a plain (rows, classes)."""
+    _, _, (embeddings, labels, weights, _) = augmented_inputs(4, 3)
+    steps, sizes = [9, 8, 7], list(STORED_SET_SIZES)
+    if change == "labels":
+        labels = labels % NUM_CLASSES
+    elif change == "rows":
+        sizes = [5, 5, 2]
+    else:
+        steps, sizes = steps[:2], sizes[:2]
+    with pytest.raises(ValueError, match=r"live names MemVir's stored sets .* plain \(rows, classes\)"):
+        build_loss("norm-softmax")(embeddings, labels, weights, live=live_naming(steps, sizes))
+
+
+def run_with_changes(name, reduction, labels_mode):
+    """A real MemVir(3, 1) over 40 steps of batches of 6, 4 or 3 rows, more than 2N(M+1) = 16: N 3 -> 2 at step 12,
+    M 1 -> 2 at step 18, the state of step 24 saved, the loss's settings changed at step 28, the step-24 state
+    resumed at step 32 and the run continued on other batches (the same step numbers, other contents). At every step
+    the loss, kept from call to call, against the plain computation; returns each step's (k, blocks computed)."""
+    mv = MemVir(3, 1)
+    generator = torch.Generator().manual_seed(len(name))
+    loss = blocked_loss(name, chunk_rows=2)
+    classes_per_set = NUM_CLASSES if reduction == "balanced" else None
+    record, saved, scale_factor = [], None, 1.0
+    for step in range(40):
+        if step == 12:
+            mv.set_hparams(num_steps=2)
+        if step == 18:
+            mv.set_hparams(margin=2)
+        if step == 24:
+            saved = copy.deepcopy(mv.state_dict())
+        if step == 28:
+            hyper_parameter = "alpha" if name == "proxy-anchor" else "scale"
+            if hasattr(loss, hyper_parameter):
+                setattr(loss, hyper_parameter, getattr(loss, hyper_parameter) * 0.5)
+                scale_factor = 0.5
+        if step == 32:
+            mv.load_state_dict(saved)
+            generator.manual_seed(1000 + len(name))
+        batch = (6, 4, 3)[step % 3]
+        x = torch.randn(batch, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        out = mv(x, torch.randint(0, NUM_CLASSES, (batch,), generator=generator), w)
+        embeddings, labels, weights = out
+        if labels_mode == "seen":
+            labels, weights = labels % NUM_CLASSES, w
+        t_before = loss.t.item() if name == "curricularface" else 0.0
+        blocked = value_and_grads(loss(embeddings, labels, weights, classes_per_set, live=out.live), (x, w))
+        value, t = plain_loss(name, embeddings, labels, weights, classes_per_set, t_before=t_before,
+                              scale_factor=scale_factor)
+        assert_all_close(blocked, value_and_grads(value, (x, w)))
+        if t is not None:
+            assert loss.t.item() == pytest.approx(t, abs=1e-10)
+        record.append((mv.num_virtual_sets, loss._stored_pairs.computed))
+    return record
+
+
+@pytest.mark.parametrize("labels_mode", ["virtual", "seen"])
+@pytest.mark.parametrize("reduction", ["official", "balanced"])
+@pytest.mark.parametrize("name", LOSSES)
+def test_kept_pairs_over_a_run_with_live_changes_and_a_resume(name, reduction, labels_mode):
+    """Equal to plain at every step of run_with_changes; the kept pairs are used (2k-1 blocks once a pair recurs)
+    and none is served stale: each change of N, M, the loss's settings and the resume computes every pair again."""
+    record = run_with_changes(name, reduction, labels_mode)
+    if name not in KEEPS_PAIRS or labels_mode == "seen":
+        assert all(computed == 0 for _, computed in record)
+        return
+    sets = [k for k, _ in record]
+    computed = [blocks for _, blocks in record]
+    assert max(sets) == 3 and sets[11] == 3 and sets[39] == 2
+    # before the first change: each residue's first call with k sets computes k^2, each later one 2k-1
+    assert computed[11] == 2 * 3 - 1 and computed[10] == 2 * 3 - 1
+    # every change makes the next call with virtual sets compute all of its pairs (Softmax has no setting to change)
+    for step in (12, 18, 32) if name == "softmax" else (12, 18, 28, 32):
+        first = next(s for s in range(step, 40) if sets[s])
+        assert computed[first] == sets[first] ** 2, (step, record)
+    assert computed[39] == 2 * sets[39] - 1

@@ -1,8 +1,9 @@
 """The paper's algorithm (docs/method.md, "Algorithm"): the memory of past steps that becomes virtual classes.
 
 - `virtual_classes`: `MemVir`, the nn.Module a training step calls: a ring of N(M+1) steps, the step pacing of the
-  curriculum (or all at once), live changes of N, M and U; `AugmentedBatch`, what a call returns; `virtual_sets_at`, the
-  virtual sets in use at a step, and `SCHEDULES`.
+  curriculum (or all at once), live changes of N, M and U; `AugmentedBatch`, what a call returns, with its `LiveBlock`
+  and `StoredSets` (which stored steps its virtual sets are); `virtual_sets_at`, the virtual sets in use at a step, and
+  `SCHEDULES`.
 - `state`: its part of a state_dict (settings, call counter, stored steps), read back checked, so a resumed run
   continues its curriculum.
 - `size`: how many bytes a memory takes (`ring_bytes`, `format_bytes`), and the limit past which a setting is refused
@@ -19,6 +20,8 @@ from memvir._lazy import lazy_exports
 _EXPORTS = {
     "MemVir": "memvir.memory.virtual_classes",
     "AugmentedBatch": "memvir.memory.virtual_classes",
+    "LiveBlock": "memvir.memory.virtual_classes",
+    "StoredSets": "memvir.memory.virtual_classes",
     "SCHEDULES": "memvir.memory.virtual_classes",
     "virtual_sets_at": "memvir.memory.virtual_classes",
     "STORE_DTYPES": "memvir.memory.size",

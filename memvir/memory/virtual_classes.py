@@ -24,6 +24,9 @@ sets are in use from the first step after it.
 
 from __future__ import annotations
 
+import uuid
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
@@ -51,25 +54,51 @@ def _first_stored_step(warmup_steps: int, capacity: int, schedule: str) -> int:
     return max(0, warmup_steps - capacity) if schedule == "all-at-once" else warmup_steps
 
 
+class StoredSets(NamedTuple):
+    """Which stored steps the virtual sets of one MemVir output are, so that a loss may keep what it computes from a
+    pair of stored steps for the later calls that select the same pair again (memvir.losses, "Cache"). A step is
+    named by the call that stored it (``MemVir.step`` then), not by its set's position j, which moves on every call."""
+
+    memory: str  # the contents' identity: new whenever a step number may stand for other contents or values (MemVir)
+    steps: tuple[int, ...]  # the call each virtual set j = 1..k was stored at
+    rows: tuple[int, ...]  # each set's row count
+    oldest: int  # the oldest step the memory holds: no later call selects an older one
+
+
+class LiveBlock(tuple):
+    """(B, C): how many of a MemVir output's rows and weight rows are live, the keyword ``live`` of a memvir.losses
+    loss; ``stored_sets`` (a `StoredSets`, None without virtual sets) says which stored steps the rest are."""
+
+    def __new__(cls, num_live_rows: int, num_live_classes: int, stored_sets: StoredSets | None = None):
+        block = super().__new__(cls, (num_live_rows, num_live_classes))
+        block.stored_sets = stored_sets
+        return block
+
+    def __getnewargs__(self):  # copy and pickle rebuild it through __new__
+        return (*self, self.stored_sets)
+
+
 class AugmentedBatch(tuple):
     """MemVir's output, the 3-tuple (embeddings, labels, class_weights) with the live rows and weight rows first, and
     how many of them there are: ``num_live_rows`` (B) and ``num_live_classes`` (C). Everything past them comes from
     the memory and carries no gradient, so a loss of memvir.losses given ``live=batch.live`` leaves it out of its
-    gradient work (memvir.losses, "Blocks")."""
+    gradient work (memvir.losses, "Blocks"); ``stored_sets`` says which stored steps the virtual sets are, so such a
+    loss keeps what it computes from them for the calls that select them again (memvir.losses, "Cache")."""
 
     def __new__(cls, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                num_live_rows: int, num_live_classes: int):
+                num_live_rows: int, num_live_classes: int, stored_sets: StoredSets | None = None):
         batch = super().__new__(cls, (embeddings, labels, class_weights))
         batch.num_live_rows, batch.num_live_classes = num_live_rows, num_live_classes
+        batch.stored_sets = stored_sets
         return batch
 
     def __getnewargs__(self):  # copy and pickle rebuild it through __new__
-        return (*self, self.num_live_rows, self.num_live_classes)
+        return (*self, self.num_live_rows, self.num_live_classes, self.stored_sets)
 
     @property
-    def live(self) -> tuple[int, int]:
-        """(B, C): the keyword ``live`` of a memvir.losses loss."""
-        return self.num_live_rows, self.num_live_classes
+    def live(self) -> LiveBlock:
+        """(B, C), carrying ``stored_sets``: the keyword ``live`` of a memvir.losses loss."""
+        return LiveBlock(self.num_live_rows, self.num_live_classes, self.stored_sets)
 
 
 class MemVir(nn.Module):
@@ -133,6 +162,13 @@ class MemVir(nn.Module):
         self._batch_sizes: list[int] = []  # per slot, kept in Python so reading it never syncs a GPU
         self._head = 0  # slot the next stored step goes to
         self._count = 0
+        self._new_contents()
+
+    def _new_contents(self) -> None:
+        """A new identity of the memory's contents (`StoredSets.memory`): after a reset or a resume the step numbers
+        start again with other contents; after a move to another device or dtype the same steps hold other values;
+        after a change of N or M the set of pairs a loss kept for the old selection is discarded with it."""
+        self._contents = uuid.uuid4().hex
 
     def _slot(self, age: int) -> int:
         """Ring slot of the step stored `age` calls ago (age 1 = the previous step)."""
@@ -253,8 +289,12 @@ class MemVir(nn.Module):
 
     def _augment(self, embeddings, labels, class_weights, num_sets: int):
         num_classes = class_weights.shape[0]
-        slots = [self._slot(j * (self.margin + 1)) for j in range(1, num_sets + 1)]
+        ages = [j * (self.margin + 1) for j in range(1, num_sets + 1)]
+        slots = [self._slot(age) for age in ages]
         sizes = [self._batch_sizes[s] for s in slots]
+        # the stored steps are the calls just before this one, one a call, so the step `age` calls ago is step - age
+        stored_sets = StoredSets(self._contents, tuple(self.step - age for age in ages), tuple(sizes),
+                                 self.step - self._count)
         # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
         embedding_views = [self._embeddings[s, :size] for s, size in zip(slots, sizes, strict=True)]
         weight_views = [self._weights[s] for s in slots]
@@ -267,6 +307,7 @@ class MemVir(nn.Module):
             _concat(class_weights, weight_views),
             embeddings.shape[0],
             num_classes,
+            stored_sets,
         )
 
     # ----------------------------------------------------------------------------------------------- control
@@ -279,6 +320,8 @@ class MemVir(nn.Module):
         new_capacity = new_steps * (new_margin + 1)
         if new_capacity != self.capacity and self._embeddings is not None:
             self._rebuild(new_capacity, self._embeddings.shape[1])  # changes nothing if it fails
+        if (new_steps, new_margin) != (self.num_steps, self.margin):
+            self._new_contents()
         self.num_steps, self.margin, self.warmup_steps = new_steps, new_margin, new_warmup
 
     def reset(self) -> None:
@@ -312,6 +355,7 @@ class MemVir(nn.Module):
     def _apply(self, fn, recurse=True):
         # Module.to(device) / .double() etc. move the ring with the module; stored copies keep store_dtype when set.
         super()._apply(fn, recurse)
+        self._new_contents()
         if self._embeddings is not None:
             stored = (self._embeddings, self._labels, self._weights)
             self._embeddings, self._labels, self._weights = (fn(t) for t in stored)

@@ -388,8 +388,11 @@ class Trainer:
         # with neither option, the plain three-argument call of the loss contract
         options = {"classes_per_set": num_classes} if self.config.memvir_reduction == "balanced" else {}
         if augmented.num_live_rows < all_embeddings.shape[0]:
-            # the memory's rows and weight rows are constants: the loss spends no gradient work on them
-            options["live"] = (augmented.num_live_rows, num_classes)
+            # the memory's rows and weight rows are constants: the loss spends no gradient work on them, and given
+            # MemVir's own output it keeps what it computes from pairs of stored steps for the later steps
+            # (memvir.losses, "Cache"); the seen control's labels and weights are not that output
+            seen = self.config.memvir_labels == "seen"
+            options["live"] = (augmented.num_live_rows, num_classes) if seen else augmented.live
         loss = self.loss_fn(all_embeddings, all_labels, all_weights, **options)
         return augmented, loss, all_weights.shape[0]
 
