@@ -68,8 +68,10 @@ class TrainConfig:
         None, "for hf: datasets, the column of classes (default: the dataset's one ClassLabel feature; a column of "
         "strings or integers works too, its distinct values being the classes)")
     image_size: int | None = _setting(None, "input size (default: the dataset's own)")
-    backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet")
-    pretrained: bool = _setting(False, "start from ImageNet weights (cached or online)")
+    backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet | timm:NAME (a timm "
+                             "model, e.g. timm:resnet50.a1_in1k; its size, mean, std and resizing are its own)")
+    pretrained: bool = _setting(False, "start from pretrained weights: ImageNet's (torchvision, cached or online), or "
+                                "for timm:NAME the Hub's through timm (the Hugging Face cache or online)")
     init_from: str | None = _setting(
         None, "start the backbone from this checkpoint folder (config.json + model.safetensors, read offline), and "
         "the embedding head too where the embedding dimension is the same; never its class weights (e.g. "
@@ -246,6 +248,13 @@ class TrainConfig:
         for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
             need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
         build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
+        need(isinstance(self.backbone, str), f"backbone must be a name such as 'convnet', got {self.backbone!r}")
+        from memvir.models.backbones import check_backbone
+
+        try:  # a timm name is checked against timm's registry (no download): a typo fails before any data loads
+            check_backbone(self.backbone, self.pretrained)
+        except ValueError as error:
+            need(False, str(error))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

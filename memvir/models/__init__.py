@@ -2,7 +2,12 @@
 
 - `embedding_model`: `EmbeddingModel`: image in, L2-normalised embedding out, saved and loaded in the Hub format.
 - `backbones`: the backbone registry (convnet, convnet-gn, resnet18/50, googlenet): `build_backbone`,
-  `available_backbones`, `register_backbone`; a `Backbone` (features and their width), `PretrainedWeightsUnavailable`.
+  `available_backbones`, `register_backbone`, `check_backbone`; a `Backbone` (features and their width),
+  `PretrainedWeightsUnavailable`.
+- `timm_backbones`: `timm:NAME`, any timm model as a backbone, its weights from the Hub through timm, its
+  preprocessing from timm's pretrained config (timm imported only for such a name).
+- `preprocessing`: a model's input preprocessing: the transform of its queries, and a dataset's splits read its way
+  (`model_input`, `read_for_model`, `query_transform`).
 - `card`: the model card an `EmbeddingModel` saves as README.md.
 - `_hub_shims`: every use of huggingface_hub outside its documented API, checked against the pinned version.
 - `initialisation`: a model started from a saved checkpoint folder (the backbone, the head where it fits):
@@ -20,6 +25,7 @@ _EXPORTS = {
     "PretrainedWeightsUnavailable": "memvir.models.backbones",
     "available_backbones": "memvir.models.backbones",
     "build_backbone": "memvir.models.backbones",
+    "check_backbone": "memvir.models.backbones",
     "register_backbone": "memvir.models.backbones",
     "Initialisation": "memvir.models.initialisation",
     "initialise_from_checkpoint": "memvir.models.initialisation",

@@ -6,6 +6,9 @@ linear embedding head on top. `convnet` and `convnet-gn` are small CNNs for glyp
 BatchNorm, not the paper's BN-Inception (Inception-v2), so numbers on the paper's datasets need not match its own. A
 model with another number of input channels than 3 gets a first convolution to match (its ImageNet weights adapted:
 `adapt_stem_weight`).
+
+Besides the registry's names, `timm:NAME` names any timm model (memvir.models.timm_backbones), its weights from the
+Hugging Face Hub through timm and its preprocessing from timm's pretrained config (`backbone_preprocessing`).
 """
 
 from collections.abc import Callable
@@ -15,6 +18,8 @@ from typing import NamedTuple
 import torch
 import torchvision
 from torch import nn
+
+from memvir.models import timm_backbones
 
 
 class Backbone(NamedTuple):
@@ -49,13 +54,45 @@ def available_backbones() -> tuple[str, ...]:
     return tuple(sorted(_BACKBONES))
 
 
-def build_backbone(name: str, in_channels: int = 3, pretrained: bool = False) -> Backbone:
-    """Build the backbone `name` for `in_channels`-channel images, with ImageNet weights when `pretrained`."""
-    if name not in _BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(available_backbones())}")
+def check_backbone(name: str, pretrained: bool = False) -> None:
+    """ValueError unless `name` is a backbone of the registry or a timm model timm knows (`timm:NAME`; with
+    `pretrained`, one with weights). Builds and downloads nothing."""
+    if timm_backbones.timm_model_name(name) is not None:
+        timm_backbones.check_timm_backbone(name, pretrained)
+    elif name not in _BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(available_backbones())}, or "
+                         "timm:NAME for a timm model (timm:resnet50.a1_in1k, say)")
+
+
+def build_backbone(name: str, in_channels: int = 3, pretrained: bool = False,
+                   image_size: int | None = None) -> Backbone:
+    """Build the backbone `name` for `in_channels`-channel images, with pretrained weights when `pretrained`
+    (ImageNet's from torchvision for the registry's, the Hub's through timm for `timm:NAME`). `image_size`: the side
+    of the inputs, for the timm models that fix it when built (ViTs); the others take any size."""
+    check_backbone(name, pretrained)
     if in_channels < 1:
         raise ValueError(f"in_channels must be at least 1, got {in_channels}")
-    return _BACKBONES[name](in_channels, pretrained)
+    if timm_backbones.timm_model_name(name) is None:
+        return _BACKBONES[name](in_channels, pretrained)
+    try:
+        model = timm_backbones.create_timm_model(name, in_channels, pretrained, image_size)
+    except timm_backbones.WEIGHT_DOWNLOAD_ERRORS as error:
+        raise PretrainedWeightsUnavailable(
+            f"the pretrained weights of {name} ({timm_backbones.timm_hub_id(name) or 'their URL'}) are not in the "
+            f"Hugging Face cache and could not be downloaded ({type(error).__name__}: {error}). Run once with network "
+            "access (HF_HUB_OFFLINE unset) so that timm downloads them into the cache, or train without pretrained "
+            "weights"
+        ) from error
+    return Backbone(model, model.num_features)
+
+
+def backbone_preprocessing(name: str, in_channels: int) -> dict | None:
+    """How the backbone `name` wants its images prepared, where it says so (timm's models: `input_size`, `mean`,
+    `std`, `interpolation`, memvir.models.timm_backbones.timm_preprocessing); None for the registry's, which take
+    the dataset's own preprocessing."""
+    if timm_backbones.timm_model_name(name) is None:
+        return None
+    return timm_backbones.timm_preprocessing(name, in_channels)
 
 
 def load_imagenet_state_dict(weights: torchvision.models.WeightsEnum) -> dict[str, torch.Tensor]:

@@ -143,12 +143,15 @@ def eval_results(metrics: Mapping[str, Any] | None, dataset: str) -> list[EvalRe
 
 
 def describe_for_the_hub(card_data: ModelCardData, *, backbone: str, dataset: str,
-                         metrics: Mapping[str, Any] | None) -> None:
+                         metrics: Mapping[str, Any] | None, base_model: str | None = None) -> None:
     """Complete a card's front matter as the Hub reads it: the tags in CARD_TAGS, `datasets`, `metrics` (the names of
-    those measured) and a `model-index` holding the run's retrieval metrics (`eval_results`)."""
+    those measured), a `model-index` holding the run's retrieval metrics (`eval_results`), and `base_model`, the Hub
+    repo of the pretrained weights the model was fine-tuned from (a timm backbone's), where there is one."""
     card_data.tags = sorted({*(card_data.tags or ()), *CARD_TAGS})
     card_data.datasets = [dataset_id(dataset)]
     results = eval_results(metrics, dataset)
     card_data.metrics = list(dict.fromkeys(result.metric_type for result in results)) or None
     card_data.model_name = f"memvir-{backbone}-{dataset_id(dataset)}"
+    if base_model:
+        card_data.base_model = base_model
     card_data.eval_results = results or None

@@ -25,10 +25,11 @@ from torchvision.transforms import v2
 from memvir import checkpoint
 from memvir.checkpoint import CheckpointError
 from memvir.data.registry import MAX_IMAGE_SIZE
-from memvir.data.transforms import eval_transform
 from memvir.models import _hub_shims
 from memvir.models.backbones import build_backbone
 from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, describe_for_the_hub, metric_rows
+from memvir.models.preprocessing import DEFAULT_INTERPOLATION, INTERPOLATIONS, query_transform
+from memvir.models.timm_backbones import timm_hub_id
 
 MAX_IN_CHANNELS = 256
 """Most input channels a model may take (1 grayscale, 3 RGB; multispectral images have tens)."""
@@ -55,7 +56,8 @@ class EmbeddingModel(
     in the Hub format.
 
     Args:
-        backbone: a name of the backbone registry (`memvir.models.available_backbones()`).
+        backbone: a name of the backbone registry (`memvir.models.available_backbones()`), or `timm:NAME` for a timm
+            model (memvir.models.timm_backbones).
         embedding_dim: the dimension of the embeddings, the head's output.
         in_channels: 1 grayscale, 3 RGB.
         image_size: the side of the square images the model is given.
@@ -65,12 +67,15 @@ class EmbeddingModel(
         image_kind: "glyph": plain resize; "photo": resize to image_size*256/224 and center crop.
         normalization: None: pixels in [0, 1] before mean/std; "caffe": pixels in [0, 255], mean/std given on that
             scale.
-        pretrained: start the backbone from ImageNet weights (training only: loading a checkpoint never downloads).
+        pretrained: start the backbone from pretrained weights: ImageNet's from torchvision, or for `timm:NAME` the
+            Hub's through timm (training only: loading a checkpoint never downloads).
+        interpolation: how an image is resized to image_size (a torchvision InterpolationMode value: a timm model's
+            own, from its pretrained config).
 
     Raises:
-        ValueError: for an unknown backbone, `image_kind` or `normalization`, a size that is not a positive integer
-            or is past its limit, or a mean or std that does not fit `in_channels`.
-        PretrainedWeightsUnavailable: `pretrained` asked for ImageNet weights that cannot be had (offline, say).
+        ValueError: for an unknown backbone, `image_kind`, `normalization` or `interpolation`, a size that is not a
+            positive integer or is past its limit, or a mean or std that does not fit `in_channels`.
+        PretrainedWeightsUnavailable: `pretrained` asked for weights that cannot be had (offline, say).
     """
 
     def __init__(
@@ -85,6 +90,7 @@ class EmbeddingModel(
         image_kind: str = "glyph",
         normalization: str | None = None,
         pretrained: bool = False,
+        interpolation: str = DEFAULT_INTERPOLATION,
     ):
         super().__init__()
         for name, value, maximum in (("embedding_dim", embedding_dim, MAX_EMBEDDING_DIM),
@@ -107,8 +113,10 @@ class EmbeddingModel(
             raise ValueError(f"image_kind must be one of {IMAGE_KINDS}, got {image_kind!r}")
         if normalization not in NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got {interpolation!r}")
 
-        built = build_backbone(backbone, in_channels=in_channels, pretrained=pretrained)
+        built = build_backbone(backbone, in_channels=in_channels, pretrained=pretrained, image_size=image_size)
         self.backbone = built.features
         self.head = nn.Linear(built.feature_dim, embedding_dim)
         # The mixin records the constructor arguments it can serialise and silently drops the rest (a numpy mean,
@@ -124,6 +132,7 @@ class EmbeddingModel(
             "image_kind": image_kind,
             "normalization": normalization,
             "pretrained": bool(pretrained),
+            "interpolation": interpolation,
         })
 
     @property
@@ -192,9 +201,7 @@ class EmbeddingModel(
         return torch.stack([transform(image.convert(mode)) for image in batch]).as_subclass(torch.Tensor)
 
     def _query_transform(self) -> v2.Compose:
-        config = _hub_shims.config_of(self)
-        return eval_transform(config["image_kind"], config["image_size"], config["mean"], config["std"],
-                              config["normalization"])
+        return query_transform(_hub_shims.config_of(self))
 
     def save_pretrained(
         self,
@@ -235,17 +242,24 @@ class EmbeddingModel(
         kwargs.setdefault("extra_rows", [])
         config = self.config
         # where the backbone's weights started: a caller that knows better (a run with --init) says so
+        # the Hub repo a timm backbone's weights came from: the card's base_model, as the Hub links fine-tunes
+        base_model = timm_hub_id(config["backbone"]) if config["pretrained"] else None
         if not kwargs.get("backbone_origin"):
-            kwargs["backbone_origin"] = "ImageNet-initialised" if config["pretrained"] else "trained from scratch"
+            kwargs["backbone_origin"] = (
+                f"initialised from {base_model} through timm" if base_model
+                else "ImageNet-initialised" if config["pretrained"] else "trained from scratch")
         size = config["image_size"]
+        interpolation = config.get("interpolation", DEFAULT_INTERPOLATION)
         input_summary = (
             f"{config['in_channels']} channel(s), {size}x{size}, {config['image_kind']} preprocessing, "
             f"mean {config['mean']}, std {config['std']}"
             + (" on the 0-255 scale (caffe)" if config["normalization"] == "caffe" else "")
+            + (f", {interpolation} resizing" if interpolation != DEFAULT_INTERPOLATION else "")
         )
         card = super().generate_model_card(*args, config=config, input_summary=input_summary, **kwargs)
         # card.data is what the card writes as its front matter, so filling it in here shapes the saved YAML
-        describe_for_the_hub(card.data, backbone=config["backbone"], dataset=config["dataset"], metrics=run_metrics)
+        describe_for_the_hub(card.data, backbone=config["backbone"], dataset=config["dataset"], metrics=run_metrics,
+                             base_model=base_model)
         return card
 
     @classmethod

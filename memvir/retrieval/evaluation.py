@@ -84,9 +84,11 @@ def build_index(model: torch.nn.Module, split, items: Sequence[str] | None = Non
 def load_model_and_split(model_ref: str, dataset: str | None = None, data_root: str | None = None,
                          split: str = "test"):
     """(model, dataset name, split) for a run folder, checkpoint folder or Hub repo id, and a split of the dataset
-    it was trained on (or of `dataset`), at the model's own input size."""
+    it was trained on (or of `dataset`), at the model's own input size, its images prepared as the model prepares a
+    query (its mean, std and resizing: a timm backbone's may differ from the dataset's own)."""
     from memvir.data import load_dataset
     from memvir.hub import load_model
+    from memvir.models.preprocessing import read_for_model
 
     model = load_model(model_ref)
     config = dict(model.config)
@@ -95,7 +97,7 @@ def load_model_and_split(model_ref: str, dataset: str | None = None, data_root: 
         raise ValueError(f"{model_ref} does not say which dataset it was trained on; pass --dataset")
     columns = _trained_columns(model_ref) if name == config.get("dataset") else {}
     data = load_dataset(name, data_root=data_root, image_size=config.get("image_size"), **columns)
-    return model, name, getattr(data, split)
+    return model, name, getattr(read_for_model(data, config), split)
 
 
 def _trained_columns(model_ref: str) -> dict:

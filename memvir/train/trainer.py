@@ -39,6 +39,7 @@ from memvir.memory.size import STORE_DTYPES, check_ring
 from memvir.memory.virtual_classes import MemVir, virtual_sets_at
 from memvir.models.card import memvir_summary
 from memvir.models.initialisation import initialise_from_checkpoint
+from memvir.models.preprocessing import backbone_input_size, model_input, read_for_model
 from memvir.retrieval import evaluation
 from memvir.train.adam_regime import eps_dominated_shares
 from memvir.train.checks import TrainingDiverged, UncheckedLosses, check_labels
@@ -63,13 +64,18 @@ def _allocation_failed(error: BaseException) -> bool:
 def training_data(config: TrainConfig):
     """(splits, validation) as a Trainer of `config` trains and evaluates on them: the dataset at its size and seed,
     read clean throughout without augmentation, and `config.val_classes` training classes held out as validation
-    (None without). A snapshot's item indices (memvir.events.SnapshotEvent) index these splits."""
+    (None without). A snapshot's item indices (memvir.events.SnapshotEvent) index these splits.
+
+    A backbone that says how its images are prepared (a timm model's pretrained config) sets the default size and
+    the normalisation and resizing (memvir.models.preprocessing): the splits are read as its model takes queries."""
     from memvir.data import load_dataset
     from memvir.data.splits import without_augmentation
     from memvir.data.validation import hold_out_validation
 
-    data = load_dataset(config.dataset, data_root=config.data_root, image_size=config.image_size, seed=config.seed,
+    image_size = config.image_size or backbone_input_size(config.backbone)
+    data = load_dataset(config.dataset, data_root=config.data_root, image_size=image_size, seed=config.seed,
                         image_column=config.image_column, label_column=config.label_column)
+    data = read_for_model(data, model_input(config.backbone, data.info))
     if not config.augment:
         data = without_augmentation(data)
     if config.val_classes:
@@ -130,9 +136,8 @@ class Trainer:
         self._check_memory(config)
 
         self.model = place_model(EmbeddingModel(
-            backbone=config.backbone, embedding_dim=config.embedding_dim, in_channels=info.channels,
-            image_size=info.image_size, mean=list(info.mean), std=list(info.std), dataset=info.name,
-            image_kind=info.kind, normalization=info.normalization, pretrained=config.pretrained,
+            backbone=config.backbone, embedding_dim=config.embedding_dim, pretrained=config.pretrained,
+            **model_input(config.backbone, info),  # the input the splits were read for (training_data)
         ), self.device, self.world)
         self.initialisation = None  # what config.init_from gave the model (memvir.models.initialisation)
         if config.init_from and load_init:

@@ -346,6 +346,7 @@ def test_save_pretrained_writes_config_weights_and_card(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text()) == {
         "backbone": "convnet", "embedding_dim": 64, "in_channels": 1, "image_size": 32, "mean": [0.5],
         "std": [0.5], "dataset": "glyphs-mini", "image_kind": "glyph", "normalization": None, "pretrained": False,
+        "interpolation": "bilinear",
     }
     assert set(load_file(tmp_path / "model.safetensors")) == set(model.state_dict())
     card = (tmp_path / "README.md").read_text()
