@@ -46,7 +46,7 @@ bench: venv
 # ships none. Rebuilt only where missing or stale: its stamp records the sha256 of the weights it was built from
 # (memvir/retrieval/shipped_gallery.py).
 gallery-index: venv
-	$(PY) -m memvir.retrieval.shipped_gallery $(addprefix checkpoints/,$(BUNDLED))
+	$(PY) -m memvir index $(addprefix checkpoints/,$(BUNDLED))
 
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
 # files in, then index their galleries. They are the fair comparison's seed-0 finals (docs/reproduction.md, "A fair

@@ -23,7 +23,8 @@ turn_off_side_requests()  # the Hub gets only the requests a visitor's pull or p
 HANDLER_MODULES = ("memvir.train.trainer", "memvir.models.embedding_model", "memvir.hub", "memvir.data",
                    "memvir.retrieval.index", "memvir.retrieval.metrics", "memvir.analysis.projection",
                    "memvir.checkpoint", "memvir.retrieval.evaluation", "memvir.retrieval.shipped_gallery",
-                   "memvir.retrieval.ranking", "memvir.retrieval.failures", "memvir.retrieval.per_class",
+                   "memvir.retrieval.diagnosis.ranking", "memvir.retrieval.diagnosis.failures",
+                   "memvir.retrieval.diagnosis.per_class",
                    "demo.train.figures.curves", "demo.train.figures.embeddings",
                    "demo.train.figures.spread", "demo.train.figures.focus")
 

@@ -44,7 +44,7 @@ def timed(call, repeats: int) -> tuple[float, float]:
 
 
 def pair_cosines_against_a_bare_matmul(repeats: int) -> tuple[float, float]:
-    """(median seconds of memvir.retrieval.verification.pair_similarities on the MemVir checkpoint's shipped
+    """(median seconds of memvir.retrieval.diagnosis.verification.pair_similarities on the MemVir checkpoint's shipped
     gallery, median seconds of the bare float32 products of the same rows it computes twice, each row with itself
     and the later ones)."""
     import json
@@ -52,7 +52,7 @@ def pair_cosines_against_a_bare_matmul(repeats: int) -> tuple[float, float]:
     import numpy as np
     import torch
 
-    from memvir.retrieval.verification import pair_similarities
+    from memvir.retrieval.diagnosis.verification import pair_similarities
 
     vectors = np.load(Path(MEMVIR) / "gallery" / "vectors.npy")
     labels = json.loads((Path(MEMVIR) / "gallery" / "gallery.json").read_text(encoding="utf-8"))["labels"]
@@ -119,7 +119,7 @@ def main() -> None:
         shown = f"{1000 * later:.0f} ms" if later >= 0.001 else "< 1 ms"
         print(f"| {name} | {first:.2f} s | {shown} | {later / search_s:.2f}x |")
     print("\n| pair cosines of the 12,252-image gallery (75 million pairs) | median | ratio |\n|---|---|---|")
-    print(f"| memvir.retrieval.verification.pair_similarities | {pairs_s:.2f} s | {pairs_s / bare_s:.1f}x |")
+    print(f"| memvir.retrieval.diagnosis.verification.pair_similarities | {pairs_s:.2f} s | {pairs_s / bare_s:.1f}x |")
     print(f"| the bare float32 products it computes (two passes) | {bare_s:.2f} s | 1.0x |")
 
 

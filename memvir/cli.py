@@ -105,13 +105,29 @@ def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
     evaluate.add_argument("--per-query", default=None, metavar="FILE.npz",
                           help="also save each query's metrics (recall@1, r_precision, map@r, its label) as .npz")
 
-    index = commands.add_parser("index", help="embed a dataset split into a saved faiss index")
-    index.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
+    index = commands.add_parser("index", help="embed a dataset split into a saved faiss index; without --out, build "
+                                "each checkpoint folder's own gallery/ (its test split's index and the app's views' "
+                                "figures) where it is missing or stale")
+    index.add_argument("model", nargs="+", help="run folder, checkpoint folder or Hub repo id (without --out: one or "
+                       "more checkpoint folders)")
     index.add_argument("--dataset", default=None, help="default: the dataset the model was trained on")
     index.add_argument("--data-root", default=None)
     index.add_argument("--split", default="test", choices=("train", "test"))
-    index.add_argument("--out", required=True, help="folder for the index")
+    index.add_argument("--out", default=None, help="folder for the index (default: gallery/ in each checkpoint "
+                       "folder, kept fresh as the app reads it)")
+    index.add_argument("--force", action="store_true", help="without --out: rebuild even a fresh gallery/")
     index.add_argument("--batch-size", type=int, default=256)
+
+    search = commands.add_parser("search", help="the gallery images nearest a query image, printed as JSON")
+    search.add_argument("model", help="run folder, checkpoint folder or Hub repo id")
+    search.add_argument("image", help="the query image file")
+    search.add_argument("--gallery", default=None, metavar="DATASET_OR_FOLDER",
+                        help="a dataset name (its test split) or a folder of images or of class folders (default: the "
+                        "test split of the dataset the model was trained on)")
+    search.add_argument("--data-root", default=None)
+    search.add_argument("-k", type=int, default=8, help="how many hits (default 8)")
+    search.add_argument("--drawn", action="store_true", help="the query is a drawing: its ink is fitted to the frame "
+                        "(glyph models)")
 
     push = commands.add_parser("push", help="upload a run folder to the Hugging Face Hub with its model card")
     push.add_argument("run", help="run folder")
@@ -382,11 +398,76 @@ def _eval(args) -> int:
 def _index(args) -> int:
     from memvir.retrieval import evaluation
 
+    if args.out is None:
+        return _index_beside(args.model, args.force)
+    if len(args.model) > 1:
+        raise ValueError("--out takes one model: index the others into folders of their own")
+    args.model = args.model[0]
     model, dataset, split = evaluation.load_model_and_split(args.model, args.dataset, args.data_root, args.split)
     items = [f"{dataset}/{args.split}/{i}" for i in range(len(split))]
     index = evaluation.build_index(model, split, items=items, batch_size=args.batch_size, progress=True)
     index.save(args.out)
     print(json.dumps({"index": str(args.out), "items": len(index), "dataset": dataset, "split": args.split}))
+    return 0
+
+
+def _index_beside(folders: list[str], force: bool) -> int:
+    """Each checkpoint folder's gallery/ (memvir.retrieval.shipped_gallery), built where missing or stale, then the
+    figures of the app's views of it."""
+    from memvir.memory.size import format_bytes
+    from memvir.retrieval import evaluation, shipped_gallery
+
+    for folder in map(Path, folders):
+        model, dataset, split = evaluation.load_model_and_split(str(folder))
+        reason = shipped_gallery.staleness(folder, split)
+        saved = folder / shipped_gallery.GALLERY_DIR
+        if reason is None and not force:
+            print(f"{folder}: {saved.name}/ is up to date")
+        else:
+            gallery = shipped_gallery.build(folder, split, dataset, model=model, progress=True)
+            if shipped_gallery.staleness(folder, split) is not None:
+                print(f"{folder}: its files changed while it was embedded; nothing saved, run again", file=sys.stderr)
+                return 1
+            size = sum(path.stat().st_size for path in saved.iterdir())
+            print(f"{folder}: built {saved.name}/ ({reason or 'forced'}): {len(gallery.index):,} items, "
+                  f"{format_bytes(size)}, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
+        reason = shipped_gallery.views_staleness(folder, split)
+        if reason is None and not force:
+            print(f"{folder}: the views' figures are up to date")
+            continue
+        try:
+            shipped_gallery.build_views(folder, split)
+        except ValueError as error:  # no class with two items: nothing to rank
+            print(f"{folder}: the views' figures cannot be computed: {error}", file=sys.stderr)
+            continue
+        sizes = ", ".join(f"{name} {format_bytes((saved / name).stat().st_size)}"
+                          for name in (shipped_gallery.RANKINGS_FILE, shipped_gallery.PAIRS_FILE))
+        print(f"{folder}: computed the views' figures ({reason or 'forced'}): {sizes}")
+    return 0
+
+
+def _search(args) -> int:
+    from memvir.hub import load_model
+    from memvir.retrieval import evaluation, index_folder, open_image, search_image, shipped_gallery
+
+    if args.k < 1:
+        raise ValueError(f"-k must be at least 1, got {args.k}")
+    query = open_image(args.image)
+    if args.gallery is not None and Path(args.gallery).expanduser().is_dir():
+        model = load_model(args.model)
+        index, names, gallery = index_folder(model, args.gallery), None, str(args.gallery)
+    else:
+        model, dataset, split = evaluation.load_model_and_split(args.model, args.gallery, args.data_root, "test")
+        # A checkpoint folder's own test split is indexed beside it already when fresh (python -m memvir index).
+        own = args.gallery is None and Path(args.model).is_dir()
+        shipped = shipped_gallery.load(args.model, split) if own else None
+        index = shipped.index if shipped else evaluation.build_index(model, split, progress=True)
+        names, gallery = split.class_names, f"{dataset} test split"
+    found = search_image(model, index, query, args.k, drawn=args.drawn)
+    hits = [{"rank": rank, "score": round(hit.score, 6), "item": hit.item if hit.item is not None else hit.index,
+             "label": names[hit.label] if names is not None and hit.label is not None else hit.label}
+            for rank, hit in enumerate(found.hits, 1)]
+    print(json.dumps({"query": str(args.image), "gallery": gallery, "items": len(index), "hits": hits}))
     return 0
 
 
@@ -405,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
-    handlers = {"train": _train, "eval": _eval, "index": _index, "push": _push}
+    handlers = {"train": _train, "eval": _eval, "index": _index, "search": _search, "push": _push}
     try:
         return handlers[args.command](args)
     except (ValueError, OSError) as error:

@@ -2,8 +2,8 @@
 where they differ most, both ways. Each row is the query, its top k marked right or wrong, and the nearest images of
 its class it missed (greyed, at their ranks).
 
-The rankings are RetrievalService.rankings' (memvir.retrieval.ranking, once per gallery index), the choice of rows
-memvir.retrieval.failures'; this module only lays them out.
+The rankings are RetrievalService.rankings' (memvir.retrieval.diagnosis.ranking, once per gallery index), the choice of
+rows memvir.retrieval.diagnosis.failures'; this module only lays them out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from demo.retrieve.galleries import Gallery, thumbnail
 from demo.retrieve.tiles import Tile, data_uri, tile_html, with_cutoff
 
 ROWS = 8
-# What the order radio offers: (label, memvir.retrieval.failures order).
+# What the order radio offers: (label, memvir.retrieval.diagnosis.failures order).
 ORDERS = [("lowest AP@R", "map@r"), ("latest first correct", "first_correct_rank")]
 
 

@@ -1,20 +1,43 @@
-"""Gallery index builds in flight: one per (checkpoint, gallery) at a time, with their progress for the page.
+"""Gallery indexes: built once per (checkpoint, gallery), with their progress for the page, then kept, and the
+figures the views read of them (each item's ranking, the pairs' cosines, the export).
 
 A gallery takes seconds to minutes to embed. Visitors who ask for an index already being built (a run's gallery
 indexed in the background when the run finished, or another visitor's first search) wait for that build rather
-than start a second one on the same two cores, and a page can ask how far it has got. A finished build leaves only
-its outcome (done, or the error that stopped it) behind, not the index: the service's cache keeps indexes.
+than start a second one on the same two cores, and a page can ask how far it has got (`IndexBuilds`). A finished
+build leaves only its outcome (done, or the error that stopped it) behind; `IndexCache` keeps the indexes. The
+building itself is the library's: a test split through memvir.retrieval.shipped_gallery (read from beside the
+checkpoint when fresh), an upload through memvir.retrieval.query.index_images.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import TypeVar
+
+from demo.common.settings import AppSettings
+from demo.retrieve.checkpoints import Catalogue, LoadedCheckpoint, LruCache, RetrievalError, folder_key
+from demo.retrieve.downloads import write_exports
+from demo.retrieve.galleries import Galleries, Gallery, IndexedGallery
+from memvir.retrieval import query, shipped_gallery
+from memvir.retrieval.diagnosis import ranking, verification
+from memvir.retrieval.metrics import retrieval_metrics
 
 T = TypeVar("T")
 _OUTCOMES_KEPT = 32  # finished builds remembered for progress queries; older ones read as never built
+EMBED_BATCH = 512
+# The rankings of a gallery's own items keep the top RANKED_K of each query (the hardest-queries view shows them) and
+# its MISSED_KEPT nearest same-class items ranked after them; the threshold view offers FMRs up to MAX_FMR (the
+# other-class cosines above its threshold are kept to answer exactly). The settings a checkpoint's saved figures
+# are computed with (memvir.retrieval.shipped_gallery), so that the bundled checkpoints' can be read.
+RANKED_K = shipped_gallery.RANKED_K
+MISSED_KEPT = shipped_gallery.MISSED_KEPT
+MAX_FMR = shipped_gallery.MAX_FMR
+
+log = logging.getLogger(__name__)
 
 
 class _Build:
@@ -78,3 +101,170 @@ class IndexBuilds:
         with self._lock:
             entry = self._entries.get(key)
         return None if entry is None else (entry.fraction, entry.error)
+
+
+class IndexCache:
+    """Each (checkpoint, gallery)'s index, rankings, pair cosines and export, made once and kept; thread-safe.
+
+    A test split's index is read from the checkpoint's folder when a fresh one is there (bundled checkpoints ship
+    theirs), and otherwise embedded and, for bundled checkpoints and the app's runs, saved there for later starts.
+    """
+
+    def __init__(self, settings: AppSettings, catalogue: Catalogue, galleries: Galleries):
+        self.settings = settings
+        self._catalogue = catalogue
+        self._galleries = galleries
+        self._lock = threading.RLock()
+        self._indexes = LruCache()
+        self._rankings = LruCache()
+        self._pairs = LruCache()
+        self._builds = IndexBuilds()
+
+    def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
+        """The gallery embedded by the checkpoint, indexed; built on first use (a request for an index that is being
+        built waits for that build instead of starting another), then kept."""
+        key = (checkpoint.key, gallery.key)
+
+        def build(report):
+            cached = self._kept_index(key)  # built by a request that finished just before this one began
+            if cached is None:
+                cached = self._build_index(checkpoint, gallery, report)
+                with self._lock:
+                    self._indexes.get_or_make(key, lambda: cached)
+            return cached
+
+        return self._kept_index(key) or self._builds.run(key, build)
+
+    def index_in_background(self, choice: str) -> threading.Thread:
+        """Index the checkpoint's test split on a thread of its own (for a run that just finished), so that its
+        first search need not embed and the index is saved beside it; `indexing_progress` follows it. Returns the
+        thread; what stops it is logged, and `indexing_progress(choice)` reports it."""
+
+        def work():
+            try:
+                checkpoint = self._catalogue.load(choice)
+                self.index(checkpoint, self._galleries.test_split(checkpoint))
+            except Exception:
+                log.exception("indexing the gallery of %s failed", choice)
+
+        thread = threading.Thread(target=work, name=f"index-gallery-{Path(choice).name}", daemon=True)
+        thread.start()
+        return thread
+
+    def indexing_progress(self, choice: str) -> float | None:
+        """How far the index of the checkpoint's test split has got: 1.0 when it is ready, the fraction embedded
+        while it is built, None when no build of it has started in this process. RetrievalError when the build (or
+        loading the checkpoint or its dataset) failed, with the reason."""
+        checkpoint = self._catalogue.load(choice)
+        key = (checkpoint.key, self._galleries.test_split(checkpoint).key)
+        if self._kept_index(key) is not None:
+            return 1.0
+        state = self._builds.progress(key)
+        if state is None:
+            return None
+        fraction, error = state
+        if error is not None:
+            raise RetrievalError(f"indexing the gallery of {checkpoint.name} failed: {error}")
+        return fraction
+
+    def _kept_index(self, key) -> IndexedGallery | None:
+        with self._lock:
+            return self._indexes.recent(key)
+
+    def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
+        if gallery.size == 0:
+            raise RetrievalError("the gallery is empty")
+        if gallery.split is not None:
+            saved = shipped_gallery.load(checkpoint.folder, gallery.split)
+            if saved is None:
+                saved = shipped_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
+                                              model=checkpoint.model, save=self._catalogue.may_save_beside(checkpoint),
+                                              batch_size=EMBED_BATCH, on_progress=report)
+            return IndexedGallery(saved.index, saved.metrics)
+        # Uploaded images through the query path (glyph polarity and framing), as a query would be.
+        images = [gallery.image(item) for item in range(gallery.size)]
+        index = query.index_images(checkpoint.model, images, labels=gallery.labels, batch_size=EMBED_BATCH,
+                                   on_progress=report)
+        metrics = {}
+        if gallery.labels is not None and len(set(gallery.labels)) < gallery.size:
+            metrics = retrieval_metrics(index.vectors(), gallery.labels, ks=(1,))
+        return IndexedGallery(index, metrics)
+
+    def rankings(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """Every item of a labelled gallery querying the others (memvir.retrieval.diagnosis.ranking.rank_gallery,
+        top RANKED_K and MISSED_KEPT missed items), ranked once per gallery index and kept: the hardest-queries and
+        per-class views read it, so a click costs no search. A checkpoint's own test split's rankings are read from
+        beside it when saved there (memvir.retrieval.shipped_gallery: the bundled checkpoints ship them)."""
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes, so no query can be right or wrong: choose the test "
+                                 "split or upload a zip of class folders")
+
+        def rank(vectors):
+            try:
+                return ranking.rank_gallery(vectors, gallery.labels, k=RANKED_K, missed=MISSED_KEPT)
+            except ValueError as error:  # no class with two items
+                raise RetrievalError(f"the gallery's queries cannot be ranked: {error}") from None
+
+        return self._kept_figures(self._rankings, ("rankings", checkpoint.key, gallery.key), checkpoint, gallery,
+                                  shipped_gallery.load_rankings, rank)
+
+    def pair_similarities(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """The cosines of every pair of a labelled gallery's items by class sameness
+        (memvir.retrieval.diagnosis.verification, thresholds exact up to MAX_FMR), computed once per gallery index
+        and kept, as the rankings are (both read from beside a checkpoint whose own test split has them saved)."""
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes, so no pair is of the same class or another: choose "
+                                 "the test split or upload a zip of class folders")
+
+        def pair(vectors):
+            try:
+                return verification.pair_similarities(vectors, gallery.labels, max_fmr=MAX_FMR)
+            except ValueError as error:  # no pair of one kind
+                raise RetrievalError(f"the gallery's pairs cannot be told apart: {error}") from None
+
+        return self._kept_figures(self._pairs, ("pairs", checkpoint.key, gallery.key), checkpoint, gallery,
+                                  shipped_gallery.load_pairs, pair)
+
+    def _kept_figures(self, kept, key, checkpoint: LoadedCheckpoint, gallery: Gallery, load, compute):
+        """The figures of `key` in `kept`: read from beside the checkpoint where saved there (`_saved_figures`),
+        else `compute(the gallery index's vectors)`, once per gallery index (a request for figures being computed
+        waits for them), then kept."""
+        def build(report):
+            with self._lock:
+                if key in kept:
+                    return kept[key]
+            figures = self._saved_figures(load, checkpoint, gallery)
+            if figures is None:
+                figures = compute(self.index(checkpoint, gallery).index.vectors())
+            with self._lock:
+                return kept.get_or_make(key, lambda: figures)
+
+        with self._lock:
+            figures = kept.recent(key)
+        return figures if figures is not None else self._builds.run(key, build)
+
+    def _saved_figures(self, load, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """The figures `load` (memvir.retrieval.shipped_gallery.load_rankings / load_pairs) reads from beside the
+        checkpoint, for its own test split, computed at build time; None for other galleries, or where they are
+        missing or stale (the loader logs why) or the folder's weights are no longer the ones loaded."""
+        if gallery.split is None or folder_key(checkpoint.folder) != checkpoint.key:
+            return None
+        return load(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR)
+
+    def export(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> tuple[Path, Path]:
+        """(a TensorBoard projector bundle zipped, an .npz) of the gallery's embeddings by the checkpoint, with
+        labels and thumbnails, in the downloads folder (demo.retrieve.downloads); written once per gallery index."""
+        if gallery.labels is None:
+            raise RetrievalError("this gallery has no classes to export with its embeddings: choose the test split "
+                                 "or upload a zip of class folders")
+        indexed = self.index(checkpoint, gallery)
+        settings = self.settings
+
+        def write(report):
+            try:
+                return write_exports(checkpoint, gallery, indexed.index.vectors(), settings.downloads_dir,
+                                     settings.max_downloads_bytes, settings.max_upload_age_s)
+            except (ValueError, OSError) as error:
+                raise RetrievalError(f"the gallery of {checkpoint.name} cannot be exported: {error}") from None
+
+        return self._builds.run(("export", checkpoint.key, gallery.key), write)

@@ -1,7 +1,7 @@
 """Per class: Recall@1, R-Precision and MAP@R of each class of a gallery for one checkpoint, or for two with their
 difference, the most-confused pairs of classes, and the table as a CSV to download.
 
-The figures are memvir.retrieval.per_class' over RetrievalService.rankings; this module names the columns and
+The figures are memvir.retrieval.diagnosis.per_class' over RetrievalService.rankings; this module names the columns and
 writes the file.
 """
 
@@ -15,7 +15,7 @@ import pandas as pd
 
 from demo.retrieve.galleries import Gallery
 
-# memvir.retrieval.per_class metric -> column name.
+# memvir.retrieval.diagnosis.per_class metric -> column name.
 COLUMNS = {"recall@1": "Recall@1", "r_precision": "R-Precision", "map@r": "MAP@R"}
 CONFUSED_PAIRS = 15
 # Two checkpoints' columns are headed by these letters on the page (the summary names them; their names are long),

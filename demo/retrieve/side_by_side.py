@@ -2,14 +2,16 @@
 wrong; with the query's class known, each checkpoint's AP@R and first correct rank for that query and the nearest
 same-class images it missed (greyed).
 
-The figures are memvir.retrieval.ranking's (RetrievalService.query_ranking); this module only lays them out. Each
-checkpoint searches its own index of the gallery chosen (its test split, or the uploaded images embedded by it).
+The figures are memvir.retrieval.diagnosis.ranking's (RetrievalService.query_ranking); this module only lays them out.
+Each checkpoint searches its own index of the gallery chosen (its test split, or the uploaded images embedded by it).
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+
+from PIL import Image
 
 from demo.retrieve.galleries import Gallery, thumbnail
 from demo.retrieve.hardest import ranked_tiles
@@ -22,6 +24,7 @@ class Column:
     """One checkpoint's answer to the query: its tiles, and its figures when the query's class is known."""
 
     name: str
+    query: Image.Image  # as this checkpoint's model saw it
     tiles: list[Tile]
     missed: list[Tile]
     average_precision: float | None = None
@@ -35,14 +38,14 @@ def answer(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: G
     """The checkpoint's column: its top k marked (and, with `query_class`, its AP@R, first correct rank and the
     nearest same-class items it missed); hits below `cutoff` (a cosine, or None) dimmed."""
     if query_class is None:
-        hits = retrieval.search(checkpoint, gallery, query, k, drawn=drawn, exclude=exclude)
+        found = retrieval.search(checkpoint, gallery, query, k, drawn=drawn, exclude=exclude)
         tiles = [Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name, None)
-                 for rank, hit in enumerate(hits, 1)]
-        return Column(checkpoint.name, with_cutoff(tiles, cutoff), [])
-    ranking = retrieval.query_ranking(checkpoint, gallery, query, k, query_class, drawn=drawn, exclude=exclude)
+                 for rank, hit in enumerate(found.hits, 1)]
+        return Column(checkpoint.name, found.query, with_cutoff(tiles, cutoff), [])
+    ranking, seen = retrieval.query_ranking(checkpoint, gallery, query, k, query_class, drawn=drawn, exclude=exclude)
     row = ranking.row(0)
     tiles, missed = ranked_tiles(gallery, row)
-    return Column(checkpoint.name, with_cutoff(tiles, cutoff), missed, row["average_precision"],
+    return Column(checkpoint.name, seen, with_cutoff(tiles, cutoff), missed, row["average_precision"],
                   row["first_correct_rank"], row["same_class"])
 
 

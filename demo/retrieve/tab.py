@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 from PIL import Image
@@ -32,6 +34,10 @@ from demo.retrieve.service import RANKED_K, LoadedCheckpoint, RetrievalError, Re
 from demo.retrieve.tiles import Tile, tiles_html, with_cutoff
 
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
+# Where a query comes from (`query_from`): an uploaded file, the sketchpad, a clicked result, a sample image clicked
+# (its click's event) or the one clicked last (remembered for Side by side).
+UPLOAD, DRAWING, TILE, SAMPLE, PICKED = "upload", "drawing", "tile", "sample", "picked"
+GALLERY_KINDS = (TILE, SAMPLE, PICKED)
 GALLERY_SOURCES = [("the checkpoint's test split", TEST_SPLIT), ("my uploaded images or zip", UPLOADED)]
 SKETCH_SIZE = 320
 # A blank sheet as the sketchpad's starting value: Gradio's editor chooses the brush when it starts with a
@@ -95,14 +101,64 @@ def searchable(retrieval: RetrievalService, checkpoint_choice, source, files, pr
     return checkpoint, gallery
 
 
-def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query, k, drawn=False,
-            exclude=None, query_class=None, cutoff=None):
-    """(summary, result tiles, the query as the model sees it) for one search; hits below `cutoff` (a cosine, or
+@dataclass(frozen=True)
+class Query:
+    """What a search asks with: an image, whether it was drawn, and the gallery item it is (left out of its own
+    answer, its class known), if it is one."""
+
+    image: Image.Image
+    drawn: bool = False
+    gallery_key: str | None = None
+    item: int | None = None
+
+    def exclude_in(self, gallery: Gallery) -> int | None:
+        """The item to leave out of `gallery`'s answer: the query itself, when it is one of that gallery's."""
+        return self.item if self.gallery_key == gallery.key else None
+
+
+def query_from(settings, kind: str, value, gallery: Gallery | None = None) -> Query:
+    """The query from where the visitor gave it; ValueError in words when it is missing or not one of those offered.
+
+    kind: UPLOAD (value: the query file), DRAWING (value: the sketchpad's), TILE (value: a clicked result, as the
+    page's script sends it), SAMPLE (value: (Load's sample, the click's gr.SelectData)), PICKED (value: (Load's
+    sample, the position remembered by `remember_pick`)). The gallery kinds need the gallery searched.
+    """
+    if kind == UPLOAD:
+        if not value:
+            raise ValueError("upload a query image first")
+        return Query(load_image(value, settings.max_image_bytes, settings.max_image_pixels))
+    if kind == DRAWING:
+        composite = load_sketch(value, settings.max_image_bytes, settings.max_image_pixels)
+        if composite is None:
+            raise ValueError("draw a character on the sketchpad first")
+        return Query(composite, drawn=True)
+    if kind == TILE:
+        item = clicked_tile(value, gallery)
+    else:
+        picked, position = value
+        if not picked or picked.get("gallery") != gallery.key:
+            raise ValueError("the gallery changed: press Load again, then pick an image")
+        shown = len(picked["sample"])
+        item = picked["sample"][picked_position(position, shown) if kind == SAMPLE else remembered(position, shown)]
+    return Query(gallery.image(item), gallery_key=gallery.key, item=item)
+
+
+def remembered(position, shown: int) -> int:
+    """The sample image clicked last, for Side by side; ValueError in words when none of the `shown` was."""
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < shown:
+        raise ValueError("click an image of the Pick tab first, then ask for it side by side")
+    return position
+
+
+def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: Gallery, query: Query, k,
+            query_class=None, cutoff=None):
+    """(summary, result tiles, the query as the model saw it) for one search; hits below `cutoff` (a cosine, or
     None) are dimmed."""
     cutoff = threshold.parse_cutoff(cutoff)
     indexed = retrieval.index(checkpoint, gallery)
-    hits = retrieval.search(checkpoint, gallery, query, whole_number(k, "results (k)", 1), drawn=drawn,
-                            exclude=exclude, query_class=query_class)
+    answer = retrieval.search(checkpoint, gallery, query.image, whole_number(k, "results (k)", 1), drawn=query.drawn,
+                              exclude=query.exclude_in(gallery), query_class=query_class)
+    hits = answer.hits
     tiles = with_cutoff([Tile(thumbnail(gallery.image(hit.index), gallery.glyphs), rank, hit.score, hit.class_name,
                               hit.same_class, clickable=(gallery.key, hit.index))
                          for rank, hit in enumerate(hits, 1)], cutoff)
@@ -112,8 +168,7 @@ def results(retrieval: RetrievalService, checkpoint: LoadedCheckpoint, gallery: 
         summary += f" · {same} of {len(hits)} share the query's class ({query_class})"
     summary += cutoff_words(tiles, cutoff)
     summary = describe(checkpoint, gallery, indexed) + "  \n" + summary + "."
-    shown = thumbnail(retrieval.model_input(checkpoint, query, fit_ink=drawn), checkpoint.is_glyph_model, 128)
-    return summary, tiles_html(tiles), shown
+    return summary, tiles_html(tiles), thumbnail(answer.query, checkpoint.is_glyph_model, 128)
 
 
 def cutoff_words(tiles: list[Tile], cutoff: float | None) -> str:
@@ -144,21 +199,17 @@ def clicked_tile(picked, gallery) -> int:
 
 
 def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_checkpoint, source, k, query_class,
-                         query, files, progress, drawn=False, picked_item: tuple[str, int] | None = None,
-                         cutoff=None):
-    """(summary, the two checkpoints' answers side by side, the query as the first model sees it).
-
-    picked_item: (gallery key, item) of a query clicked in a gallery, left out of each gallery that holds it.
-    cutoff: a cosine below which hits are dimmed, or None."""
+                         query: Query, files, progress, cutoff=None):
+    """(summary, the two checkpoints' answers side by side, the query as the first model saw it). A query that is a
+    gallery item is left out of each gallery that holds it; cutoff: a cosine below which hits are dimmed, or None."""
     k = whole_number(k, "results (k)", 1)
     cutoff = threshold.parse_cutoff(cutoff)
     first, first_gallery = searchable(retrieval, checkpoint_choice, source, files, progress)
     second = side_by_side.load_second(retrieval, first, second_checkpoint)
     _, second_gallery = searchable(retrieval, second_checkpoint, source, files, progress)
-    columns = [side_by_side.answer(retrieval, checkpoint, gallery, query, k,
-                                   retrieval.match_class(gallery, query_class), drawn=drawn,
-                                   exclude=picked_item[1] if picked_item and picked_item[0] == gallery.key else None,
-                                   cutoff=cutoff)
+    columns = [side_by_side.answer(retrieval, checkpoint, gallery, query.image, k,
+                                   retrieval.match_class(gallery, query_class), drawn=query.drawn,
+                                   exclude=query.exclude_in(gallery), cutoff=cutoff)
                for checkpoint, gallery in ((first, first_gallery), (second, second_gallery))]
     lines = [f"**Side by side**: the {k} nearest of {first_gallery.size:,} images in {first_gallery.description} "
              f"for each checkpoint, marked same or other class."]
@@ -168,7 +219,7 @@ def side_by_side_results(retrieval: RetrievalService, checkpoint_choice, second_
                      + cutoff_words(column.tiles, cutoff))
     if query_class is None or not str(query_class).strip():
         lines.append("Name the query's class to see each checkpoint's AP@R and first correct rank for it.")
-    shown = thumbnail(retrieval.model_input(first, query, fit_ink=drawn), first.is_glyph_model, 128)
+    shown = thumbnail(columns[0].query, first.is_glyph_model, 128)
     return "  \n".join(lines), side_by_side.side_by_side_html(*columns), shown
 
 
@@ -302,92 +353,84 @@ class RetrieveHandlers:
                 "`embeddings`, `labels` and `class_names`.")
         return note, gr.update(value=str(zip_path), visible=True), gr.update(value=str(npz_path), visible=True)
 
+    def search(self, kind, value, checkpoint_choice, source, k, query_class, files, cutoff, progress):
+        """One search, whatever the query's source (`query_from`): (summary, result tiles, the query as the model
+        saw it). A gallery item's own class is the query's; else the class the visitor named, if any."""
+        settings = self.retrieval.settings
+        query = None if kind in GALLERY_KINDS else query_from(settings, kind, value)  # refused before any indexing
+        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+        query = query or query_from(settings, kind, value, gallery)
+        if query.item is not None:
+            query_class = gallery.class_of(query.item)
+        else:
+            query_class = self.retrieval.match_class(gallery, query_class)
+        return results(self.retrieval, checkpoint, gallery, query, k, query_class=query_class, cutoff=cutoff)
+
+    def compare(self, kind, value, checkpoint_choice, second_checkpoint, source, k, query_class, files, cutoff,
+                progress):
+        """One query searched by both checkpoints, side by side (`side_by_side_results`), whatever its source; a
+        gallery item's own class is the query's."""
+        settings = self.retrieval.settings
+        if kind in GALLERY_KINDS:
+            _, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
+            query = query_from(settings, kind, value, gallery)
+            query_class = gallery.class_of(query.item)
+        else:
+            query = query_from(settings, kind, value)
+        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k, query_class,
+                                    query, files, progress, cutoff=cutoff)
+
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def search_upload(self, checkpoint_choice, source, k, query_class, query_file=None,
                       files=None, cutoff=None, progress=PROGRESS):
-        if not query_file:
-            raise ValueError("upload a query image first")
-        settings = self.retrieval.settings
-        image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
-        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
-        return results(self.retrieval, checkpoint, gallery, image, k,
-                       query_class=self.retrieval.match_class(gallery, query_class), cutoff=cutoff)
+        """Search with the uploaded image."""
+        return self.search(UPLOAD, query_file, checkpoint_choice, source, k, query_class, files, cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def search_drawing(self, checkpoint_choice, source, k, query_class, sketch=None, files=None,
                        cutoff=None, progress=PROGRESS):
-        settings = self.retrieval.settings
-        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
-        if composite is None:
-            raise ValueError("draw a character on the sketchpad first")
-        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
-        return results(self.retrieval, checkpoint, gallery, composite, k, drawn=True,
-                       query_class=self.retrieval.match_class(gallery, query_class), cutoff=cutoff)
+        """Search with the drawing (its ink fitted to the frame for a glyph model)."""
+        return self.search(DRAWING, sketch, checkpoint_choice, source, k, query_class, files, cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def search_gallery_item(self, checkpoint_choice, source, k, picked, files=None, cutoff=None,
                             evt: gr.SelectData = None, progress=PROGRESS):
         """Search with the sample image clicked (in the gallery that Load sampled)."""
-        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
-        if not picked or picked.get("gallery") != gallery.key:
-            raise ValueError("the gallery changed: press Load again, then pick an image")
-        index = picked["sample"][picked_position(evt, len(picked["sample"]))]
-        return results(self.retrieval, checkpoint, gallery, gallery.image(index), k, exclude=index,
-                       query_class=gallery.class_of(index), cutoff=cutoff)
+        return self.search(SAMPLE, (picked, evt), checkpoint_choice, source, k, None, files, cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def search_result_tile(self, checkpoint_choice, source, k, picked, files=None, cutoff=None,
                            progress=PROGRESS):
         """A click on a result: search with that gallery image, itself left out (its nearest neighbours)."""
-        checkpoint, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
-        item = clicked_tile(picked, gallery)
-        return results(self.retrieval, checkpoint, gallery, gallery.image(item), k, exclude=item,
-                       query_class=gallery.class_of(item), cutoff=cutoff)
+        return self.search(TILE, picked, checkpoint_choice, source, k, None, files, cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def compare_upload(self, checkpoint_choice, second_checkpoint, source, k, query_class,
                        query_file=None, files=None, cutoff=None, progress=PROGRESS):
         """The uploaded query searched by both checkpoints, side by side."""
-        if not query_file:
-            raise ValueError("upload a query image first")
-        settings = self.retrieval.settings
-        image = load_image(query_file, settings.max_image_bytes, settings.max_image_pixels)
-        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k, query_class, image,
-                                    files, progress, cutoff=cutoff)
+        return self.compare(UPLOAD, query_file, checkpoint_choice, second_checkpoint, source, k, query_class, files,
+                            cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def compare_drawing(self, checkpoint_choice, second_checkpoint, source, k, query_class,
                         sketch=None, files=None, cutoff=None, progress=PROGRESS):
         """The drawing searched by both checkpoints, side by side."""
-        settings = self.retrieval.settings
-        composite = load_sketch(sketch, settings.max_image_bytes, settings.max_image_pixels)
-        if composite is None:
-            raise ValueError("draw a character on the sketchpad first")
-        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k, query_class,
-                                    composite, files, progress, drawn=True, cutoff=cutoff)
+        return self.compare(DRAWING, sketch, checkpoint_choice, second_checkpoint, source, k, query_class, files,
+                            cutoff, progress)
 
     @reporting(message_slot=0, outputs=3, cleared=NO_RESULTS)
     def compare_gallery_item(self, checkpoint_choice, second_checkpoint, source, k, picked,
                              pick_position=None, files=None, cutoff=None, progress=PROGRESS):
         """The sample image clicked last, searched by both checkpoints side by side, its own class known."""
-        _, gallery = searchable(self.retrieval, checkpoint_choice, source, files, progress)
-        if not picked or picked.get("gallery") != gallery.key:
-            raise ValueError("the gallery changed: press Load again, then pick an image")
-        sample = picked["sample"]
-        if (isinstance(pick_position, bool) or not isinstance(pick_position, int)
-                or not 0 <= pick_position < len(sample)):
-            raise ValueError("click an image of the Pick tab first, then ask for it side by side")
-        item = sample[pick_position]
-        return side_by_side_results(self.retrieval, checkpoint_choice, second_checkpoint, source, k,
-                                    gallery.class_of(item), gallery.image(item), files, progress,
-                                    picked_item=(gallery.key, item), cutoff=cutoff)
+        return self.compare(PICKED, (picked, pick_position), checkpoint_choice, second_checkpoint, source, k, None,
+                            files, cutoff, progress)
 
     @reporting(message_slot=0, outputs=2, cleared={1: ""})
     def show_hardest(self, checkpoint_choice, second_checkpoint, source, order, compare=False,
                      files=None, cutoff=None, progress=PROGRESS):
         """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most; hits below the
         similarity cut-off (a cosine, or empty) dimmed, as the search's are."""
-        from memvir.retrieval.failures import hardest_queries, largest_differences
+        from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
 
         orders = dict((value, label) for label, value in hardest.ORDERS)
         if not compare and order not in orders:
@@ -418,7 +461,7 @@ class RetrieveHandlers:
         and the table as a CSV."""
         import pandas as pd
 
-        from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
+        from memvir.retrieval.diagnosis.per_class import confused_class_pairs, per_class_difference, per_class_metrics
 
         ranked = _ranked_pair(self.retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
         gallery = ranked[0][1]
@@ -472,196 +515,231 @@ class RetrieveHandlers:
 # ---------------------------------------------------------------------------------------------- layout and wiring
 def build(retrieval: RetrievalService) -> gr.Dropdown:
     """The Retrieve tab, inside the page's gr.Tabs, with its events; returns the checkpoint choice, which the page's
-    load event refreshes."""
+    load event refreshes. Its components are kept in one namespace (`ui`) that the layout parts fill and the wiring
+    parts read."""
     handlers = RetrieveHandlers(retrieval)
-    choices = retrieval.checkpoint_choices()
-    default = retrieval.default_checkpoint()
+    ui = SimpleNamespace()
     with gr.Tab("Retrieve", id="retrieve") as retrieve_tab:
-        picked = gr.State(None)
-        pick_position = gr.State(None)  # the sample image clicked last, for Side by side
+        ui.picked = gr.State(None)
+        ui.pick_position = gr.State(None)  # the sample image clicked last, for Side by side
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=320):
-                checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
-                                         info="Bundled, a run of this app, or type a Hub repo id (owner/name).",
-                                         elem_id="checkpoint")
-                second_checkpoint = gr.Dropdown(choices, value=retrieval.comparison_checkpoint(default),
-                                                allow_custom_value=True, label="Compare with",
-                                                info="A second checkpoint, for Side by side and the views.",
-                                                elem_id="second-checkpoint")
-                source = refuse_outside_choices(gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search"),
-                                                "the gallery to search")
-                # Shown once uploads are chosen: on a phone this column comes first, and a drop zone here would
-                # sit above the query's own.
-                gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
-                                        file_count="multiple", elem_id="gallery-files", visible=False)
-                load_button = gr.Button("Load checkpoint and gallery", variant="secondary", elem_id="load")
-                k = gr.Slider(1, 30, value=8, step=1, label="Results (k)")
-                query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
-                                         "other class.", elem_id="query-class",
-                                         placeholder=query_class_example(retrieval, default, TEST_SPLIT))
-                # Typing the character is quickest; the list shows which classes the gallery has (a test split
-                # holds other classes than training saw).
-                class_list = gr.Dropdown(query_class_choices(retrieval, default, TEST_SPLIT), value=None,
-                                         label="or pick one of the gallery's classes", filterable=True,
-                                         elem_id="query-class-list")
-                # A text box: an empty gr.Number shows and sends 0, which would dim every hit below a cosine of 0.
-                cutoff = gr.Textbox("", label="Similarity cut-off (optional)", placeholder="a cosine, e.g. 0.6; "
-                                    "empty for none", info="Hits below it are dimmed and marked \u201cbelow the "
-                                    "cut-off\u201d. The Threshold view sets it at a chosen FMR.", elem_id="cutoff")
-                download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
-                download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
-                checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
-                export_button = gr.Button("Export the gallery's embeddings (TensorBoard projector, .npz)", size="sm",
-                                          elem_id="export-gallery")
-                export_note = gr.Markdown("", elem_classes="small-note", elem_id="export-note")
-                export_zip = gr.File(label="TensorBoard projector bundle (.zip)", interactive=False, visible=False,
-                                     elem_id="export-zip")
-                export_npz = gr.File(label="Embeddings, labels, class names (.npz)", interactive=False,
-                                     visible=False, elem_id="export-npz")
+                _choices_column(retrieval, ui)
             with gr.Column(scale=2), gr.Tabs(elem_id="retrieve-views"):
                 with gr.Tab("Search", elem_id="view-search"):
-                    about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
-                                        elem_id="retrieval-summary")
-                    # Short tab names: longer ones fold into a "..." menu on a phone.
-                    with gr.Tabs(elem_id="query-tabs"):
-                        with gr.Tab("Upload", elem_id="query-upload"):
-                            query_file = gr.File(label="Query image (PNG, JPEG, BMP, WebP or GIF)", file_count="single",
-                                                 elem_id="query-file")
-                            search_upload_button = gr.Button("Search with this image", variant="primary",
-                                                             elem_id="search-upload")
-                            compare_upload_button = gr.Button("Side by side with the second checkpoint",
-                                                              elem_id="compare-upload")
-                        with gr.Tab("Draw", elem_id="query-draw"):
-                            sketch = pass_undecoded(gr.Sketchpad(
-                                PAPER, image_mode="RGBA", canvas_size=(SKETCH_SIZE, SKETCH_SIZE),
-                                label="Draw one character", elem_id="sketch",
-                                brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
-                            search_drawing_button = gr.Button("Search with this drawing", variant="primary",
-                                                              elem_id="search-drawing")
-                            compare_drawing_button = gr.Button("Side by side with the second checkpoint",
-                                                               elem_id="compare-drawing")
-                        with gr.Tab("Pick", elem_id="query-pick"):
-                            # "contain": a photo's thumbnail whole, not cropped to the square tile.
-                            sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
-                                                        allow_preview=False, object_fit="contain", elem_id="sample")
-                            compare_pick_button = gr.Button("Side by side with the second checkpoint (the image "
-                                                            "clicked last)", elem_id="compare-pick")
-                    with gr.Row(equal_height=False):
-                        with gr.Column(scale=0, min_width=176):
-                            # its label above it, not gradio's badge over the image's corner (it covered the
-                            # drawn query's strokes)
-                            gr.Markdown("**Model input**: the query as the model sees it", elem_id="model-input-label",
-                                        elem_classes="small-note")
-                            seen_query = gr.Image(label="Model input", show_label=False, height=160, width=160,
-                                                  interactive=False, buttons=[], elem_id="model-input")
-                        with gr.Column(scale=1, min_width=240):
-                            result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
-                    # a click on a result tile, as the page's script sends it: out of sight
-                    clicked_result = gr.Textbox("", visible="hidden", elem_id="tile-pick")
-                    tile_clicked = gr.Button("Search with the result clicked", visible="hidden",
-                                             elem_id="tile-pick-go")
+                    _search_view(ui)
                 with gr.Tab("Hardest", elem_id="view-hardest"):
-                    gr.Markdown("The gallery's own images as queries, worst first: what the checkpoint gets wrong, "
-                                "and the images of the query's class it should have found. With **Compare with**, "
-                                "the queries where the two checkpoints differ most.", elem_classes="small-note")
-                    with gr.Row():
-                        hardest_order = refuse_outside_choices(
-                            gr.Radio(hardest.ORDERS, value="map@r", label="Hardest by", elem_id="hardest-order"),
-                            "the order of the hardest queries")
-                        hardest_compare = gr.Checkbox(False, label="Where the two checkpoints differ",
-                                                      elem_id="hardest-compare")
-                    hardest_button = gr.Button("Show the hardest queries", variant="primary", elem_id="show-hardest")
-                    hardest_summary = gr.Markdown("", elem_id="hardest-summary")
-                    hardest_rows = gr.HTML("", js_on_load=None, elem_id="hardest")
+                    _hardest_view(ui)
                 # The gallery-wide figures share one tab: a fourth view tab folds into a "..." menu on a phone.
                 with gr.Tab("Metrics", elem_id="view-metrics"), gr.Tabs(elem_id="metrics-views"):
-                    with gr.Tab("Per class", elem_id="view-per-class"):
-                        per_class_compare = gr.Checkbox(False, label="With the second checkpoint and the difference",
-                                                        elem_id="per-class-compare")
-                        per_class_button = gr.Button("Show the table per class", variant="primary",
-                                                     elem_id="show-per-class")
-                        per_class_summary = gr.Markdown("", elem_id="per-class-summary")
-                        per_class_frame = gr.Dataframe(label="Each class's metrics (click a header to sort)",
-                                                       interactive=False, max_height=420, elem_id="per-class-table")
-                        per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
-                        confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
-                                                      max_height=320, elem_id="confused-pairs")
-                    with gr.Tab("Threshold", elem_id="view-threshold"):
-                        gr.Markdown("Every pair of the gallery's images, same class or not, by its cosine similarity: "
-                                    "the threshold that lets through at most the chosen share of other-class pairs "
-                                    "(FMR), and the share of same-class pairs it turns away there (FNMR). Set it as "
-                                    "the cut-off and the result tiles below it are dimmed, at their ranks.",
-                                    elem_classes="small-note")
-                        fmr = refuse_outside_choices(
-                            gr.Radio(threshold.FMRS, value=threshold.DEFAULT_FMR, label="False match rate at most",
-                                     elem_id="threshold-fmr"), "the false match rate")
-                        with gr.Row():
-                            threshold_button = gr.Button("Show the threshold view", variant="primary",
-                                                         elem_id="show-threshold")
-                            cutoff_button = gr.Button("Use this threshold as the cut-off", elem_id="use-threshold")
-                        threshold_summary = gr.Markdown("", elem_id="threshold-summary")
-                        threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
-                        cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
+                    _metrics_view(ui)
+    _wire_choices(handlers, ui, retrieve_tab)
+    _wire_search(handlers, ui)
+    _wire_views(handlers, ui)
+    return ui.checkpoint
 
-    retrieve_tab.select(handlers.checkpoint_list, None, [checkpoint], api_name="list_checkpoints",
+
+def _choices_column(retrieval: RetrievalService, ui: SimpleNamespace) -> None:
+    """The left column: the checkpoints, the gallery, k, the query's class, the cut-off, the downloads."""
+    choices = retrieval.checkpoint_choices()
+    default = retrieval.default_checkpoint()
+    ui.checkpoint = gr.Dropdown(choices, value=default, allow_custom_value=True, label="Checkpoint",
+                                info="Bundled, a run of this app, or type a Hub repo id (owner/name).",
+                                elem_id="checkpoint")
+    ui.second_checkpoint = gr.Dropdown(choices, value=retrieval.comparison_checkpoint(default),
+                                       allow_custom_value=True, label="Compare with",
+                                       info="A second checkpoint, for Side by side and the views.",
+                                       elem_id="second-checkpoint")
+    ui.source = refuse_outside_choices(gr.Radio(GALLERY_SOURCES, value=TEST_SPLIT, label="Gallery to search"),
+                                       "the gallery to search")
+    # Shown once uploads are chosen: on a phone this column comes first, and a drop zone here would
+    # sit above the query's own.
+    ui.gallery_files = gr.File(label="Gallery upload: images, or one zip of class folders",
+                               file_count="multiple", elem_id="gallery-files", visible=False)
+    ui.load_button = gr.Button("Load checkpoint and gallery", variant="secondary", elem_id="load")
+    ui.k = gr.Slider(1, 30, value=8, step=1, label="Results (k)")
+    ui.query_class = gr.Textbox("", label="Query's class (optional)", info="Marks each hit same class or "
+                                "other class.", elem_id="query-class",
+                                placeholder=query_class_example(retrieval, default, TEST_SPLIT))
+    # Typing the character is quickest; the list shows which classes the gallery has (a test split
+    # holds other classes than training saw).
+    ui.class_list = gr.Dropdown(query_class_choices(retrieval, default, TEST_SPLIT), value=None,
+                                label="or pick one of the gallery's classes", filterable=True,
+                                elem_id="query-class-list")
+    # A text box: an empty gr.Number shows and sends 0, which would dim every hit below a cosine of 0.
+    ui.cutoff = gr.Textbox("", label="Similarity cut-off (optional)", placeholder="a cosine, e.g. 0.6; "
+                           "empty for none", info="Hits below it are dimmed and marked \u201cbelow the "
+                           "cut-off\u201d. The Threshold view sets it at a chosen FMR.", elem_id="cutoff")
+    ui.download_button = gr.Button("Download checkpoint (.zip)", size="sm", elem_id="download-checkpoint")
+    ui.download_note = gr.Markdown("", elem_classes="small-note", elem_id="download-note")
+    ui.checkpoint_zip = gr.File(label="Checkpoint zip", interactive=False, elem_id="checkpoint-zip")
+    ui.export_button = gr.Button("Export the gallery's embeddings (TensorBoard projector, .npz)", size="sm",
+                                 elem_id="export-gallery")
+    ui.export_note = gr.Markdown("", elem_classes="small-note", elem_id="export-note")
+    ui.export_zip = gr.File(label="TensorBoard projector bundle (.zip)", interactive=False, visible=False,
+                            elem_id="export-zip")
+    ui.export_npz = gr.File(label="Embeddings, labels, class names (.npz)", interactive=False,
+                            visible=False, elem_id="export-npz")
+
+
+def _search_view(ui: SimpleNamespace) -> None:
+    """The Search view: the query's sources (upload, drawing, a sample to pick), the model input, the results."""
+    ui.about = gr.Markdown("Choose a checkpoint and press **Load**, or search straight away.",
+                           elem_id="retrieval-summary")
+    # Short tab names: longer ones fold into a "..." menu on a phone.
+    with gr.Tabs(elem_id="query-tabs"):
+        with gr.Tab("Upload", elem_id="query-upload"):
+            ui.query_file = gr.File(label="Query image (PNG, JPEG, BMP, WebP or GIF)", file_count="single",
+                                    elem_id="query-file")
+            ui.search_upload_button = gr.Button("Search with this image", variant="primary",
+                                                elem_id="search-upload")
+            ui.compare_upload_button = gr.Button("Side by side with the second checkpoint",
+                                                 elem_id="compare-upload")
+        with gr.Tab("Draw", elem_id="query-draw"):
+            ui.sketch = pass_undecoded(gr.Sketchpad(
+                   PAPER, image_mode="RGBA", canvas_size=(SKETCH_SIZE, SKETCH_SIZE),
+                   label="Draw one character", elem_id="sketch",
+                   brush=gr.Brush(colors=["#000000"], default_size=14, color_mode="fixed")))
+            ui.search_drawing_button = gr.Button("Search with this drawing", variant="primary",
+                                                 elem_id="search-drawing")
+            ui.compare_drawing_button = gr.Button("Side by side with the second checkpoint",
+                                                  elem_id="compare-drawing")
+        with gr.Tab("Pick", elem_id="query-pick"):
+            # "contain": a photo's thumbnail whole, not cropped to the square tile.
+            ui.sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
+                                           allow_preview=False, object_fit="contain", elem_id="sample")
+            ui.compare_pick_button = gr.Button("Side by side with the second checkpoint (the image "
+                                               "clicked last)", elem_id="compare-pick")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=0, min_width=176):
+            # its label above it, not gradio's badge over the image's corner (it covered the
+            # drawn query's strokes)
+            gr.Markdown("**Model input**: the query as the model sees it", elem_id="model-input-label",
+                        elem_classes="small-note")
+            ui.seen_query = gr.Image(label="Model input", show_label=False, height=160, width=160,
+                                     interactive=False, buttons=[], elem_id="model-input")
+        with gr.Column(scale=1, min_width=240):
+            ui.result_tiles = gr.HTML("", js_on_load=None, elem_id="results")
+    # a click on a result tile, as the page's script sends it: out of sight
+    ui.clicked_result = gr.Textbox("", visible="hidden", elem_id="tile-pick")
+    ui.tile_clicked = gr.Button("Search with the result clicked", visible="hidden",
+                                elem_id="tile-pick-go")
+
+
+def _hardest_view(ui: SimpleNamespace) -> None:
+    """The Hardest view: the gallery's worst queries, or where the two checkpoints differ."""
+    gr.Markdown("The gallery's own images as queries, worst first: what the checkpoint gets wrong, "
+                "and the images of the query's class it should have found. With **Compare with**, "
+                "the queries where the two checkpoints differ most.", elem_classes="small-note")
+    with gr.Row():
+        ui.hardest_order = refuse_outside_choices(
+               gr.Radio(hardest.ORDERS, value="map@r", label="Hardest by", elem_id="hardest-order"),
+               "the order of the hardest queries")
+        ui.hardest_compare = gr.Checkbox(False, label="Where the two checkpoints differ",
+                                         elem_id="hardest-compare")
+    ui.hardest_button = gr.Button("Show the hardest queries", variant="primary", elem_id="show-hardest")
+    ui.hardest_summary = gr.Markdown("", elem_id="hardest-summary")
+    ui.hardest_rows = gr.HTML("", js_on_load=None, elem_id="hardest")
+
+
+def _metrics_view(ui: SimpleNamespace) -> None:
+    """The Metrics view: the table per class and the threshold view."""
+    with gr.Tab("Per class", elem_id="view-per-class"):
+        ui.per_class_compare = gr.Checkbox(False, label="With the second checkpoint and the difference",
+                                           elem_id="per-class-compare")
+        ui.per_class_button = gr.Button("Show the table per class", variant="primary",
+                                        elem_id="show-per-class")
+        ui.per_class_summary = gr.Markdown("", elem_id="per-class-summary")
+        ui.per_class_frame = gr.Dataframe(label="Each class's metrics (click a header to sort)",
+                                          interactive=False, max_height=420, elem_id="per-class-table")
+        ui.per_class_csv = gr.File(label="The table as CSV", interactive=False, elem_id="per-class-csv")
+        ui.confused_frame = gr.Dataframe(label="Most-confused pairs of classes", interactive=False,
+                                         max_height=320, elem_id="confused-pairs")
+    with gr.Tab("Threshold", elem_id="view-threshold"):
+        gr.Markdown("Every pair of the gallery's images, same class or not, by its cosine similarity: "
+                    "the threshold that lets through at most the chosen share of other-class pairs "
+                    "(FMR), and the share of same-class pairs it turns away there (FNMR). Set it as "
+                    "the cut-off and the result tiles below it are dimmed, at their ranks.",
+                    elem_classes="small-note")
+        ui.fmr = refuse_outside_choices(
+               gr.Radio(threshold.FMRS, value=threshold.DEFAULT_FMR, label="False match rate at most",
+                        elem_id="threshold-fmr"), "the false match rate")
+        with gr.Row():
+            ui.threshold_button = gr.Button("Show the threshold view", variant="primary",
+                                            elem_id="show-threshold")
+            ui.cutoff_button = gr.Button("Use this threshold as the cut-off", elem_id="use-threshold")
+        ui.threshold_summary = gr.Markdown("", elem_id="threshold-summary")
+        ui.threshold_plot = gr.Plot(label="Pairs by cosine similarity", elem_id="threshold-plot")
+        ui.cutoff_note = gr.Markdown("", elem_classes="small-note", elem_id="cutoff-note")
+
+
+def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab: gr.Tab) -> None:
+    """The checkpoint lists, Load, the query's class hint, the downloads."""
+    hidden = {"api_visibility": "private", "show_progress": "hidden"}
+    gallery = [ui.checkpoint, ui.source, ui.gallery_files]
+    retrieve_tab.select(handlers.checkpoint_list, None, [ui.checkpoint], api_name="list_checkpoints",
                         show_progress="hidden")
-    retrieve_tab.select(handlers.checkpoint_list, None, [second_checkpoint],
-                        api_name="list_second_checkpoints", api_visibility="private", show_progress="hidden")
+    retrieve_tab.select(handlers.checkpoint_list, None, [ui.second_checkpoint], api_name="list_second_checkpoints",
+                        **hidden)
     # Load's one listener; the query's class hint follows it, for a gallery uploaded since the last choice
-    load_button.click(handlers.prepare, [checkpoint, source, gallery_files], [about, sample_gallery, picked],
-                      api_name="prepare_retrieval").then(
-        handlers.query_class_hint, [checkpoint, source, gallery_files], [query_class, class_list],
-        api_name="query_class_hint_after_load", api_visibility="private", show_progress="hidden")
-    source.change(gallery_upload_shown, [source], [gallery_files], api_name="show_gallery_upload",
-                  api_visibility="private", show_progress="hidden")
-    gr.on([checkpoint.change, source.change], handlers.query_class_hint, [checkpoint, source, gallery_files],
-          [query_class, class_list], api_name="query_class_hint", api_visibility="private", show_progress="hidden")
-    class_list.input(picked_class, [class_list], [query_class], api_name="pick_query_class", api_visibility="private",
-                     show_progress="hidden")
-    download_button.click(handlers.download_checkpoint, [checkpoint], [download_note, checkpoint_zip],
-                          api_name="download_checkpoint")
+    ui.load_button.click(handlers.prepare, gallery, [ui.about, ui.sample_gallery, ui.picked],
+                         api_name="prepare_retrieval").then(
+        handlers.query_class_hint, gallery, [ui.query_class, ui.class_list], api_name="query_class_hint_after_load",
+        **hidden)
+    ui.source.change(gallery_upload_shown, [ui.source], [ui.gallery_files], api_name="show_gallery_upload", **hidden)
+    gr.on([ui.checkpoint.change, ui.source.change], handlers.query_class_hint, gallery,
+          [ui.query_class, ui.class_list], api_name="query_class_hint", **hidden)
+    ui.class_list.input(picked_class, [ui.class_list], [ui.query_class], api_name="pick_query_class", **hidden)
+    ui.download_button.click(handlers.download_checkpoint, [ui.checkpoint], [ui.download_note, ui.checkpoint_zip],
+                             api_name="download_checkpoint")
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
-    sketch.clear(lambda: PAPER, None, [sketch], api_name="clear_sketch", api_visibility="private",
-                 show_progress="hidden")
-    export_button.click(handlers.export_gallery, [checkpoint, source, gallery_files],
-                        [export_note, export_zip, export_npz], api_name="export_gallery")
-    search_outputs = [about, result_tiles, seen_query]
-    search_upload_button.click(handlers.search_upload,
-                               [checkpoint, source, k, query_class, query_file, gallery_files, cutoff], search_outputs,
-                               api_name="search_upload")
+    ui.sketch.clear(lambda: PAPER, None, [ui.sketch], api_name="clear_sketch", **hidden)
+    ui.export_button.click(handlers.export_gallery, gallery, [ui.export_note, ui.export_zip, ui.export_npz],
+                           api_name="export_gallery")
+
+
+def _wire_search(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
+    """Each query source's search and side by side."""
+    outputs = [ui.about, ui.result_tiles, ui.seen_query]
+    one, two = [ui.checkpoint, ui.source, ui.k], [ui.checkpoint, ui.second_checkpoint, ui.source, ui.k]
+    ui.search_upload_button.click(handlers.search_upload,
+                                  one + [ui.query_class, ui.query_file, ui.gallery_files, ui.cutoff], outputs,
+                                  api_name="search_upload")
     # a click on a result, as the page's script sends it (demo/static/page.js): its gallery and item
-    tile_clicked.click(handlers.search_result_tile,
-                       [checkpoint, source, k, clicked_result, gallery_files, cutoff], search_outputs,
-                       api_name="search_result_tile", api_visibility="private")
-    search_drawing_button.click(handlers.search_drawing,
-                                [checkpoint, source, k, query_class, sketch, gallery_files, cutoff], search_outputs,
-                                api_name="search_drawing")
-    sample_gallery.select(handlers.search_gallery_item, [checkpoint, source, k, picked, gallery_files, cutoff],
-                          search_outputs, api_name="search_gallery_item")
-    sample_gallery.select(remember_pick, [picked], [pick_position], api_name="remember_pick",
-                          api_visibility="private", show_progress="hidden")
-    compare_pick_button.click(handlers.compare_gallery_item,
-                              [checkpoint, second_checkpoint, source, k, picked, pick_position, gallery_files, cutoff],
-                              search_outputs, api_name="compare_gallery_item")
-    compare_upload_button.click(handlers.compare_upload,
-                                [checkpoint, second_checkpoint, source, k, query_class, query_file, gallery_files,
-                                 cutoff], search_outputs, api_name="compare_upload")
-    compare_drawing_button.click(handlers.compare_drawing,
-                                 [checkpoint, second_checkpoint, source, k, query_class, sketch, gallery_files,
-                                  cutoff], search_outputs, api_name="compare_drawing")
-    hardest_button.click(handlers.show_hardest,
-                         [checkpoint, second_checkpoint, source, hardest_order, hardest_compare, gallery_files,
-                          cutoff],
-                         [hardest_summary, hardest_rows], api_name="hardest_queries")
-    per_class_button.click(handlers.show_per_class,
-                           [checkpoint, second_checkpoint, source, per_class_compare, gallery_files],
-                           [per_class_summary, per_class_frame, confused_frame, per_class_csv],
-                           api_name="per_class_metrics")
-    threshold_button.click(handlers.show_threshold, [checkpoint, source, fmr, cutoff, gallery_files],
-                           [threshold_summary, threshold_plot], api_name="threshold_view")
+    ui.tile_clicked.click(handlers.search_result_tile, one + [ui.clicked_result, ui.gallery_files, ui.cutoff],
+                          outputs, api_name="search_result_tile", api_visibility="private")
+    ui.search_drawing_button.click(handlers.search_drawing,
+                                   one + [ui.query_class, ui.sketch, ui.gallery_files, ui.cutoff], outputs,
+                                   api_name="search_drawing")
+    ui.sample_gallery.select(handlers.search_gallery_item, one + [ui.picked, ui.gallery_files, ui.cutoff], outputs,
+                             api_name="search_gallery_item")
+    ui.sample_gallery.select(remember_pick, [ui.picked], [ui.pick_position], api_name="remember_pick",
+                             api_visibility="private", show_progress="hidden")
+    ui.compare_pick_button.click(handlers.compare_gallery_item,
+                                 two + [ui.picked, ui.pick_position, ui.gallery_files, ui.cutoff], outputs,
+                                 api_name="compare_gallery_item")
+    ui.compare_upload_button.click(handlers.compare_upload,
+                                   two + [ui.query_class, ui.query_file, ui.gallery_files, ui.cutoff], outputs,
+                                   api_name="compare_upload")
+    ui.compare_drawing_button.click(handlers.compare_drawing,
+                                    two + [ui.query_class, ui.sketch, ui.gallery_files, ui.cutoff], outputs,
+                                    api_name="compare_drawing")
+
+
+def _wire_views(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
+    """The hardest queries, the table per class, the threshold view and its cut-off."""
+    two = [ui.checkpoint, ui.second_checkpoint, ui.source]
+    ui.hardest_button.click(handlers.show_hardest,
+                            two + [ui.hardest_order, ui.hardest_compare, ui.gallery_files, ui.cutoff],
+                            [ui.hardest_summary, ui.hardest_rows], api_name="hardest_queries")
+    ui.per_class_button.click(handlers.show_per_class, two + [ui.per_class_compare, ui.gallery_files],
+                              [ui.per_class_summary, ui.per_class_frame, ui.confused_frame, ui.per_class_csv],
+                              api_name="per_class_metrics")
+    threshold_view = [ui.checkpoint, ui.source, ui.fmr, ui.cutoff, ui.gallery_files]
+    ui.threshold_button.click(handlers.show_threshold, threshold_view, [ui.threshold_summary, ui.threshold_plot],
+                              api_name="threshold_view")
     # A page convenience (threshold_view gives a client the thresholds); the view is redrawn with the cut-off's line.
-    cutoff_button.click(handlers.threshold_as_cutoff, [checkpoint, source, fmr, gallery_files],
-                        [cutoff_note, cutoff], api_name="threshold_as_cutoff", api_visibility="private").then(
-        handlers.show_threshold, [checkpoint, source, fmr, cutoff, gallery_files],
-        [threshold_summary, threshold_plot], api_name="threshold_view_with_cutoff", api_visibility="private")
-    return checkpoint
+    ui.cutoff_button.click(handlers.threshold_as_cutoff, [ui.checkpoint, ui.source, ui.fmr, ui.gallery_files],
+                           [ui.cutoff_note, ui.cutoff], api_name="threshold_as_cutoff", api_visibility="private").then(
+        handlers.show_threshold, threshold_view, [ui.threshold_summary, ui.threshold_plot],
+        api_name="threshold_view_with_cutoff", api_visibility="private")

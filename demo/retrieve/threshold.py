@@ -2,8 +2,8 @@
 spread, the threshold that keeps the false match rate (FMR) at a chosen value and the false non-match rate (FNMR)
 there, and a similarity cut-off that the result tiles honour (demo.retrieve.tiles.with_cutoff).
 
-The figures are memvir.retrieval.verification's over RetrievalService.pair_similarities (once per gallery index);
-this module words them and draws the histogram.
+The figures are memvir.retrieval.diagnosis.verification's over RetrievalService.pair_similarities (once per gallery
+index); this module words them and draws the histogram.
 """
 
 from __future__ import annotations

@@ -92,11 +92,11 @@ def tile_html(tile: Tile) -> str:
 
 
 def with_cutoff(tiles: list[Tile], cutoff: float | None) -> list[Tile]:
-    """The tiles with those whose similarity is below `cutoff` marked (memvir.retrieval.verification.matches: a hit
-    at the cut-off itself is kept, as the FMR counts it); unchanged when there is no cut-off."""
+    """The tiles with those whose similarity is below `cutoff` marked (memvir.retrieval.diagnosis.verification.matches:
+    a hit at the cut-off itself is kept, as the FMR counts it); unchanged when there is no cut-off."""
     if cutoff is None or not tiles:
         return tiles
-    from memvir.retrieval.verification import matches
+    from memvir.retrieval.diagnosis.verification import matches
 
     kept = matches([tile.score for tile in tiles], cutoff)
     return [replace(tile, below_cutoff=not bool(keep)) for tile, keep in zip(tiles, kept, strict=True)]

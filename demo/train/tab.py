@@ -30,17 +30,19 @@ from demo.train.live_view import FigureBuilder
 from demo.train.poll import PollState
 from demo.train.presets import PAGE_DEFAULTS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
+from memvir.data.hub import HUB_PREFIX, parse_hub_name
 from memvir.data.registry import FOLDER_PREFIX
 from memvir.losses import LOSSES, loss_defaults
 from memvir.models.backbones import available_backbones
 
-FOLDER_CHOICE, ZIP_CHOICE = "folder", "zip"
+FOLDER_CHOICE, ZIP_CHOICE, HUB_CHOICE = "folder", "zip", "hub"
 # Short enough that the chosen one shows whole in the box at the left column's width (a browser test checks it)
 DATASET_CHOICES = [
     ("glyphs: ~2,000 characters", "glyphs"),
     ("glyphs-mini: 48 characters", "glyphs-mini"),
     ("a folder on this machine", FOLDER_CHOICE),
     ("an uploaded zip of class folders", ZIP_CHOICE),
+    ("a dataset on the Hugging Face Hub", HUB_CHOICE),
 ]
 LOSS_CHOICES = LOSSES  # every loss and backbone of the library
 BACKBONE_CHOICES = available_backbones()
@@ -64,9 +66,15 @@ RESET_SETTINGS = ("memvir_n", "memvir_m", "warmup_epochs", "batch_size", "epochs
 
 
 # ---------------------------------------------------------------------------------------------- handlers
-def dataset_name(runs: RunManager, dataset, folder_path, zip_file) -> str:
-    """The library's dataset name for the page's choice: a folder under an allowed one, or an unpacked zip."""
+def dataset_name(runs: RunManager, dataset, folder_path, zip_file, hub_dataset=None) -> str:
+    """The library's dataset name for the page's choice: a folder under an allowed one, an unpacked zip, or a Hub
+    dataset's `hf:OWNER/NAME[@REVISION]` (its id checked here; the run's process fetches it, memvir.data.hub)."""
     settings = runs.settings
+    if dataset == HUB_CHOICE:
+        typed = str(hub_dataset or "").strip().removeprefix(HUB_PREFIX)
+        if not typed:
+            raise ValueError("type the id of a Hub image-classification dataset, OWNER/NAME (e.g. someone/birds)")
+        return str(parse_hub_name(HUB_PREFIX + typed))
     if dataset == FOLDER_CHOICE:
         if not str(folder_path or "").strip():
             raise ValueError("type the path of a folder holding one sub-folder of images per class")
@@ -96,8 +104,9 @@ class TrainHandlers:
     def start(self, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
               snapshot_every, eval_every, folder_path=None, zip_file=None, memvir_schedule=None, val_classes=None,
               memvir_store_dtype=None, memvir_reduction=None, focus_classes=None, class_lr=None, adam_eps=None,
-              loss_scale=None, visitor=None, request: gr.Request = None):
-        """Start a run with these settings, or say why not."""
+              loss_scale=None, hub_dataset=None, visitor=None, request: gr.Request = None):
+        """Start a run with these settings, or say why not. hub_dataset: the Hub dataset's OWNER/NAME[@REVISION]
+        when `dataset` is the Hub choice."""
         visitor = visitor_key(visitor, request)
         if memvir_reduction and memvir_reduction not in REDUCTIONS:
             raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
@@ -122,7 +131,7 @@ class TrainHandlers:
         loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
         chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
                   "memvir_reduction": memvir_reduction}
-        named = dataset_name(self.runs, dataset, folder_path, zip_file)
+        named = dataset_name(self.runs, dataset, folder_path, zip_file, hub_dataset)
         config = TrainConfig(dataset=named, backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
                              **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
         try:
@@ -264,8 +273,9 @@ def loss_scale_for(dataset, loss):
 
 
 def dataset_inputs(dataset):
-    """Show the folder box or the zip upload as the dataset choice needs."""
-    return gr.update(visible=dataset == FOLDER_CHOICE), gr.update(visible=dataset == ZIP_CHOICE)
+    """Show the folder box, the zip upload or the Hub dataset's box as the dataset choice needs."""
+    return (gr.update(visible=dataset == FOLDER_CHOICE), gr.update(visible=dataset == ZIP_CHOICE),
+            gr.update(visible=dataset == HUB_CHOICE))
 
 
 LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")
@@ -342,6 +352,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                               "classes (by name) trains, the rest tests.")
                 zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False,
                                    file_types=[".zip"])
+                hub_dataset = gr.Textbox("", label="Hub dataset", placeholder="OWNER/NAME or OWNER/NAME@REVISION",
+                                         visible=False, info=words.HUB_DATASET_INFO)
                 # one per row: side by side, the names sat under the dropdowns' arrows
                 backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
                                                               label="Backbone"), "the backbone")
@@ -399,11 +411,11 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
                 eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes,
-                class_lr, adam_eps, loss_scale]
+                class_lr, adam_eps, loss_scale, hub_dataset]
     # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
     # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
     # demo.page.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
-    dataset.change(dataset_inputs, [dataset], [folder_path, zip_file], api_name="dataset_choice",
+    dataset.change(dataset_inputs, [dataset], [folder_path, zip_file, hub_dataset], api_name="dataset_choice",
                    api_visibility="private", show_progress="hidden", queue=False)
     dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, lr,
                                                 class_lr, adam_eps, loss, loss_scale, notice],

@@ -18,6 +18,9 @@ def plain_control_message(message: str) -> str:
     return message
 
 # docs/reproduction.md, section 10: the paper's regime, measured; no preset offers it, as that study's rule decided
+HUB_DATASET_INFO = ("An image-classification dataset on the Hub, read with 🤗 datasets: its one Image and one "
+                    "ClassLabel column. Its splits are kept if they hold different classes (as SOP's); otherwise they "
+                    "are pooled and the first half of the classes trains, the rest tests (as CUB's and CARS's).")
 DATASET_INFO = ("The embedded characters in twelve faces (glyphs-mini: a quick look), or your own images: one "
                 "sub-folder per class. The paper's own setting, a pretrained backbone fine-tuned on a hundred "
                 "classes, is not offered: fine-tuned that way on all 116 glyph classes, MemVir changed no test "

@@ -4,19 +4,19 @@
   (`knn_search`; `search_backend`, the one it uses on a device).
 - `metrics`: Recall@K, P@1, R-Precision, MAP@R, NMI (`retrieval_metrics`, `normalized_mutual_info`), and each
   query's own (`per_query_metrics`).
-- `ranking`: where each query's own class lands in its ranking of a labelled gallery (`rank_gallery`,
-  `rank_queries`, both giving `QueryRankings`): AP@R, first correct rank, neighbours marked, the nearest same-class
-  items it missed.
-- `failures`: the hardest queries of a gallery, and where two checkpoints differ most (`hardest_queries`,
-  `largest_differences`).
-- `per_class`: Recall@1, R-Precision and MAP@R class by class, two checkpoints' difference, the most-confused pairs
-  (`per_class_metrics` giving `PerClass`, `per_class_difference`, `confused_class_pairs` giving `ClassConfusion`).
-- `verification`: same-class and other-class pair cosines of a gallery, the threshold at a chosen false match rate
-  and the false non-match rate there (`pair_similarities` giving `PairSimilarities`, its `OperatingPoint`).
+- `diagnosis`: what a checkpoint gets wrong on a labelled gallery: each query's ranking (`rank_gallery`,
+  `rank_queries`, `QueryRankings`), the hardest queries and where two checkpoints differ (`hardest_queries`,
+  `largest_differences`), metrics per class (`per_class_metrics`, `PerClass`, `per_class_difference`,
+  `confused_class_pairs`, `ClassConfusion`), pair cosines and thresholds (`pair_similarities`, `PairSimilarities`,
+  `OperatingPoint`); a package of its own, whose names this face exports too.
 - `export`: a gallery's embeddings, labels and thumbnails for other tools: a TensorBoard projector bundle and `.npz`
   (`write_projector_zip`, `write_npz`).
 - `index`: `GalleryIndex`, a gallery's embeddings searchable exactly, by IVF or HNSW, saved and loaded; `SearchHit`,
   one result.
+- `query`: searching with images: a query prepared from the model's config, an upload or a drawing
+  (`prepare_query`), a set of images embedded and indexed as queries are (`embed_images`, `index_images`, a
+  folder's `index_folder`), one search giving its hits and the query as the model saw it (`search_image`, giving
+  `QueryResult`); `open_image`, a file's image or a ValueError naming it.
 - `evaluation`: (model, dataset) to embeddings, metrics and a gallery index; used by its name
   (`evaluation.embed`, `evaluation.score`, `evaluation.build_index`).
 - `shipped_gallery`: a checkpoint's own test-split index and its views' figures (rankings, pair cosines), used only
@@ -34,22 +34,29 @@ _EXPORTS = {
     "normalized_mutual_info": "memvir.retrieval.metrics",
     "per_query_metrics": "memvir.retrieval.metrics",
     "retrieval_metrics": "memvir.retrieval.metrics",
-    "QueryRankings": "memvir.retrieval.ranking",
-    "rank_gallery": "memvir.retrieval.ranking",
-    "rank_queries": "memvir.retrieval.ranking",
-    "hardest_queries": "memvir.retrieval.failures",
-    "largest_differences": "memvir.retrieval.failures",
-    "ClassConfusion": "memvir.retrieval.per_class",
-    "PerClass": "memvir.retrieval.per_class",
-    "confused_class_pairs": "memvir.retrieval.per_class",
-    "per_class_difference": "memvir.retrieval.per_class",
-    "per_class_metrics": "memvir.retrieval.per_class",
-    "OperatingPoint": "memvir.retrieval.verification",
-    "PairSimilarities": "memvir.retrieval.verification",
-    "pair_similarities": "memvir.retrieval.verification",
+    "QueryRankings": "memvir.retrieval.diagnosis.ranking",
+    "rank_gallery": "memvir.retrieval.diagnosis.ranking",
+    "rank_queries": "memvir.retrieval.diagnosis.ranking",
+    "hardest_queries": "memvir.retrieval.diagnosis.failures",
+    "largest_differences": "memvir.retrieval.diagnosis.failures",
+    "ClassConfusion": "memvir.retrieval.diagnosis.per_class",
+    "PerClass": "memvir.retrieval.diagnosis.per_class",
+    "confused_class_pairs": "memvir.retrieval.diagnosis.per_class",
+    "per_class_difference": "memvir.retrieval.diagnosis.per_class",
+    "per_class_metrics": "memvir.retrieval.diagnosis.per_class",
+    "OperatingPoint": "memvir.retrieval.diagnosis.verification",
+    "PairSimilarities": "memvir.retrieval.diagnosis.verification",
+    "pair_similarities": "memvir.retrieval.diagnosis.verification",
     "write_npz": "memvir.retrieval.export",
     "write_projector_zip": "memvir.retrieval.export",
     "GalleryIndex": "memvir.retrieval.index",
+    "QueryResult": "memvir.retrieval.query",
+    "embed_images": "memvir.retrieval.query",
+    "index_folder": "memvir.retrieval.query",
+    "index_images": "memvir.retrieval.query",
+    "open_image": "memvir.retrieval.query",
+    "prepare_query": "memvir.retrieval.query",
+    "search_image": "memvir.retrieval.query",
     "SearchHit": "memvir.retrieval.index",
 }
 

@@ -192,7 +192,7 @@ class GalleryIndex:
 
     def vectors(self) -> np.ndarray:
         """The gallery's L2-normalised vectors, [N, D] float32 in row order (read back from faiss where they live
-        there): what an exact ranking of every item (memvir.retrieval.ranking) searches."""
+        there): what an exact ranking of every item (memvir.retrieval.diagnosis.ranking) searches."""
         if not self.uses_faiss:
             return self._vectors
         if self.kind == "ivf":

@@ -9,23 +9,21 @@ that still matches, so a retrained checkpoint or a re-rendered dataset gets its 
 Embeddings and metrics come from memvir.retrieval.evaluation, so they are exactly the evaluation's.
 
 Beside the index, ``views.json``, ``rankings.npz`` and ``pairs.npz`` keep what the app's views read of that gallery:
-each item's ranking of the others (memvir.retrieval.ranking) and its pairs' cosines (memvir.retrieval.verification),
-which take seconds to compute. `load_rankings` and `load_pairs` return them only while their stamp matches the
-weights, the index's files, the settings asked for and this format's version, and the files' sha256; else None, and
-the reason goes to the log.
+each item's ranking of the others (memvir.retrieval.diagnosis.ranking) and its pairs' cosines
+(memvir.retrieval.diagnosis.verification), which take seconds to compute. `load_rankings` and `load_pairs` return them
+only while their stamp matches the weights, the index's files, the settings asked for and this format's version, and the
+files' sha256; else None, and the reason goes to the log.
 
-``python -m memvir.retrieval.shipped_gallery FOLDER...`` (``make gallery-index``) builds the index of each checkpoint
-folder whose index is missing or stale, and then the views' figures where they are.
+``python -m memvir index FOLDER...`` (``make gallery-index``) builds the index of each checkpoint folder whose index
+is missing or stale, and then the views' figures where they are.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import shutil
-import sys
 import uuid
 import zipfile
 from collections.abc import Callable
@@ -181,9 +179,10 @@ def _read_stamp(folder: Path) -> dict | str:
 
 # ---------------------------------------------------------------------------------------------- the views' figures
 # What the app's views read of a checkpoint's own gallery, computed once at build time and kept beside the index:
-# each item's ranking of the others (memvir.retrieval.ranking, for the hardest-queries and per-class views) and its
-# pairs' cosines (memvir.retrieval.verification, for the threshold view). Plain .npz files (read without pickle),
-# stamped in views.json with what they were computed from and how, so that a stale or damaged file is never read.
+# each item's ranking of the others (memvir.retrieval.diagnosis.ranking, for the hardest-queries and per-class views)
+# and its pairs' cosines (memvir.retrieval.diagnosis.verification, for the threshold view). Plain .npz files (read
+# without pickle), stamped in views.json with what they were computed from and how, so that a stale or damaged file is
+# never read.
 VIEWS_FILE = "views.json"
 RANKINGS_FILE = "rankings.npz"
 PAIRS_FILE = "pairs.npz"
@@ -208,8 +207,8 @@ def build_views(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, mis
     """Rank the saved index's items against one another and compare all its pairs (as the app's views do), and save
     both beside it. Returns (QueryRankings, PairSimilarities). ValueError when the index is missing or stale (build
     it first), or when the gallery has no class with two items (nothing to rank)."""
-    from memvir.retrieval.ranking import rank_gallery
-    from memvir.retrieval.verification import pair_similarities
+    from memvir.retrieval.diagnosis.ranking import rank_gallery
+    from memvir.retrieval.diagnosis.verification import pair_similarities
 
     checkpoint_dir = Path(checkpoint_dir)
     gallery = load(checkpoint_dir, split)
@@ -280,7 +279,7 @@ def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, m
     """The saved QueryRankings of the split's items (neighbours, scores and correct marks kept up to max(k, R));
     None, with a log line saying why, when the views' figures are missing, stale or damaged (see
     `views_staleness`)."""
-    from memvir.retrieval.ranking import QueryRankings
+    from memvir.retrieval.diagnosis.ranking import QueryRankings
 
     arrays = _read_views(checkpoint_dir, split, RANKINGS_FILE, ranked_k, missed, max_fmr)
     if arrays is None:
@@ -295,7 +294,7 @@ def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, m
 def load_pairs(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
                max_fmr: float = MAX_FMR):
     """The saved PairSimilarities of the split's items; None, with a log line saying why, as `load_rankings`."""
-    from memvir.retrieval.verification import PairSimilarities
+    from memvir.retrieval.diagnosis.verification import PairSimilarities
 
     arrays = _read_views(checkpoint_dir, split, PAIRS_FILE, ranked_k, missed, max_fmr)
     if arrays is None:
@@ -380,45 +379,3 @@ def _float32_from_steps(arrays: dict) -> np.ndarray:
     # Keys of positive floats have the top bit set (flip it back); those of negative ones are the bits inverted.
     keys ^= ((keys >> 31) ^ 1) * np.uint32(2**31 - 1) | np.uint32(2**31)
     return keys.view(np.float32)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from memvir.memory.size import format_bytes
-    from memvir.retrieval import evaluation
-
-    parser = argparse.ArgumentParser(description="Build the test-split gallery index beside each checkpoint folder "
-                                                 "whose index is missing or stale, and the figures of the app's "
-                                                 "views of it (rankings, pair cosines) where those are.")
-    parser.add_argument("folders", nargs="+", type=Path, help="checkpoint folders (config.json + model.safetensors)")
-    parser.add_argument("--force", action="store_true", help="rebuild even a fresh index and fresh figures")
-    args = parser.parse_args(argv)
-    for folder in args.folders:
-        model, dataset, split = evaluation.load_model_and_split(str(folder))
-        reason = staleness(folder, split)
-        if reason is None and not args.force:
-            print(f"{folder}: {GALLERY_DIR}/ is up to date")
-        else:
-            gallery = build(folder, split, dataset, model=model, progress=True)
-            if staleness(folder, split) is not None:
-                print(f"{folder}: its files changed while it was embedded; nothing saved, run again", file=sys.stderr)
-                return 1
-            size = sum(path.stat().st_size for path in (folder / GALLERY_DIR).iterdir())
-            print(f"{folder}: built {GALLERY_DIR}/ ({reason or 'forced'}): {len(gallery.index):,} items, "
-                  f"{format_bytes(size)}, recall@1 {gallery.metrics.get('recall@1', float('nan')):.4f}")
-        reason = views_staleness(folder, split)
-        if reason is None and not args.force:
-            print(f"{folder}: the views' figures are up to date")
-            continue
-        try:
-            build_views(folder, split)
-        except ValueError as error:  # no class with two items: nothing to rank
-            print(f"{folder}: the views' figures cannot be computed: {error}", file=sys.stderr)
-            continue
-        sizes = ", ".join(f"{name} {format_bytes((folder / GALLERY_DIR / name).stat().st_size)}"
-                          for name in (RANKINGS_FILE, PAIRS_FILE))
-        print(f"{folder}: computed the views' figures ({reason or 'forced'}): {sizes}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

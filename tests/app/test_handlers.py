@@ -234,6 +234,7 @@ GOOD = ("glyphs-mini", "convnet", "norm-softmax", 32, 200, 1e-3, 0, 2, 2, 0.5, 1
     (10, "", "snapshot every is empty: enter a whole number of at least 0"),
     (0, "zip", "upload a zip of class folders first (one folder of images per class)"),
     (0, "folder", "type the path of a folder holding one sub-folder of images per class"),
+    (0, "hub", "type the id of a Hub image-classification dataset, OWNER/NAME (e.g. someone/birds)"),
 ])
 def test_start_refuses_bad_settings_with_a_message_and_starts_nothing(runs, position, value, message):
     settings = list(GOOD)
@@ -241,6 +242,15 @@ def test_start_refuses_bad_settings_with_a_message_and_starts_nothing(runs, posi
     train = train_tab.TrainHandlers(runs)
     with pytest.warns(UserWarning, match=re.escape(message)):  # gr.Warning outside a request
         assert train.start(*settings, visitor="alice") == (SKIP, f"⚠️ {message}")
+    assert runs.runs() == []
+
+
+def test_a_hub_dataset_id_is_checked_before_a_run_starts(runs):
+    train = train_tab.TrainHandlers(runs)
+    message = "'hf:no-owner' is not a Hub dataset name: write hf:OWNER/NAME or hf:OWNER/NAME@REVISION"
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        assert train.start("hub", *GOOD[1:], hub_dataset="no-owner", visitor="alice")[1].startswith(
+            f"⚠️ {message}")
     assert runs.runs() == []
 
 
@@ -261,7 +271,10 @@ def test_controls_without_a_run_say_what_to_do(runs):
             "and try again"]
     assert train.update_n(state, 3, 2, 1.0, visitor="alice") == (
         "The new MemVir settings apply when you press Start.")
-    assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True))
+    assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True),
+                                               gr.update(visible=False))
+    assert train_tab.dataset_inputs("hub") == (gr.update(visible=False), gr.update(visible=False),
+                                               gr.update(visible=True))
 
 
 def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):

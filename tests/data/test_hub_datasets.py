@@ -226,3 +226,78 @@ def test_the_cli_trains_on_a_hub_dataset_pushes_the_model_and_evaluates_it_from_
     scored = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert scored["dataset"] == f"hf:{POOLED}"
     assert abs(scored["recall@1"] - metrics["recall@1"]) < 1e-6
+
+
+@pytest.fixture
+def app_on_the_hub(hub_datasets, tmp_path):
+    """`python app.py` serving the page with the loopback Hub as its HF_ENDPOINT (its HF_HOME the one whose 🤗
+    datasets cache the module's reads filled), no bundled checkpoints; its URL."""
+    import time
+    import urllib.request
+
+    from served_app import free_port
+
+    hub, home, _ = hub_datasets
+    port = free_port()
+    (tmp_path / "no-checkpoints").mkdir()
+    env = client_environment(hub.url, home) | {
+        "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
+        "MEMVIR_APP_DATA": str(tmp_path / "app-data"), "MEMVIR_CHECKPOINTS": str(tmp_path / "no-checkpoints"),
+        "MEMVIR_UMAP": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
+    log_path = tmp_path / "app.log"
+    with log_path.open("w") as log:
+        app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                if app.poll() is not None:
+                    raise AssertionError(f"app.py exited with {app.returncode}:\n{log_path.read_text()}")
+                try:
+                    urllib.request.urlopen(url, timeout=5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"app.py did not serve {url} in 180 s") from None
+                    time.sleep(0.5)
+            yield url
+        finally:
+            app.terminate()
+            try:
+                app.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait()
+
+
+@pytest.mark.slow
+def test_the_page_trains_on_a_hub_dataset_and_its_retrieve_tab_searches_the_checkpoint(app_on_the_hub, tmp_path):
+    import html
+    import re
+
+    from gradio_client import Client, handle_file
+    from served_app import poll_status_until
+
+    client = Client(app_on_the_hub, verbose=False)
+    notice = client.predict(dataset="hub", hub_dataset=POOLED, backbone="convnet", batch_size=8, epochs=1,
+                            memvir_n=1, memvir_m=0, warmup_epochs=0, snapshot_every=0, eval_every=1,
+                            api_name="/start")
+    assert notice.startswith("Started run `"), notice
+    run_id = re.search(r"`([^`]+)`", notice).group(1)
+    poll_status_until(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run's end",
+                      300)
+    status = poll_status_until(client, lambda status: True, "a status", 5)
+    assert status.startswith("**Finished**"), status
+
+    choices = client.predict(api_name="/list_checkpoints")["choices"]
+    checkpoint = next(value for _label, value in choices if run_id in value)
+    about, sample = client.predict(checkpoint_choice=checkpoint, source="test split", api_name="/prepare_retrieval")
+    assert "16 images" in about, about  # classes 4-7 of the pooled repo, four images each
+    query = tmp_path / "query.png"
+    query.write_bytes(png(picture(5, 3)))  # an image of the test split: its own copy comes first
+    about, results, _ = client.predict(checkpoint_choice=checkpoint, source="test split", k=4,
+                                       query_class=CLASS_NAMES[5], query_file=handle_file(query),
+                                       api_name="/search_upload")
+    captions = [html.unescape(text) for text in re.findall(r'<img [^>]*alt="([^"]*)"', results)]
+    assert len(captions) == 4 and captions[0].startswith("#1 1.000 "), captions
+    assert captions[0].endswith("same class"), captions

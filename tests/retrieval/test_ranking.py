@@ -1,6 +1,7 @@
-"""memvir.retrieval.ranking, memvir.retrieval.failures and memvir.retrieval.per_class against brute-force references
-written here: every similarity computed in float64 numpy, each query's whole gallery sorted with a Python sort by
-(similarity, index), and its AP@R, first correct rank and missed items read off that order with loops.
+"""memvir.retrieval.diagnosis.ranking, memvir.retrieval.diagnosis.failures and memvir.retrieval.diagnosis.per_class
+against brute-force references written here: every similarity computed in float64 numpy, each query's whole gallery
+sorted with a Python sort by (similarity, index), and its AP@R, first correct rank and missed items read off that order
+with loops.
 
 Two kinds of gallery: +-1 vectors in 16 dimensions, whose cosines are exact multiples of 1/8 in float32 and float64
 alike (so the many exact ties are ties for the code and the reference), and random Gaussian vectors (no ties)."""
@@ -12,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from memvir.retrieval.failures import hardest_queries, largest_differences
+from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
+from memvir.retrieval.diagnosis.per_class import confused_class_pairs, per_class_difference, per_class_metrics
+from memvir.retrieval.diagnosis.ranking import rank_gallery, rank_queries
 from memvir.retrieval.metrics import per_query_metrics, retrieval_metrics
-from memvir.retrieval.per_class import confused_class_pairs, per_class_difference, per_class_metrics
-from memvir.retrieval.ranking import rank_gallery, rank_queries
 
 BACKENDS = [pytest.param("faiss", marks=pytest.mark.skipif(importlib.util.find_spec("faiss") is None,
                                                            reason="faiss is not installed")), "torch"]

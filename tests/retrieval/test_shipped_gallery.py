@@ -11,6 +11,7 @@ import pytest
 import torch
 from sign_vectors import clustered_sign_vectors
 
+from memvir import cli
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval import evaluation, shipped_gallery
@@ -117,11 +118,11 @@ def test_progress_is_reported_per_batch(checkpoint, split):
 
 
 def test_the_command_builds_what_is_missing_and_keeps_what_is_fresh(checkpoint, capsys):
-    assert shipped_gallery.main([str(checkpoint)]) == 0
+    assert cli.main(["index", str(checkpoint)]) == 0
     out = capsys.readouterr().out
     assert f"{checkpoint}: built gallery/ (there is no gallery/checkpoint.json): 288 items" in out
     assert f"{checkpoint}: computed the views' figures (there is no gallery/views.json): rankings.npz " in out
-    assert shipped_gallery.main([str(checkpoint)]) == 0
+    assert cli.main(["index", str(checkpoint)]) == 0
     assert capsys.readouterr().out == (f"{checkpoint}: gallery/ is up to date\n"
                                        f"{checkpoint}: the views' figures are up to date\n")
 
@@ -199,8 +200,8 @@ def with_views(checkpoint, split):
 
 
 def test_the_saved_views_figures_equal_a_fresh_computation_and_brute_force(with_views, split):
-    from memvir.retrieval.ranking import rank_gallery
-    from memvir.retrieval.verification import pair_similarities
+    from memvir.retrieval.diagnosis.ranking import rank_gallery
+    from memvir.retrieval.diagnosis.verification import pair_similarities
 
     folder = with_views / "gallery"
     assert {"views.json", "rankings.npz", "pairs.npz"} <= {path.name for path in folder.iterdir()}
@@ -279,7 +280,7 @@ def test_stale_views_figures_are_not_read_and_the_log_says_why(with_views, split
     assert shipped_gallery.load_pairs(with_views, split) is None
     assert "it was built from other weights" in caplog.text and "computing them" in caplog.text
     # The command recomputes both, and says so.
-    assert shipped_gallery.main([str(with_views)]) == 0
+    assert cli.main(["index", str(with_views)]) == 0
     assert shipped_gallery.load_rankings(with_views, split) is not None
 
 

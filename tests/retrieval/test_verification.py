@@ -1,5 +1,5 @@
-"""memvir.retrieval.verification against brute-force references written here: every pair (i < j) visited by a Python
-loop, its cosine computed in float64 numpy, the histogram counted by numpy's, the threshold found by trying every
+"""memvir.retrieval.diagnosis.verification against brute-force references written here: every pair (i < j) visited by a
+Python loop, its cosine computed in float64 numpy, the histogram counted by numpy's, the threshold found by trying every
 distinct other-class cosine from the lowest up, and FMR and FNMR counted pair by pair.
 
 Two kinds of gallery: +-1 vectors in 16 dimensions, whose cosines are exact multiples of 1/8 in float32 and float64
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from memvir.retrieval import verification
-from memvir.retrieval.verification import FINE_BINS, matches, pair_similarities
+from memvir.retrieval.diagnosis import verification
+from memvir.retrieval.diagnosis.verification import FINE_BINS, matches, pair_similarities
 
 CLASS_SIZES = (1, 3, 5, 8, 12, 30, 4, 6, 2, 9)
 

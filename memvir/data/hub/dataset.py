@@ -93,7 +93,7 @@ def _load_repo(name: str, repo_id: str, revision: str | None):
             "and revision on the Hub and your connection; a private repo needs HF_TOKEN") from None
     if not isinstance(loaded, datasets.DatasetDict) or not loaded:
         raise DatasetError(f"{name}: {repo_id} holds no splits of rows that 🤗 datasets can read")
-    return datasets, loaded
+    return loaded
 
 
 def _offline() -> bool:
@@ -113,7 +113,15 @@ def load_hub_dataset(name: str, image_size: int, normalization: str, seed: int, 
     two classes in a half, or a test half without a class of two images.
     """
     reference = parse_hub_name(name)
-    datasets, loaded = _load_repo(name, reference.repo_id, reference.revision)
+    loaded = _load_repo(name, reference.repo_id, reference.revision)
+    return hub_splits(name, loaded, image_size, normalization, seed, image_column, label_column)
+
+
+def hub_splits(name: str, loaded, image_size: int, normalization: str, seed: int, image_column: str | None = None,
+               label_column: str | None = None) -> DatasetSplits:
+    """`load_hub_dataset`'s splits of a 🤗 DatasetDict already loaded (`loaded`), `name` naming it in messages."""
+    import datasets
+
     split_names = list(loaded)
     features = loaded[split_names[0]].features
     image, label = pick_columns(features, image_column, label_column, f"{name} (split '{split_names[0]}')")

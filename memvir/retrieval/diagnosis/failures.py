@@ -1,15 +1,16 @@
 """Where a checkpoint fails: the hardest queries of a gallery, and the queries where two checkpoints differ most.
 
-Both read the rankings of the gallery's own items (memvir.retrieval.ranking.rank_gallery): a query is hard when its
-AP@R is low (docs/method.md, "Evaluation": how much of its own class it finds, and how early), or when its first
-correct item comes late. Comparing two checkpoints needs the rankings of the same gallery items with the same labels.
+Both read the rankings of the gallery's own items (memvir.retrieval.diagnosis.ranking.rank_gallery): a query is hard
+when its AP@R is low (docs/method.md, "Evaluation": how much of its own class it finds, and how early), or when its
+first correct item comes late. Comparing two checkpoints needs the rankings of the same gallery items with the same
+labels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from memvir.retrieval.ranking import QueryRankings
+from memvir.retrieval.diagnosis.ranking import QueryRankings
 
 ORDERS = ("map@r", "first_correct_rank")
 

@@ -1,9 +1,9 @@
 """Retrieval metrics class by class, two checkpoints' difference, and the classes most confused with one another.
 
 Each class's Recall@1, R-Precision and MAP@R are the means over its queries of what docs/method.md, "Evaluation"
-defines per query (memvir.retrieval.ranking gives them), so the mean of a column over all queries (each class weighted
-by its queries) is `retrieval_metrics`' value (its torch search's, which settles ties as the rankings do). A confusion
-is a neighbour of another class among a query's first R: what R-Precision counts against it.
+defines per query (memvir.retrieval.diagnosis.ranking gives them), so the mean of a column over all queries (each class
+weighted by its queries) is `retrieval_metrics`' value (its torch search's, which settles ties as the rankings do). A
+confusion is a neighbour of another class among a query's first R: what R-Precision counts against it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memvir.retrieval.ranking import QueryRankings
+from memvir.retrieval.diagnosis.ranking import QueryRankings
 
 METRICS = ("recall@1", "r_precision", "map@r")
 

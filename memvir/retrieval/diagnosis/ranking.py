@@ -2,11 +2,11 @@
 first correct item, its nearest items marked right or wrong, and the nearest same-class items it missed.
 
 What the app shows to explain a checkpoint's retrieval (one query side by side for two checkpoints, the hardest queries
-of a gallery: memvir.retrieval.failures, the per-class table: memvir.retrieval.per_class). The figures are those of
-docs/method.md, "Evaluation", query by query: for the gallery's own items (`rank_gallery`) they equal
-`memvir.retrieval.metrics.per_query_metrics` from the torch search (memvir.retrieval.knn). faiss may keep another of
-several items tied at the last place it returns; the metrics take its answer as it is, while the rankings search such
-a row again in torch, so that every tie is settled by lower index.
+of a gallery: memvir.retrieval.diagnosis.failures, the per-class table: memvir.retrieval.diagnosis.per_class). The
+figures are those of docs/method.md, "Evaluation", query by query: for the gallery's own items (`rank_gallery`) they
+equal `memvir.retrieval.metrics.per_query_metrics` from the torch search (memvir.retrieval.knn). faiss may keep
+another of several items tied at the last place it returns; the metrics take its answer as it is, while the rankings
+search such a row again in torch, so that every tie is settled by lower index.
 
 Ranks count from 1 over the gallery with the query's excluded item (itself) left out, ordered by cosine similarity,
 ties by lower gallery index. The nearest neighbours come from the kNN search; a rank beyond them (a first correct item

@@ -73,7 +73,7 @@ def test_search_matches_a_brute_force_cosine_top_k(setup):
     reference = _reference_embeddings(checkpoint, split)
     query_index = 30
     hits = service.search(checkpoint, gallery, split.image(query_index), k=5, exclude=query_index,
-                          query_class=gallery.class_of(query_index))
+                          query_class=gallery.class_of(query_index)).hits
     similarities = reference @ reference[query_index]
     similarities[query_index] = -np.inf
     expected = np.argsort(-similarities, kind="stable")[:5]
@@ -125,7 +125,7 @@ def test_uploaded_images_make_an_unlabelled_gallery(setup, tmp_path):
         paths[-1].write_bytes(_png_bytes(value))
     gallery = service.uploaded_gallery(paths)
     assert (gallery.size, gallery.labels, gallery.description) == (3, None, "3 uploaded images")
-    hits = service.search(checkpoint, gallery, Image.new("L", (20, 20), 100), k=3)
+    hits = service.search(checkpoint, gallery, Image.new("L", (20, 20), 100), k=3).hits
     assert sorted(hit.index for hit in hits) == [0, 1, 2] and all(hit.same_class is None for hit in hits)
     with pytest.raises(RetrievalError, match="this gallery has no classes"):
         service.match_class(gallery, "a")

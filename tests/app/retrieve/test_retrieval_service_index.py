@@ -62,7 +62,7 @@ def test_a_bundled_checkpoints_first_search_uses_its_shipped_index(tmp_path, emb
     gallery = service.test_split_gallery(checkpoint)
     query_index = 1234
     hits = service.search(checkpoint, gallery, gallery.image(query_index), k=5,
-                          query_class=gallery.class_of(query_index))
+                          query_class=gallery.class_of(query_index)).hits
     assert embed_calls == []  # the 12,252 test images were not embedded
     # The query is a gallery image: the app's query path embeds it exactly as the shipped row, so it comes first.
     assert hits[0].index == query_index and hits[0].score == pytest.approx(1.0, abs=1e-5) and hits[0].same_class
@@ -90,7 +90,7 @@ def test_a_stale_index_is_rebuilt_not_used_and_saved_for_the_next_start(tmp_path
     service = _service(tmp_path)
     checkpoint = service.load_checkpoint(str(folder))
     gallery = service.test_split_gallery(checkpoint)
-    hits = service.search(checkpoint, gallery, split.image(30), k=5, exclude=30)
+    hits = service.search(checkpoint, gallery, split.image(30), k=5, exclude=30).hits
     assert embed_calls == [288]  # embedded once, with the new weights
     new_model = _tiny_model(1).eval()
     with torch.no_grad():

@@ -10,8 +10,8 @@ import pytest
 import torch
 from sign_vectors import clustered_sign_vectors
 
-import memvir.retrieval.ranking
-import memvir.retrieval.verification
+import memvir.retrieval.diagnosis.ranking
+import memvir.retrieval.diagnosis.verification
 from demo.common.settings import AppSettings
 from demo.retrieve import tab
 from demo.retrieve.service import RetrievalService
@@ -47,10 +47,11 @@ def saved(tmp_path):
 def computed(monkeypatch):
     """The shapes of every gallery the service ranks or pairs itself (not read from a saved file)."""
     calls = []
-    real_rank, real_pairs = memvir.retrieval.ranking.rank_gallery, memvir.retrieval.verification.pair_similarities
-    monkeypatch.setattr(memvir.retrieval.ranking, "rank_gallery",
+    real_rank = memvir.retrieval.diagnosis.ranking.rank_gallery
+    real_pairs = memvir.retrieval.diagnosis.verification.pair_similarities
+    monkeypatch.setattr(memvir.retrieval.diagnosis.ranking, "rank_gallery",
                         lambda *args, **kwargs: calls.append(("rank", args[0].shape)) or real_rank(*args, **kwargs))
-    monkeypatch.setattr(memvir.retrieval.verification, "pair_similarities",
+    monkeypatch.setattr(memvir.retrieval.diagnosis.verification, "pair_similarities",
                         lambda *args, **kwargs: calls.append(("pairs", args[0].shape)) or real_pairs(*args, **kwargs))
     return calls
 

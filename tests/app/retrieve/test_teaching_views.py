@@ -18,6 +18,7 @@ from demo.retrieve.service import RetrievalError, RetrievalService
 from demo.retrieve.tiles import Tile, caption
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
+from memvir.retrieval import prepare_query
 from memvir.retrieval.metrics import retrieval_metrics
 
 
@@ -117,7 +118,7 @@ def test_side_by_side_shows_each_checkpoints_figures_for_an_uploaded_query(two, 
     assert set(figures) == {"memvir", "baseline"}
     for name in ("memvir", "baseline"):
         checkpoint = service.load_checkpoint(folders[name])
-        query = checkpoint.model.embed(service.model_input(checkpoint, split.image(40), fit_ink=False))[0].numpy()
+        query = checkpoint.model.embed(prepare_query(split.image(40), checkpoint.config))[0].numpy()
         vectors, labels = reference_embeddings(service, folders[name])
         average_precision, first_correct, same = reference_figures(vectors, labels, query.astype(np.float64),
                                                                    int(split.labels[40]))
@@ -136,7 +137,7 @@ def test_side_by_side_honours_the_similarity_cut_off(two, tmp_path):
     split.image(40).save(query_path)
     class_name = split.class_names[split.labels[40]].split(" ")[0]
     checkpoint = service.load_checkpoint(folders["memvir"])
-    query = checkpoint.model.embed(service.model_input(checkpoint, split.image(40), fit_ink=False))[0].numpy()
+    query = checkpoint.model.embed(prepare_query(split.image(40), checkpoint.config))[0].numpy()
     vectors, _ = reference_embeddings(service, folders["memvir"])
     scores = np.sort(vectors @ (query.astype(np.float64) / np.linalg.norm(query)))[::-1]
     cut = float((scores[2] + scores[3]) / 2)
@@ -249,8 +250,9 @@ def test_a_clicked_gallery_item_is_ranked_without_itself(two):
     checkpoint = service.load_checkpoint(folders["baseline"])
     gallery = service.test_split_gallery(checkpoint)
     item = 100
-    ranking = service.query_ranking(checkpoint, gallery, gallery.image(item), 5, gallery.class_of(item), exclude=item)
-    query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0].numpy()
+    ranking, _ = service.query_ranking(checkpoint, gallery, gallery.image(item), 5, gallery.class_of(item),
+                                       exclude=item)
+    query = checkpoint.model.embed(prepare_query(gallery.image(item), checkpoint.config))[0].numpy()
     vectors, labels = reference_embeddings(service, folders["baseline"])
     expected = reference_figures(vectors, labels, query.astype(np.float64), labels[item], exclude=item)
     row = ranking.row(0)
@@ -287,7 +289,7 @@ def test_a_clicked_sample_image_side_by_side_is_ranked_without_itself(two):
     for name in ("memvir", "baseline"):
         checkpoint = service.load_checkpoint(folders[name])
         gallery = service.test_split_gallery(checkpoint)
-        query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0]
+        query = checkpoint.model.embed(prepare_query(gallery.image(item), checkpoint.config))[0]
         vectors, labels = reference_embeddings(service, folders[name])
         average_precision, first_correct, same = reference_figures(vectors, labels, query.numpy().astype(np.float64),
                                                                    labels[item], exclude=item)
@@ -342,12 +344,12 @@ def test_an_uploaded_zip_of_class_folders_gets_the_views_too(two, tmp_path):
 
 
 def test_warming_up_ranks_the_default_pair_so_the_views_rank_nothing(two, monkeypatch):
-    import memvir.retrieval.ranking
+    import memvir.retrieval.diagnosis.ranking
 
     _, folders = two
     ranked = []
-    real = memvir.retrieval.ranking.rank_gallery
-    monkeypatch.setattr(memvir.retrieval.ranking, "rank_gallery",
+    real = memvir.retrieval.diagnosis.ranking.rank_gallery
+    monkeypatch.setattr(memvir.retrieval.diagnosis.ranking, "rank_gallery",
                         lambda *args, **kwargs: ranked.append(args[0].shape) or real(*args, **kwargs))
     checkpoints = Path(folders["memvir"]).parent
     service = RetrievalService(AppSettings(data_dir=checkpoints.parent / "fresh-data", checkpoints_dir=checkpoints,
@@ -379,7 +381,7 @@ def test_a_clicked_result_searches_with_that_gallery_image_without_itself(two):
     handlers = tab.RetrieveHandlers(service)
     _, first_tiles, _ = handlers.search_result_tile(choice, tab.TEST_SPLIT, 5, _tile_clicks(
         tab.tiles_html([Tile(gallery.image(item), 1, 1.0, None, None, clickable=(gallery.key, item))]))[0])
-    query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0].numpy()
+    query = checkpoint.model.embed(prepare_query(gallery.image(item), checkpoint.config))[0].numpy()
     vectors, labels = reference_embeddings(service, choice)
     similarity = vectors @ (query.astype(np.float64) / np.linalg.norm(query))
     order = [i for i in np.lexsort((np.arange(len(labels)), -similarity)) if i != item][:5]

@@ -24,6 +24,7 @@ from demo.retrieve.service import RetrievalError, RetrievalService
 from demo.retrieve.tiles import Tile, caption, tiles_html, with_cutoff
 from memvir.data import load_dataset
 from memvir.models.embedding_model import EmbeddingModel
+from memvir.retrieval import prepare_query
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,7 @@ def test_result_tiles_below_the_cut_off_are_dimmed_at_their_ranks(served):
     checkpoint = service.load_checkpoint(choice)
     gallery = service.test_split_gallery(checkpoint)
     item = 7
-    query = checkpoint.model.embed(service.model_input(checkpoint, gallery.image(item), fit_ink=False))[0]
+    query = checkpoint.model.embed(prepare_query(gallery.image(item), checkpoint.config))[0]
     query = query.numpy().astype(np.float64)
     scores = vectors @ (query / np.linalg.norm(query))
     scores[item] = -np.inf
