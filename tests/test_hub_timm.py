@@ -8,9 +8,6 @@ checkpoint, `EmbeddingModel.from_pretrained` loads it and prepares a query as th
 import json
 
 import pytest
-import timm
-import timm.data
-import timm.models
 import torch
 from hub_server import TOKENS, USER, WRITE_TOKEN, LoopbackHub, point_client_at
 from huggingface_hub import HfApi, ModelCard
@@ -27,9 +24,18 @@ HUB_ID = f"timm/{NAME}"  # where timm's pretrained config says its weights are
 TIMM_TOKEN = "hf_timm_write"
 STEM = "patch_embed.proj.weight"
 
+@pytest.fixture(scope="module")
+def timm():
+    """timm, imported by the tests that use it: its import takes seconds, which a test worker running none of them
+    does not pay (memvir imports it itself only for a timm: backbone)."""
+    import timm.data
+    import timm.models
+
+    return timm
+
 
 @pytest.fixture(scope="module")
-def timm_hub(tmp_path_factory):
+def timm_hub(timm, tmp_path_factory):
     """A loopback Hub holding timm's weights of NAME (random, seeded, in timm's published layout), and them."""
     folder = tmp_path_factory.mktemp("timm-weights")
     torch.manual_seed(0)
@@ -57,8 +63,8 @@ def test_the_pretrained_weights_come_from_the_hub_through_timm_its_stem_summed_f
 
 
 @pytest.mark.slow
-def test_train_evaluate_search_and_push_a_pretrained_timm_backbone_through_the_cli(timm_hub, tmp_path, monkeypatch,
-                                                                                  capsys):
+def test_train_evaluate_search_and_push_a_pretrained_timm_backbone_through_the_cli(timm, timm_hub, tmp_path,
+                                                                                  monkeypatch, capsys):
     hub, _ = timm_hub
     point_client_at(monkeypatch, hub.url, tmp_path / "home")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")  # the CLI would set it in this process's environment

@@ -7,8 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-import timm
-import timm.data
 import torch
 from PIL import Image
 from torchvision.transforms import v2
@@ -25,8 +23,17 @@ from memvir.train.trainer import training_data
 NAME = "test_vit.r160_in1k"  # timm's own tiny ViT for tests: 160 px, mean and std 0.5, bicubic resizing
 BACKBONE = f"timm:{NAME}"
 
+@pytest.fixture(scope="module")
+def timm():
+    """timm, imported by the tests that use it: its import takes seconds, which a test worker running none of them
+    does not pay (memvir imports it itself only for a timm: backbone)."""
+    import timm.data
+    import timm.models
 
-def test_the_preprocessing_is_that_of_timms_pretrained_config():
+    return timm
+
+
+def test_the_preprocessing_is_that_of_timms_pretrained_config(timm):
     reference = timm.data.resolve_model_data_config(timm.create_model(NAME))
     assert timm_preprocessing(BACKBONE, 3) == {
         "input_size": tuple(reference["input_size"][1:]), "mean": list(reference["mean"]),
@@ -38,7 +45,7 @@ def test_the_preprocessing_is_that_of_timms_pretrained_config():
     assert gray["input_size"] == (224, 224) and gray["interpolation"] == "bicubic"
 
 
-def test_the_backbone_is_timms_network_ending_in_its_pooled_features():
+def test_the_backbone_is_timms_network_ending_in_its_pooled_features(timm):
     torch.manual_seed(0)
     built = build_backbone(BACKBONE, in_channels=1, image_size=32)  # a ViT made for 160 px, built for 32
     reference = timm.create_model(NAME, in_chans=1, img_size=32)  # with its classifier
@@ -64,7 +71,7 @@ def test_a_checkpoint_keeps_the_models_preprocessing_and_prepares_queries_with_i
     assert torch.equal(loaded.embed(images), model.embed(images))
 
 
-def test_unknown_names_and_missing_weights_are_refused_in_words(monkeypatch):
+def test_unknown_names_and_missing_weights_are_refused_in_words(timm, monkeypatch):
     with pytest.raises(ValueError, match=r"timm knows no model 'resnet5' .*did you mean resnet50"):
         TrainConfig(backbone="timm:resnet5")
     with pytest.raises(ValueError, match=r"timm has no weights 'bogus' for resnet50 .*resnet50\.a1_in1k"):
