@@ -611,15 +611,16 @@ def final_table(results: Results, profile: Profile) -> str:
 
 
 def comparisons(results: Results, profile: Profile) -> list[dict]:
-    """Every comparison x metric with both groups complete at the same seeds: the paired tests and intervals, and
-    Holm's adjusted p over the whole table."""
+    """Every comparison x metric whose two groups are in at every seed of the profile: the paired tests and
+    intervals, and Holm's adjusted p over the whole table. A comparison enters the table (and Holm's family) once it
+    is complete, so that the verdicts of a study still running do not move with half-finished pairs."""
     import fair_stats  # scipy: only the report needs it (a GPU image may have none)
 
     rows = []
     for reference, other in COMPARISONS:
         first, second = _group(results, profile, reference), _group(results, profile, other)
         seeds = sorted({r["seed"] for r in first} & {r["seed"] for r in second})
-        if len(seeds) < 2:
+        if len(seeds) < 2 or not set(profile.seeds) <= set(seeds):
             continue
         first = [r for r in first if r["seed"] in seeds]
         second = [r for r in second if r["seed"] in seeds]
@@ -832,6 +833,20 @@ def report(profile: Profile, output: Path) -> str:
     return "\n\n".join(parts)
 
 
+def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
+    """Rewrite the tables between `<!-- NAME tables -->` and `<!-- /NAME tables -->` in `doc` (NAME: the profile's)
+    with the report's finals and comparisons, recomputed from results.json; False where `doc` has no such block."""
+    results = Results(output / "results.json")
+    start, end = f"<!-- {profile.name} tables -->", f"<!-- /{profile.name} tables -->"
+    text = doc.read_text()
+    if start not in text or end not in text:
+        return False
+    tables = final_table(results, profile) + "\n\n" + comparison_table(comparisons(results, profile))
+    before, rest = text.split(start, 1)
+    doc.write_text(before + start + "\n" + tables + "\n" + end + rest.split(end, 1)[1])
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=("plan", "run", "report"))
@@ -845,6 +860,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "fair", help="where the run folders go")
     parser.add_argument("--output", type=Path, help="where results.json and per_query/ go (default: "
                         "docs/reproduction/STUDY, the profile's study)")
+    parser.add_argument("--doc", type=Path, help="report: also rewrite this document's block of the profile's tables "
+                        "(between <!-- NAME tables --> and <!-- /NAME tables -->)")
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.seeds:
@@ -861,6 +878,9 @@ def main(argv: list[str] | None = None) -> None:
                       args.threads)
     elif args.command == "run":
         run_study(profile, args.jobs, args.device, args.runs, args.output, args.threads)
+    if args.command == "report" and args.doc and not update_doc(args.doc, profile, args.output):
+        parser.error(f"--doc: {args.doc} has no <!-- {profile.name} tables --> ... <!-- /{profile.name} tables --> "
+                     "block to rewrite")
     print(plan(profile) if args.command == "plan" else report(profile, args.output))
 
 

@@ -183,6 +183,24 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     raw = sorted(row["t"].p for row in rows)
     assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * len(rows)))
     assert all(row["holm"] >= row["t"].p for row in rows)
+    # a comparison enters the table once both groups are in at every seed: without balanced's seed 4, its two
+    # comparisons leave the table and Holm's family shrinks from 9 tests to 3
+    partial = [r for r in records if (r["arm"], r["seed"]) != ("memvir-balanced", 4)]
+    rows = fair_study.comparisons(_results(tmp_path, partial), CPU)
+    assert {(row["reference"], row["other"]) for row in rows} == {("baseline", "memvir-official")}
+    raw = sorted(row["t"].p for row in rows)
+    assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * 3))
+
+
+def test_the_report_rewrites_only_its_profile_s_block_of_a_document(tmp_path):
+    (tmp_path / "results.json").write_text("[]")
+    doc = tmp_path / "doc.md"
+    doc.write_text("before\n<!-- cpu tables -->\nold tables\n<!-- /cpu tables -->\nafter\n")
+    assert fair_study.update_doc(doc, CPU, tmp_path)
+    empty = fair_study.final_table(Results(tmp_path / "results.json"), CPU) + "\n\n" + fair_study.comparison_table([])
+    assert doc.read_text() == f"before\n<!-- cpu tables -->\n{empty}\n<!-- /cpu tables -->\nafter\n"
+    assert not fair_study.update_doc(doc, PROFILES["schedule"], tmp_path)  # no block of its own: untouched
+    assert doc.read_text().startswith("before\n<!-- cpu tables -->")
 
 
 def test_the_step_schedule_controls_take_balanced_s_schedule_and_each_arm_s_optimiser(tmp_path):
