@@ -92,6 +92,10 @@ LOAD = textwrap.dedent("""
             data = load_dataset(name, image_size=32, **columns)
             results[key] = {"rule": data.info.split_rule, "name": data.info.name,
                             "train": facts(data.train, True), "test": facts(data.test, False)}
+            if key == "disjoint":  # --val-classes 2, as for every dataset
+                from memvir.data.validation import hold_out_validation
+                kept, validation = hold_out_validation(data, 2)
+                results[key] |= {"kept": facts(kept.train, False), "validation": facts(validation, True)}
         except DatasetError as error:
             results[key] = {"refused": str(error)}
     print(json.dumps(results))
@@ -171,6 +175,19 @@ def test_class_disjoint_splits_are_kept_and_a_string_column_gives_the_classes(lo
     items = SHAPES[DISJOINT]["train"]
     assert disjoint["train"]["labels"] == [train_classes.index(CLASS_NAMES[c]) for c, _ in items]
     assert disjoint["train"]["first_rows"] == [_first_row(c, i) for c, i in items]
+
+
+def test_validation_classes_are_held_out_of_a_hub_datasets_training_classes(loaded):
+    from memvir.data.validation import validation_classes
+
+    disjoint = loaded["disjoint"]
+    train_classes = disjoint["train"]["classes"]
+    held = [train_classes[c] for c in validation_classes(len(train_classes), 2)]
+    assert disjoint["validation"]["classes"] == held
+    assert disjoint["kept"]["classes"] == [name for name in train_classes if name not in held]
+    items = [(c, i) for c, i in SHAPES[DISJOINT]["train"] if CLASS_NAMES[c] in held]
+    assert disjoint["validation"]["labels"] == [held.index(CLASS_NAMES[c]) for c, _ in items]
+    assert disjoint["validation"]["first_rows"] == [_first_row(c, i) for c, i in items]  # the clean images
 
 
 def test_datasets_that_cannot_be_trained_on_are_refused_in_words(loaded):
