@@ -6,13 +6,16 @@ checkpoint, `EmbeddingModel.from_pretrained` loads it and prepares a query as th
 `push` publishes it with a card that names the base model."""
 
 import json
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
-from hub_server import TOKENS, USER, WRITE_TOKEN, LoopbackHub, point_client_at
+from hub_server import TOKENS, USER, WRITE_TOKEN, LoopbackHub, client_environment, point_client_at
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file
-from test_cli import last_json
+from test_cli import ROOT, last_json
 
 from memvir.cli import main
 from memvir.models.backbones import build_backbone
@@ -112,3 +115,61 @@ def test_train_evaluate_search_and_push_a_pretrained_timm_backbone_through_the_c
     loaded = EmbeddingModel.from_pretrained(repo).state_dict()
     saved = load_file(run / "model.safetensors")
     assert loaded.keys() == saved.keys() and all(torch.equal(loaded[key], saved[key]) for key in saved)
+
+
+PUSH_BIRDS = textwrap.dedent("""
+    import io, sys
+    import numpy as np
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
+    from PIL import Image as PILImage
+
+    def png(class_id, index):  # a colour of the class, a stripe that moves with the index
+        pixels = np.empty((24, 28, 3), dtype=np.uint8)
+        pixels[:] = ((37 * class_id) % 256, (91 * class_id + 50) % 256, (151 * class_id + 100) % 256)
+        pixels[:, index] = 255 - pixels[0, 0]
+        buffer = io.BytesIO()
+        PILImage.fromarray(pixels).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    items = [(c, i) for c in range(8) for i in range(4)]
+    features = Features({"image": Image(), "label": ClassLabel(names=[f"bird{c}" for c in range(8)])})
+    rows = {"image": [{"bytes": png(c, i), "path": None} for c, i in items], "label": [c for c, _ in items]}
+    DatasetDict({"train": Dataset.from_dict(rows, features=features)}).push_to_hub(sys.argv[1])
+""")
+
+
+@pytest.mark.slow
+def test_a_hub_dataset_trains_a_pretrained_timm_backbone_and_the_model_is_pushed(timm_hub, tmp_path, monkeypatch):
+    """The issue's whole command: `--dataset hf:OWNER/NAME --backbone timm:NAME --pretrained`, in a process pointed
+    at the loopback Hub (🤗 datasets reads the endpoint when it is imported), which holds the dataset (pushed with
+    🤗 datasets) and timm's weights; the run's own evaluation scores it, and it is pushed."""
+    hub, _ = timm_hub
+    weights = f"/{HUB_ID}/resolve/main/model.safetensors"
+    dataset, repo = f"{USER}/birds", f"{USER}/memvir-timm-birds"
+    online = client_environment(hub.url, tmp_path / "home", token=WRITE_TOKEN) | {"PYTHONPATH": str(ROOT)}
+
+    def memvir(*args):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=online,
+                              timeout=600)
+
+    pushed = memvir("-c", PUSH_BIRDS, dataset)
+    assert pushed.returncode == 0, pushed.stderr[-4000:]
+    run, downloads = tmp_path / "run", hub.paths_requested().count(weights)
+    trained = memvir("-m", "memvir", "train", "--dataset", f"hf:{dataset}", "--backbone", f"timm:{NAME}",
+                     "--pretrained", "--image-size", "32", "--embedding-dim", "16", "--epochs", "1",
+                     "--batch-size", "8", "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0", "--seed", "0",
+                     "--out", str(run))
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    assert hub.paths_requested().count(weights) > downloads  # timm read the weights from the Hub
+    metrics = last_json(trained.stdout)
+    assert metrics["step"] == 2 and 0 <= metrics["recall@1"] <= 1  # 4 training classes of 4 images, batches of 8
+    config = json.loads((run / "config.json").read_text())
+    assert (config["in_channels"], config["mean"], config["std"]) == (3, [0.5] * 3, [0.5] * 3)
+    assert config["image_kind"] == "photo" and config["interpolation"] == "bicubic"
+
+    point_client_at(monkeypatch, hub.url, tmp_path / "pusher")  # the push needs no 🤗 datasets: in this process
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    assert main(["push", str(run), "--repo-id", repo]) == 0
+    front_matter = hub.files_at(repo)["README.md"].decode().split("---")[1]
+    assert f"base_model: {HUB_ID}\n" in front_matter and f"datasets:\n- {dataset}\n" in front_matter
