@@ -67,7 +67,7 @@ class TrainConfig:
     label_column: str | None = _setting(
         None, "for hf: datasets, the column of classes (default: the dataset's one ClassLabel feature; a column of "
         "strings or integers works too, its distinct values being the classes)")
-    image_size: int | None = _setting(None, "input size (default: the dataset's own)")
+    image_size: int | None = _setting(None, "input size (default: the dataset's own; a timm backbone's own)")
     backbone: str = _setting("convnet", "convnet | convnet-gn | resnet18 | resnet50 | googlenet | timm:NAME (a timm "
                              "model, e.g. timm:resnet50.a1_in1k; its size, mean, std and resizing are its own)")
     pretrained: bool = _setting(False, "start from pretrained weights: ImageNet's (torchvision, cached or online), or "
