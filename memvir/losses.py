@@ -496,7 +496,8 @@ def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -
     """The sum over sets of the mean of ``values`` within each set (``sets``: each entry's set index); a set with no
     entry adds nothing. Shapes only, no host sync, so it costs a training step no wait on a GPU."""
     totals = values.new_zeros(num_sets).index_add(0, sets, values)
-    counts = torch.bincount(sets, minlength=num_sets).to(values.dtype)
+    # not torch.bincount: on a GPU it reads the largest index back to the host to size its output
+    counts = values.new_zeros(num_sets).index_add_(0, sets, torch.ones_like(values))
     return (totals / counts.clamp_min(1)).sum()
 
 

@@ -2,7 +2,9 @@
 whole batch concatenated, the full (k+1)B x (k+1)C logit matrix, F.cross_entropy or the Proxy-Anchor formula, as
 every loss computed before the blocks. Loss, gradients of the live embeddings and weights and CurricularFace's t must
 agree to 1e-10 in float64, for every loss, both reductions, MemVir's labels and the Trainer's "seen" control, with
-stored sets smaller than the live batch and chunks smaller than a set; then through a real MemVir and the Trainer.
+stored sets smaller than the live batch and chunks smaller than a set; then through a real MemVir and the Trainer;
+then with the pairs of stored steps kept between calls ("Cache"), over moving selections and a run with live changes
+of N and M, a change of the loss's settings and a resume, where no kept pair may be served stale.
 """
 
 import copy

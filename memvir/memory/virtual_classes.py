@@ -13,7 +13,9 @@ where it stopped (memvir.memory.state), unlike the reference, which forgets the 
 Limits and failures: a ring larger than the memory limit (`max_memory_bytes`, else $MEMVIR_MAX_MEMORY_BYTES, else
 16 GiB) is refused with a `MemoryLimitError` (memvir.memory.size) before anything is allocated. A step whose
 embeddings or class weights hold NaN or inf is refused with a `NonFiniteError` (memvir.memory.checks, with the
-other input checks): stored, such a step would poison the N(M+1) steps that follow.
+other input checks): stored, such a step would poison the N(M+1) steps that follow. Without ``check_values`` (a GPU,
+where the check's host sync would stall every step) such a step is stored as zeros, checked on the device, and
+reported by `MemVir.check_stored` at the caller's cadence.
 A refused or failed call (a bad input, the allocator saying no) is not a step: the counter and the stored steps stay
 as they were.
 
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 
 from memvir._validate import check_inputs
-from memvir.memory.checks import check_count, check_values
+from memvir.memory.checks import DeferredChecks, check_count, check_values
 from memvir.memory.size import check_ring, memory_limit
 from memvir.memory.state import SavedMemory
 
@@ -115,10 +117,12 @@ class MemVir(nn.Module):
         max_memory_bytes: the largest ring allowed (see `memory_limit`): None reads MEMVIR_MAX_MEMORY_BYTES, else
             16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams`, and at the first step,
             once the batch, class count and dimension are known, always before anything is allocated.
-        check_values: check every call's labels against the class count and what it stores for NaN/inf. The check
-            costs a host sync per call (a GPU waits for it); a training loop that checks its labels on the CPU and its
-            loss at its own cadence may turn it off, and must then throw the memory away with a run that diverged
-            (the Trainer does so on a GPU: it stops the run and keeps its last good checkpoint).
+        check_values: check every call's labels against the class count and what it stores for NaN/inf, refusing
+            the call. The check costs a host sync per call (a GPU waits for it); a training loop that checks its
+            labels on the CPU and its loss at its own cadence may turn it off. Then each stored step is checked on the
+            device as it is stored, without a sync: a step with NaN, inf or labels out of range is stored as zeros
+            (the memory never holds the values it refused), and `check_stored` reports it at the loop's cadence (the
+            Trainer's: it stops the run and keeps its last good checkpoint).
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first: an `AugmentedBatch`, a 3-tuple
@@ -139,6 +143,7 @@ class MemVir(nn.Module):
         self.store_dtype = store_dtype
         self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.check_values = check_values
+        self._deferred_checks = DeferredChecks()  # the stored steps' checks without check_values
         self.step = 0  # calls made so far; the next call is step `self.step`
         self.num_virtual_sets = 0  # k used by the last call
         self._reset_store()
@@ -240,9 +245,16 @@ class MemVir(nn.Module):
             self._rebuild(capacity, batch)
         slot = self._head
         with torch.no_grad():
-            self._embeddings[slot, :batch].copy_(embeddings.detach())
-            self._labels[slot, :batch].copy_(labels.detach())
-            self._weights[slot].copy_(class_weights.detach())
+            embeddings, labels, class_weights = embeddings.detach(), labels.detach(), class_weights.detach()
+            if not self.check_values:  # checked here on the device, read later (check_stored): no host sync
+                finite, in_range = DeferredChecks.storable(embeddings, labels, class_weights)
+                self._deferred_checks.note(self.step, finite, in_range)
+                storable = finite & in_range  # else the whole step is stored as zeros
+                embeddings, class_weights = embeddings.where(storable, 0.0), class_weights.where(storable, 0.0)
+                labels = labels.where(storable, 0)
+            self._embeddings[slot, :batch].copy_(embeddings)
+            self._labels[slot, :batch].copy_(labels)
+            self._weights[slot].copy_(class_weights)
         self._batch_sizes[slot] = batch
         self._head = (slot + 1) % capacity
         self._count = min(self._count + 1, capacity)
@@ -324,8 +336,15 @@ class MemVir(nn.Module):
             self._new_contents()
         self.num_steps, self.margin, self.warmup_steps = new_steps, new_margin, new_warmup
 
+    def check_stored(self) -> None:
+        """Without ``check_values``: NonFiniteError if a step stored since the last check held NaN or inf (a
+        ValueError for labels out of range); it was stored as zeros. One host sync; nothing to do with
+        ``check_values``, which refuses such a step at its call."""
+        self._deferred_checks.check()
+
     def reset(self) -> None:
         """Forget every stored step and restart the step counter."""
+        self._deferred_checks.clear()
         self._reset_store()
         self.step = 0
         self.num_virtual_sets = 0
@@ -356,6 +375,7 @@ class MemVir(nn.Module):
         # Module.to(device) / .double() etc. move the ring with the module; stored copies keep store_dtype when set.
         super()._apply(fn, recurse)
         self._new_contents()
+        self._deferred_checks.to(fn)
         if self._embeddings is not None:
             stored = (self._embeddings, self._labels, self._weights)
             self._embeddings, self._labels, self._weights = (fn(t) for t in stored)
@@ -385,6 +405,7 @@ class MemVir(nn.Module):
             _copy_steps(ring, saved.stored, range(len(saved.batch_sizes)))
         self.num_steps, self.margin, self.warmup_steps = saved.num_steps, saved.margin, saved.warmup_steps
         self.schedule, self.step, self.num_virtual_sets = saved.schedule, saved.step, saved.num_virtual_sets
+        self._deferred_checks.clear()  # what the steps it replaces held is no longer in the memory
         self._reset_store()
         if ring is not None:
             self._install(ring, saved.batch_sizes)

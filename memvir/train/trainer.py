@@ -473,12 +473,17 @@ class Trainer:
         return step in (1, self.total_steps) or any(n and step % n == 0 for n in every)
 
     def _checked(self) -> tuple[float, float] | tuple[None, None]:
-        """Check the unchecked steps' losses in one host sync; TrainingDiverged at the first NaN or inf, else the
-        latest step's (loss, mean target cosine)."""
+        """Check the unchecked steps' losses, and the steps MemVir stored since (without its per-step check), in
+        one host sync each; TrainingDiverged at the first NaN or inf, else the latest step's (loss, mean target
+        cosine)."""
         diverged, latest = self._unchecked.check()
         if diverged is not None:
             step, loss = diverged
             self._diverge(f"the loss became {loss} at step {step}")
+        try:
+            self.memvir.check_stored()
+        except NonFiniteError:  # the memory holds zeros in the step's place, never its values
+            self._diverge("the embeddings or class weights became NaN or infinite")
         return latest
 
     def _diverge(self, what: str) -> NoReturn:

@@ -388,13 +388,68 @@ def test_ring_bytes_counts_a_full_memory_before_allocating():
     assert mv.memory_bytes() == ring_bytes(2, 3, 6, 5, 3)
 
 
-def test_without_value_checks_the_memory_takes_what_it_is_given():
-    """check_values=False (a training loop that checks elsewhere): no host sync for the labels or NaN, so a NaN step
-    is stored as given; the shapes are still checked."""
+def test_without_value_checks_the_shapes_are_still_checked():
     mv = MemVir(1, 0, check_values=False)
-    x = torch.full((2, 3), float("nan"))
-    mv(x, torch.tensor([0, 1]), torch.zeros(2, 3))
-    assert torch.isnan(mv(torch.zeros(2, 3), torch.tensor([0, 1]), torch.zeros(2, 3))[0][2:]).all()
     one_label_a_row = r"MemVir: labels must be 1-D with one label per embedding row, got labels \(1,\) for embeddings"
     with pytest.raises(ValueError, match=one_label_a_row):
         mv(torch.zeros(2, 3), torch.tensor([0]), torch.zeros(2, 3))
+
+
+class HostReads:
+    """Counts every way Python reads a tensor's value back (item, tolist, bool, int, float): on a GPU each is a host
+    sync."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        for name in ("item", "tolist", "__bool__", "__int__", "__float__"):
+            original = getattr(torch.Tensor, name)
+
+            def counted(tensor, *args, _original=original, **kwargs):
+                self.count += 1
+                return _original(tensor, *args, **kwargs)
+
+            monkeypatch.setattr(torch.Tensor, name, counted)
+
+
+@pytest.mark.parametrize("poison", ["embeddings", "class_weights", "labels"])
+def test_without_value_checks_a_bad_step_is_stored_as_zeros_and_reported_later_without_a_host_read(
+        monkeypatch, poison):
+    """check_values=False (the Trainer on a GPU): no host read at any call, MemVir and loss together (both reductions,
+    the kept pairs); the step with NaN or inf (or labels out of range) enters the memory as zeros, never as its
+    values, and check_stored reports it once, in one read. The memory equals that of a MemVir that checks every call
+    and was given zeros at that step."""
+    from memvir import build_loss
+    from memvir.memory.checks import NonFiniteError
+
+    checked, deferred = MemVir(2, 0), MemVir(2, 0, check_values=False)
+    losses = {classes_per_set: build_loss("norm-softmax") for classes_per_set in (None, 5)}
+    for loss in losses.values():
+        loss.check_values = False
+    gen = torch.Generator().manual_seed(0)
+    twins = []
+    reads = HostReads(monkeypatch)
+    for number in range(6):
+        x, y, w = random_step(gen, 4)
+        twin = (x, y, w)
+        if number == 3:
+            x = x * float("nan") if poison == "embeddings" else x
+            w = w * float("inf") if poison == "class_weights" else w
+            y = y + 5 if poison == "labels" else y
+            twin = (torch.zeros(4, 3), torch.zeros(4, dtype=torch.long), torch.zeros(5, 3))
+        out = deferred(x.requires_grad_(), y, w.requires_grad_())
+        for classes_per_set, loss in losses.items():
+            if number != 3:  # (the live batch's own NaN would reach the loss's gradient, and only that)
+                loss(*out, classes_per_set, live=out.live).backward()
+        twins.append(twin)
+    assert reads.count == 0
+    monkeypatch.undo()
+    for twin in twins:
+        checked(*twin)
+    for saved, twin_saved in zip(deferred.state_dict().values(), checked.state_dict().values(), strict=True):
+        for key in ("embeddings", "labels", "class_weights", "batch_sizes"):
+            assert torch.equal(saved[key], twin_saved[key]), key
+    error = NonFiniteError if poison != "labels" else ValueError
+    with pytest.raises(error, match=r"the first refused: step 3\).*memory holds zeros in its place"):
+        deferred.check_stored()
+    deferred.check_stored()  # reported once
+    checked.check_stored()  # nothing to report: it checked at every call

@@ -49,6 +49,26 @@ def test_the_trainer_stops_on_non_finite_embeddings_and_keeps_the_last_checkpoin
         assert torch.isfinite(stored["embeddings"]).all() and torch.isfinite(stored["class_weights"]).all()
 
 
+def test_on_a_gpu_non_finite_embeddings_stop_the_run_at_the_next_check_and_never_enter_the_memory(tmp_path):
+    """What the Trainer does on a GPU (no per-step check by MemVir or the loss, one host sync where it logs or saves),
+    forced here on the CPU: embeddings NaN from step 4 on are found at the next checked step (6), before its update,
+    the memory holding zeros in place of the NaN steps; the last checkpoint (step 3) is kept."""
+    config = TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=2, memvir_n=2, memvir_m=0, warmup_epochs=0,
+                         snapshot_every=0, eval_every=0, eval_at_start=False, checkpoint_every=3, log_every=6)
+    trainer = Trainer(config, tmp_path)
+    assert not any(trainer._reports_at(step) for step in (4, 5)) and trainer._reports_at(6)
+    trainer._checks_every_step = trainer.memvir.check_values = trainer.loss_fn.check_values = False
+    network = trainer._network
+    trainer._network = lambda images: network(images) * (float("nan") if trainer.step >= 3 else 1.0)
+    with pytest.raises(TrainingDiverged, match="the loss became nan at step 4"):
+        trainer.run()
+    assert trainer.state == "failed" and trainer.step == 5
+    stored = trainer.memvir.state_dict()["_extra_state"]
+    assert torch.isfinite(stored["embeddings"]).all() and torch.isfinite(stored["class_weights"]).all()
+    assert (stored["embeddings"] == 0).all() and (stored["class_weights"] == 0).all()  # steps 5 and 6, refused
+    assert Trainer.from_run_folder(tmp_path).step == 3
+
+
 # ------------------------------------------------------------------------------------------------ model folders
 def saved_model(folder: Path) -> Path:
     EmbeddingModel(dataset="glyphs-mini").save_pretrained(folder)
