@@ -2,14 +2,20 @@
 
     .venv/bin/python bench/bench_report_to.py [--dataset glyphs-mini --steps 30 --rounds 3 --log-every 10]
 
-The three runs of a round are interleaved and repeated (none, tensorboard, trackio, none, ...), so that a shared
-machine's load falls on all of them alike; each run's rate is the images of its steps after the first few over their
-time (the tracker is opened before the first step, at the run's start), and the table gives each tracker's median
-rate over the rounds and its ratio to none's. trackio writes into a temporary folder (TRACKIO_DIR), TensorBoard into
-the run folder; nothing leaves the machine.
+The runs are interleaved and repeated (none, tensorboard, trackio, none, ...), so that a shared machine's load falls
+on all of them alike. Each run is timed over its steps after the first few (the tracker opens at the run's start,
+before the first step) three ways:
+- images/s by the wall clock, what a user sees, and on a shared machine mostly the other processes' load;
+- images per second of this process's CPU time (all its threads: torch's, and trackio's sender), which the other
+  processes' load barely moves;
+- the share of the wall time spent inside the reporting listener (its calls, timed around them).
+The listener is the one the Trainer adds for `report_to` (memvir.train.reporting.reporter_for), added here with a
+timer around it. trackio writes into a temporary folder (TRACKIO_DIR), TensorBoard into the run folder; nothing
+leaves the machine.
 """
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -21,19 +27,35 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TRACKERS = ("none", "tensorboard", "trackio")
-SKIPPED_STEPS = 3  # the first steps of a process are slow for reasons of its own (allocations, first kernels)
+SKIPPED_STEPS = 3  # the first steps of a process are slow for reasons of their own (allocations, first kernels)
 
 
-def trainer_rate(config, out_dir: Path) -> float:
+def timed_run(config, out_dir: Path) -> dict:
+    """Train `config` (its report_to served by the Trainer's listener, timed); images/s by wall and CPU clock, and
+    the listener's share of the wall time, over the steps after the first SKIPPED_STEPS."""
     from memvir.events import StepEvent
+    from memvir.train.distributed import World
+    from memvir.train.reporting import reporter_for
     from memvir.train.trainer import Trainer
 
-    trainer = Trainer(config, out_dir)
-    stamps = []
-    trainer.add_listener(lambda e: stamps.append(time.perf_counter()) if isinstance(e, StepEvent) else None)
+    trainer = Trainer(dataclasses.replace(config, report_to="none"), out_dir)
+    stamps = []  # (wall, process CPU, listener seconds so far) at each step's event
+    spent = [0.0]
+    trainer.add_listener(lambda e: stamps.append((time.perf_counter(), time.process_time(), spent[0]))
+                         if isinstance(e, StepEvent) else None)
+    reporter = reporter_for(config, out_dir, World())
+    if reporter is not None:
+        def timed(event):
+            started = time.perf_counter()
+            reporter(event)
+            spent[0] += time.perf_counter() - started
+
+        trainer.add_listener(timed)
     trainer.run()
-    measured = stamps[SKIPPED_STEPS:]
-    return (len(measured) - 1) * config.batch_size / (measured[-1] - measured[0])
+    (wall0, cpu0, spent0), (wall1, cpu1, spent1) = stamps[SKIPPED_STEPS], stamps[-1]
+    images = (len(stamps) - 1 - SKIPPED_STEPS) * config.batch_size
+    wall = wall1 - wall0
+    return {"wall": images / wall, "cpu": images / (cpu1 - cpu0), "share": (spent1 - spent0) / wall}
 
 
 def main(argv=None) -> int:
@@ -54,26 +76,30 @@ def main(argv=None) -> int:
 
         from memvir.config import TrainConfig
 
-        rates = {tracker: [] for tracker in TRACKERS}
+        results = {tracker: [] for tracker in TRACKERS}
         for round_index in range(args.rounds):
             for tracker in TRACKERS:
                 config = TrainConfig(dataset=args.dataset, batch_size=args.batch_size, epochs=1000,
                                      max_steps=args.steps, log_every=args.log_every, eval_at_start=False,
                                      eval_every=0, snapshot_every=0, report_to=tracker, report_project="bench")
-                out_dir = Path(folder) / f"{tracker}-{round_index}"
-                rates[tracker].append(trainer_rate(config, out_dir))
-                print(f"round {round_index + 1} {tracker}: {rates[tracker][-1]:.1f} images/s", flush=True)
+                result = timed_run(config, Path(folder) / f"{tracker}-{round_index}")
+                results[tracker].append(result)
+                print(f"round {round_index + 1} {tracker}: {result['wall']:.1f} images/s, {result['cpu']:.1f} "
+                      f"images per CPU second, listener {100 * result['share']:.2f}% of the time", flush=True)
 
-    baseline = statistics.median(rates["none"])
+    def median(tracker, key):
+        return statistics.median(result[key] for result in results[tracker])
+
     print(f"\n{args.dataset}, batch {args.batch_size}, {args.steps} steps a run (first {SKIPPED_STEPS} not timed), "
           f"log every {args.log_every} steps, {args.rounds} rounds, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
-    print("| report to | images/s (median) | runs | ratio to none |")
-    print("|---|---|---|---|")
+          f"{torch.get_num_threads()} threads; medians over the rounds")
+    print("| report to | images/s (wall) | ratio to none | images per CPU second | ratio to none "
+          "| time in the listener |")
+    print("|---|---|---|---|---|---|")
     for tracker in TRACKERS:
-        median = statistics.median(rates[tracker])
-        runs = ", ".join(f"{rate:.1f}" for rate in rates[tracker])
-        print(f"| {tracker} | {median:.1f} | {runs} | {median / baseline:.3f} |")
+        wall, cpu = median(tracker, "wall"), median(tracker, "cpu")
+        print(f"| {tracker} | {wall:.1f} | {wall / median('none', 'wall'):.3f} | {cpu:.1f} | "
+              f"{cpu / median('none', 'cpu'):.3f} | {100 * median(tracker, 'share'):.2f}% |")
     return 0
 
 
