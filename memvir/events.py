@@ -90,6 +90,14 @@ class ControlEvent:
         kept = {"previous": self.previous} if self.previous else {}
         return {"type": "control", "step": self.step, "message": self.message, **self.changes, **kept}
 
+    @classmethod
+    def from_record(cls, record: dict) -> ControlEvent:
+        """The event a control record (`record()`) was written from: every field but its own is a change. A record
+        written before records carried `previous` reads with none."""
+        changes = {name: value for name, value in record.items()
+                   if name not in ("type", "step", "message", "previous")}
+        return cls(int(record["step"]), changes, str(record.get("message", "")), dict(record.get("previous") or {}))
+
 
 @dataclass(frozen=True)
 class ControlRefused:

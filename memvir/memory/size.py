@@ -60,11 +60,14 @@ def check_ring(num_steps: int, margin: int, batch_size: int, num_classes: int, d
         shape = (f"at least {format_bytes(needed)}, even at batch 1, one class and dimension 1" if at_least else
                  f"{format_bytes(needed)} ({needed:,} bytes) at batch {batch_size}, {num_classes} classes, "
                  f"dimension {dim}, {str(dtype).removeprefix('torch.')}")
+        # a memory stored in 32 bits is offered in half precision where that fits, with its size
+        half = ring_bytes(num_steps, margin, batch_size, num_classes, dim, torch.float16)
+        smaller = (f", store the memory in float16/bfloat16 ({format_bytes(half)})"
+                   if not at_least and dtype == torch.float32 and half <= limit else "")
         raise MemoryLimitError(
             f"MemVir: N={num_steps}, M={margin} keep N(M+1) = {num_steps * (margin + 1):,} past steps: {shape}, "
-            f"over the memory limit of {format_bytes(limit)} ({limit:,} bytes). Lower N or M, store the memory in "
-            f"float16/bfloat16, or raise the limit (max_memory_bytes=..., or the {MAX_MEMORY_ENV} environment "
-            "variable, in bytes)"
+            f"over the memory limit of {format_bytes(limit)} ({limit:,} bytes). Lower N or M{smaller}, or raise "
+            f"the limit (max_memory_bytes=..., or the {MAX_MEMORY_ENV} environment variable, in bytes)"
         )
     return needed
 

@@ -1,5 +1,6 @@
 """The model card an `EmbeddingModel` saves as README.md: what it is, how it was made, its metrics, how to use it."""
 
+import dataclasses
 import json
 import math
 import re
@@ -105,6 +106,34 @@ def memvir_summary(config, warmup_steps: int) -> str:
     labels = "" if config.memvir_labels == "virtual" else ", stored embeddings keep their seen labels (control)"
     return (f"N={config.memvir_n}, M={config.memvir_m}, warm-up {config.warmup_epochs:g} epochs "
             f"({warmup_steps} steps){schedule}, {config.memvir_reduction} reduction{labels}{scaled}")
+
+
+def live_changes(history) -> list[tuple[int, str, Any, Any]]:
+    """(the first step trained with it, setting, old value, new value) of each live change a run's records
+    (metrics.jsonl, memvir.events.ControlEvent's records) hold, in order; records written before they carried the
+    values they replaced are left out."""
+    from memvir.events import ControlEvent
+
+    changes = []
+    for record in history or ():
+        if record.get("type") == "control":
+            event = ControlEvent.from_record(record)
+            changes += [(event.step + 1, name, event.previous[name], value)
+                        for name, value in event.changes.items() if name in event.previous]
+    return changes
+
+
+def started_with(config, changes: list[tuple[int, str, Any, Any]]):
+    """The TrainConfig a run started with, given the one it has now and its `live_changes`."""
+    first = {}
+    for _, name, old, _ in changes:
+        first.setdefault(name, old)
+    return dataclasses.replace(config, **first)
+
+
+def changes_summary(changes: list[tuple[int, str, Any, Any]]) -> str:
+    """The card's row of live changes: 'memvir_n 4 -> 6 at step 522, memvir_m 10 -> 20 at step 700'."""
+    return ", ".join(f"{name} {old} -> {new} at step {step:,}" for step, name, old, new in changes)
 
 
 def dataset_id(dataset: str) -> str:

@@ -35,9 +35,9 @@ from memvir.data.batches import TrainingBatches
 from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
-from memvir.memory.size import STORE_DTYPES, check_ring
+from memvir.memory.size import STORE_DTYPES, check_ring, memory_limit
 from memvir.memory.virtual_classes import MemVir, virtual_sets_at
-from memvir.models.card import memvir_summary
+from memvir.models.card import changes_summary, live_changes, memvir_summary, started_with
 from memvir.models.initialisation import initialise_from_checkpoint
 from memvir.models.preprocessing import backbone_input_size, model_input, read_for_model
 from memvir.retrieval import evaluation
@@ -96,12 +96,16 @@ class Trainer:
     """
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=(), *,
-                 load_init: bool = True):
+                 load_init: bool = True, max_memory_bytes: int | None = None):
         """load_init: start the model from `config.init_from` when it names a checkpoint folder; False when a
-        trainer state will replace the weights (a resume: the run's own weights, not the init, are where it is)."""
+        trainer state will replace the weights (a resume: the run's own weights, not the init, are where it is).
+        max_memory_bytes: the largest MemVir memory this run may allocate (memvir.memory.size.memory_limit; None:
+        MEMVIR_MAX_MEMORY_BYTES, else 16 GiB), e.g. what the process that trains it measured it may take. N and M
+        past it are refused, at the start and live, before anything is allocated (MemoryLimitError)."""
         from memvir.models.embedding_model import EmbeddingModel
 
         self.config = config
+        self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.world = World.from_environment()
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
         self.out_dir = Path(out_dir) if out_dir is not None and self.world.is_main else None
@@ -156,7 +160,7 @@ class Trainer:
         self._raw_embeddings = self.loss_fn.takes_raw_embeddings  # the paper's Softmax (memvir.losses)
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
                              store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
-                             check_values=self._checks_every_step)
+                             max_memory_bytes=self.max_memory_bytes, check_values=self._checks_every_step)
         self.optimizer = torch.optim.Adam(
             [{"params": self.model.parameters(), "lr": config.lr},
              {"params": [self.class_weights], "lr": config.class_lr}],
@@ -174,13 +178,14 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------- construction helpers
     @classmethod
-    def from_run_folder(cls, out_dir: str | Path, listeners=(), **overrides) -> Trainer:
+    def from_run_folder(cls, out_dir: str | Path, listeners=(), *, max_memory_bytes: int | None = None,
+                        **overrides) -> Trainer:
         """Continue the run in `out_dir` from its checkpoint: same config, model, optimizer, MemVir memory and step.
 
         `overrides` (None: keep) may change the settings in RESUMABLE. N, M, the warm-up and the learning rates
         apply as a live change does (`update`): checked, recorded in the history, the memory resized. A value equal
         to the run's is no change; changing any other setting is a ResumeConflict. `resume_changes` of the trainer
-        returned lists what changed, as {setting: (old, new)}.
+        returned lists what changed, as {setting: (old, new)}. `max_memory_bytes` as for a new Trainer.
         """
         out_dir = Path(out_dir)
         path = out_dir / checkpoint.TRAINER_STATE
@@ -189,7 +194,8 @@ class Trainer:
         changes = resume_changes(stored, overrides, out_dir)
         live = {name: new for name, (_, new) in changes.items() if name in LIVE_SETTINGS}
         values = {name: new for name, (_, new) in changes.items() if name not in live}
-        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners, load_init=False)
+        trainer = cls(dataclasses.replace(stored, **values), out_dir, listeners, load_init=False,
+                      max_memory_bytes=max_memory_bytes)
         trainer.load_state_dict(state, path)
         if live:
             trainer._check_changes(live)
@@ -234,9 +240,11 @@ class Trainer:
         self.snapshots.focus(candidate.focus_classes)
 
     def _check_memory(self, config: TrainConfig) -> None:
-        """MemoryLimitError when the full MemVir memory of `config` would pass the limit, before it is allocated."""
+        """MemoryLimitError when the full MemVir memory of `config` would pass the run's limit (`max_memory_bytes`),
+        before it is allocated: MemVir's own check (memvir.memory.size.check_ring), with the batch, class count and
+        dimension MemVir learns only at its first stored step."""
         check_ring(config.memvir_n, config.memvir_m, config.batch_size, self.data.info.num_train_classes,
-                   config.embedding_dim, STORE_DTYPES[config.memvir_store_dtype])
+                   config.embedding_dim, STORE_DTYPES[config.memvir_store_dtype], self.max_memory_bytes)
 
     def stop(self) -> None:
         """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""
@@ -522,7 +530,12 @@ class Trainer:
         self._checked()  # never save a state whose steps are not all known to be finite
         with checkpoint.staged(self.out_dir) as stage:
             checkpoint.save_state(self.state_dict(), stage / checkpoint.TRAINER_STATE)
-            card_extra = {"command": self.command, "MemVir": memvir_summary(self.config, self.memvir.warmup_steps),
+            # the MemVir it started with, then each live change at its step: the settings now did not hold throughout
+            changes = live_changes(self.history)
+            start = started_with(self.config, changes)
+            card_extra = {"command": self.command,
+                          "MemVir": memvir_summary(start, self._warmup_steps(start.warmup_epochs)),
+                          **({"Live changes": changes_summary(changes)} if changes else {}),
                           "train_config": self.config.to_dict(), "step": self.step}
             card_kwargs = {}
             if self.config.init_from:

@@ -38,6 +38,23 @@ def test_a_ring_past_the_limit_is_refused_at_construction_with_its_size_and_the_
     assert "16.0 GiB (17,179,869,184 bytes)" in message and "MEMVIR_MAX_MEMORY_BYTES" in message
 
 
+def test_a_float32_memory_past_the_limit_is_offered_in_half_precision_only_where_that_fits():
+    """N 50, M 200 at batch 32, 24 classes, dimension 128: 10,050 steps of 32*128*4 + 32*8 + 24*128*4 = 28,928 bytes
+    (277.3 MiB) in float32, of 32*128*2 + 32*8 + 24*128*2 = 14,592 bytes (139.9 MiB) in float16."""
+    from memvir.memory.size import check_ring
+
+    assert ring_bytes(50, 200, 32, 24, 128) == 10_050 * 28_928
+    assert ring_bytes(50, 200, 32, 24, 128, torch.float16) == 10_050 * 14_592
+    with pytest.raises(MemoryLimitError) as refused:
+        check_ring(50, 200, 32, 24, 128, torch.float32, limit=200_000_000)
+    assert ("over the memory limit of 190.7 MiB (200,000,000 bytes). Lower N or M, store the memory in "
+            "float16/bfloat16 (139.9 MiB), or raise the limit") in str(refused.value)
+    for dtype, limit in ((torch.float32, 100_000_000), (torch.float16, 100_000_000)):
+        with pytest.raises(MemoryLimitError) as refused:
+            check_ring(50, 200, 32, 24, 128, dtype, limit=limit)
+        assert "Lower N or M, or raise the limit" in str(refused.value) and "float16/" not in str(refused.value)
+
+
 def test_sizes_are_written_in_binary_units():
     """The one byte formatter: MemVir's limit here, and the app's memory budget and upload limits, in its words."""
     assert [format_bytes(count) for count in (0, 1023, 1024, 1536, 20 * 2**20, 16 * 2**30, 2**60)] == [

@@ -177,6 +177,17 @@ def test_live_update_applies_at_the_next_step():
         trainer.update(memvir_n=-2)
 
 
+def test_a_live_changed_runs_model_card_says_what_it_started_with_and_each_change_at_its_step(tmp_path):
+    """Before, the card said 'N=1, M=0' as if those had held throughout a run that started at N = 2, M = 1."""
+    trainer = Trainer(small_config(epochs=1, memvir_n=2, memvir_m=1, warmup_epochs=0), tmp_path)
+    trainer.add_listener(lambda e: trainer.update(memvir_n=1, memvir_m=0) if isinstance(e, StepEvent)
+                         and e.step == 4 else None)
+    trainer.run()
+    card = (tmp_path / "README.md").read_text(encoding="utf-8")
+    assert "| MemVir | N=2, M=1, warm-up 0 epochs (0 steps), official reduction |" in card
+    assert "| Live changes | memvir_n 2 -> 1 at step 5, memvir_m 1 -> 0 at step 5 |" in card
+
+
 def test_pause_and_resume_from_another_thread():
     trainer = Trainer(small_config(epochs=1))
     events = collect(trainer)
