@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from demo.runs.focus_track import FocusView  # noqa: E402
 from demo.train.figures import curves, embeddings, spread  # noqa: E402 - after the repository is on the path
 from demo.train.figures.focus import few_class_figure  # noqa: E402
-from demo.train.focus_view import FocusView  # noqa: E402
 from memvir.analysis.projection import FocusProjection, ProjectedSnapshot  # noqa: E402
 
 SNAPSHOT_EVERY, EVAL_EVERY, MARGIN, SETS = 25, 70, 10, 5

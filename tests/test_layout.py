@@ -1,6 +1,6 @@
 """The source tree keeps the shape the README's layout table describes: packages grouped by concept, each small enough
 to take in at a glance and introduced by its `__init__` docstring, and no import cycle between modules (imports made
-only for type checking included), so each package can be read from its parts up."""
+only for type checking included) nor between packages, so each package can be read from its parts up."""
 
 import ast
 import re
@@ -78,6 +78,39 @@ def test_no_module_imports_one_that_imports_it_back():
         if module not in index:
             visit(module)
     assert not cycles, f"modules that import each other: {cycles}"
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to for the package-level graph: memvir.data.glyphs.render is memvir.data's (a
+    subpackage is part of its package); a module at the top (memvir.config, demo.page) stands for itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_package_imports_one_that_imports_it_back():
+    """Modules of two packages may import each other's without a module-level cycle (a run's bookkeeping taking the
+    Train tab's words, the tab taking the runs): a cycle all the same, which this graph of packages finds. Each
+    package imports only those below it."""
+    files = {_name(path): path for top in ("memvir", "demo") for path in (ROOT / top).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        graph.setdefault(_package(module), set()).update(
+            _package(imported) for imported in _imports(path, set(files)) if _package(imported) != _package(module))
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            package = todo.pop()
+            for imported in graph.get(package, ()):
+                if imported == goal:
+                    return True
+                if imported not in seen:
+                    seen.add(imported)
+                    todo.append(imported)
+        return False
+
+    cycles = sorted({tuple(sorted((package, imported))) for package, imported_set in graph.items()
+                     for imported in imported_set if reaches(imported, package)})
+    assert not cycles, f"packages that import each other (directly or through others): {cycles}"
 
 
 # Third-party internals the code relies on, each allowed in its dependency's one shim module only: gradio's queue,

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from demo.common.cores import run_in_background
+from demo.runs.memory_budget import memory_budget
 from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 
 SEND_EVERY_S = 0.5  # the outbox's pace (`_Outbox`)
@@ -52,14 +53,22 @@ def main(connection, spec: LaunchSpec) -> None:
 
         torch.set_num_threads(spec.threads)
         from memvir.config import TrainConfig
+        from memvir.memory.size import MemoryLimitError
         from memvir.train.checks import TrainingDiverged
         from memvir.train.trainer import Trainer
 
         listeners = [outbox.put]
-        if spec.resume:
-            trainer = Trainer.from_run_folder(spec.folder, listeners)
-        else:
-            trainer = Trainer(TrainConfig.from_dict(spec.config), spec.folder, listeners)
+        config = TrainConfig.from_dict(spec.config) if not spec.resume else None
+        budget = _memory_budget(spec, config)
+        commands.budget = budget
+        limit = None if budget is None else budget.bytes
+        try:
+            if spec.resume:
+                trainer = Trainer.from_run_folder(spec.folder, listeners, max_memory_bytes=limit)
+            else:
+                trainer = Trainer(config, spec.folder, listeners, max_memory_bytes=limit)
+        except MemoryLimitError as error:
+            raise MemoryLimitError(within_budget(error, budget)) from None
         outbox.put(Ready(step=trainer.step, total_steps=trainer.total_steps, history=list(trainer.history),
                          config=trainer.config.to_dict(), num_classes=int(trainer.class_weights.shape[0]),
                          dim=int(trainer.class_weights.shape[1]), device=str(trainer.device),
@@ -75,12 +84,33 @@ def main(connection, spec: LaunchSpec) -> None:
         outbox.close()
 
 
+def _memory_budget(spec: LaunchSpec, config):
+    """What MemVir's memory may take in this process (demo.runs.memory_budget), measured here, where the run trains:
+    on a GPU the device's free memory is asked for by the process that holds the device, never by the server.
+    `config`: the run's TrainConfig, None for a resume (its folder's)."""
+    from memvir import checkpoint
+    from memvir.config import TrainConfig
+    from memvir.train.devices import pick_device
+
+    if config is None:
+        config = TrainConfig.from_json((Path(spec.folder) / checkpoint.TRAIN_CONFIG).read_text(encoding="utf-8"))
+    return memory_budget(spec.memory_budget, pick_device(config.device))
+
+
+def within_budget(error: Exception, budget) -> str:
+    """The library's refusal of N and M past the memory limit, with where this run's limit came from (its budget);
+    the refusal itself, with its sizes and the float16 memory it offers, is the library's alone."""
+    if budget is None:
+        return str(error)
+    return f"{error}. Here the limit is the run's memory budget, {budget.source}."
+
+
 def _crash(error: BaseException, step: int | None) -> Crash:
     text = f"{type(error).__name__}: {error}"
     lowered = str(error).lower()
     out_of_memory = isinstance(error, MemoryError) or "can't allocate memory" in lowered or "out of memory" in lowered
-    return Crash(step=step, error=text, refused=isinstance(error, ValueError), out_of_memory=out_of_memory,
-                 trace=traceback.format_exc())
+    return Crash(step=step, error=text, message=str(error), refused=isinstance(error, ValueError),
+                 out_of_memory=out_of_memory, trace=traceback.format_exc())
 
 
 class _Outbox:
@@ -160,6 +190,7 @@ class _Commands(threading.Thread):
         self._go = False
         self._trainer = None
         self._early: list[tuple] = []
+        self.budget = None  # the run's memory budget (demo.runs.memory_budget.Budget), once measured
 
     def run(self) -> None:
         while True:
@@ -199,9 +230,13 @@ class _Commands(threading.Thread):
             trainer.resume_training()
         elif name == UPDATE:
             request, changes = arguments
+            from memvir.memory.size import MemoryLimitError  # torch's, loaded by now: the Trainer exists
+
             try:
                 trainer.update(**changes)
-            except ValueError as error:  # the Trainer's own checks: a setting out of range, a memory past its limit
+            except MemoryLimitError as error:  # MemVir's limit: this process's memory budget
+                self._outbox.put(Reply(request, within_budget(error, self.budget)))
+            except ValueError as error:  # the Trainer's own checks: a setting out of range
                 self._outbox.put(Reply(request, str(error)))
             else:
                 self._outbox.put(Reply(request, None))

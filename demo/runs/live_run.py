@@ -6,7 +6,12 @@ event's `record()`), the latest step, the state, and each snapshot projected to 
 embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
 of CPU that training would otherwise get), and those of the points that are images (the probe set, the few-class
 view's images: a few hundred rows), for their neighbours on a click (demo.train.neighbours). Each snapshot's few-class
-view goes to `focus` (demo.train.focus_view). A finished run is read back from its folder alike (`from_folder`).
+view goes to `focus` (demo.runs.focus_track). A finished run is read back from its folder alike (`from_folder`).
+
+Its live settings are keyed by memvir.config.LIVE_SETTINGS. The changes asked for wait in the Trainer, which applies
+the newest of each before its next step; the run only notes which are `pending` until the Trainer's ControlEvent
+(or ControlRefused) says what became of them, so that the page can say so beside the controls
+(demo.runs.live_changes words it all).
 """
 
 from __future__ import annotations
@@ -21,11 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
+from demo.runs import live_changes
+from demo.runs.focus_track import FocusTrack
 from demo.runs.messages import Ready
-from demo.train.focus_view import FocusTrack
-from demo.train.words import LIVE_CONTROL_LABELS
+from memvir.config import LIVE_SETTINGS
 
 log = logging.getLogger(__name__)
+# Live settings whose changes the page answers beside a control of their own (the classes box), not beside N and M's
+OWN_NOTE = ("focus_classes",)
 
 
 
@@ -78,10 +86,10 @@ class LiveRun:
         self.message = "starting"
         self.records: list[dict] = []
         self.last_step = None  # the latest StepEvent
-        self.control_message: str | None = None
-        self.live_values = {name: getattr(config, name) for name in LIVE_CONTROL_LABELS}
-        # what it will use once the changes asked for apply: the newest ask per setting (`asked`)
-        self.requested_values = dict(self.live_values)
+        self.control_message: str | None = None  # the latest live change's outcome: applied at a step, or refused
+        self.live_values = {name: getattr(config, name) for name in LIVE_SETTINGS}
+        self.changes: list[live_changes.LiveChange] = []  # every live change applied so far, in order
+        self.pending: dict = {}  # changes asked for that the Trainer has not yet applied or refused (`asked`)
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
@@ -146,26 +154,53 @@ class LiveRun:
         self._snapshot_history = snapshot_history
         with self.lock:
             self.records = list(ready.history)
+            self.live_values = {name: ready.config.get(name, value) for name, value in self.live_values.items()}
+            self.changes = live_changes.record_changes(self.records)
             self.total_steps = ready.total_steps
             self.resumable_failure = False
-            self.requested_values = dict(self.live_values)  # what a previous process was asked died with it
+            self.pending = {}  # what a previous process was asked died with it
         self.reserved = False
 
     def asked(self, changes: dict) -> dict:
-        """Its process is being asked for these live changes (they apply before its next step). Recorded before the
-        ask is sent: the process may refuse them (ControlRefused) before the ask returns, and a refusal only undoes
-        what was recorded. Returns what they replace, for `withdraw`."""
+        """Its process is being asked for these live changes (they apply before its next step): pending until its
+        Trainer applies or refuses them. Noted before the ask is sent, as the answer may come before the ask returns.
+        A setting asked back to the value it has is no change: the Trainer applies nothing and says nothing of it.
+        Returns what was pending before, for `withdraw`."""
         with self.lock:
-            previous = {name: self.requested_values[name] for name in changes}  # every live control has a value
-            self.requested_values.update(changes)
-        return previous
+            before = dict(self.pending)
+            for name, value in changes.items():
+                if value == self.live_values.get(name):
+                    self.pending.pop(name, None)
+                else:
+                    self.pending[name] = value
+        return before
 
-    def withdraw(self, changes: dict, previous: dict) -> None:
-        """Its process did not take `changes` (refused or gone): what was asked before them stands again."""
+    def withdraw(self, changes: dict, before: dict) -> None:
+        """Its process did not take `changes` (it refused them, or it is gone): what was pending before them stands
+        again."""
         with self.lock:
             for name, value in changes.items():
-                if self.requested_values[name] == value:  # no newer ask of it since
-                    self.requested_values[name] = previous[name]
+                if self.pending.get(name) == value or (name not in self.pending and value == self.live_values[name]):
+                    if name in before:
+                        self.pending[name] = before[name]
+                    else:
+                        self.pending.pop(name, None)
+
+    def refused(self, changes: dict, why: str) -> None:
+        """`changes` were refused before they reached its Trainer's steps (`why`: the refusal's own words)."""
+        with self.lock:
+            self.control_message = f"{live_changes.changes_words(changes, self.live_values)} refused: {why}"
+
+    def controls_note(self) -> str:
+        """What the page says beside the live controls: the changes pending, else how the latest one went (applied at
+        a step, or refused and why); nothing once the run has stopped training."""
+        with self.lock:
+            if not self.training:
+                return ""
+            pending = {name: value for name, value in self.pending.items() if name not in OWN_NOTE}
+            if pending:
+                return live_changes.pending_words(pending, self.live_values)
+            return self.control_message or ""
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until its process has ended and its last event is kept."""
@@ -188,14 +223,26 @@ class LiveRun:
                 self.state, self.message = event.state, event.message
                 # only a lost process's failure names a checkpoint (a diverged Trainer's does not): Resume continues it
                 self.resumable_failure = event.state == "failed" and event.checkpoint is not None
+                if event.state in ("stopped", "finished", "failed"):
+                    self.pending = {}  # asks its Trainer never reached end with it
             elif isinstance(event, ControlEvent):
-                self.control_message = self._describe_control(event)
+                # an event that does not say what it replaced (one made by hand) replaced the run's live values
+                known = {name: self.live_values.get(name) for name in event.changes}
+                event = dataclasses.replace(event, previous={**known, **event.previous})
+                if set(event.changes) - set(OWN_NOTE):
+                    self.control_message = live_changes.applied_words(event)
+                self.changes += live_changes.event_changes(event)
                 self.live_values.update({k: v for k, v in event.changes.items() if k in self.live_values})
+                self._settle(event.changes)
             elif isinstance(event, ControlRefused):
-                self.control_message = self._describe_refusal(event)
-                for name, value in event.changes.items():
-                    if self.requested_values.get(name) == value:  # no newer ask of it since
-                        self.requested_values[name] = self.live_values.get(name)
+                self.control_message = live_changes.refused_words(event, self.live_values)
+                self._settle(event.changes)
+
+    def _settle(self, changes: dict) -> None:
+        """`changes` applied or refused: no longer pending, unless a newer ask of the setting waits (under `lock`)."""
+        for name, value in changes.items():
+            if self.pending.get(name) == value:
+                del self.pending[name]
 
     @staticmethod
     def _logged(event) -> bool:
@@ -216,21 +263,6 @@ class LiveRun:
         last = self.last_step
         return isinstance(event, StepEvent) and last is not None and (
             event.warmup != last.warmup or event.num_virtual_sets != last.num_virtual_sets)
-
-    def _describe_control(self, event) -> str:
-        """'N 5 -> 10: applied at step 124' in the page's names for the controls."""
-        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
-                 for name, value in event.changes.items()]
-        return f"{', '.join(parts)}: applied at step {event.step + 1}"
-
-    def _describe_refusal(self, event) -> str:
-        """'N 10 -> 50 refused at step 11: its memory could not be allocated (...); the run trains on with N = 10,
-        M = 2' in the page's names for the controls."""
-        parts = [f"{LIVE_CONTROL_LABELS.get(name, name)} {self.live_values.get(name, '?')} -> {value}"
-                 for name, value in event.changes.items()]
-        return (f"{', '.join(parts)} refused at step {event.step + 1}: its memory could not be allocated "
-                f"({event.reason}); the run trains on with N = {self.live_values['memvir_n']}, "
-                f"M = {self.live_values['memvir_m']}")
 
     def _add_snapshot(self, event) -> None:
         self.focus.add(event, self._snapshot_history)
@@ -275,6 +307,9 @@ class LiveRun:
 
         run = cls(folder.name, owner, folder, config, kind)
         run.records = read_records(folder / METRICS_LOG)
+        run.changes = live_changes.record_changes(run.records)
+        for change in run.changes:  # where its live changes left it
+            run.live_values[change.setting] = change.new
         run.state, run.message = "finished", f"loaded from {folder.name}"
         # finished: it trained every step it had, the last one its records name
         run.total_steps = max((record["step"] for record in run.records if record.get("type") == "step"), default=0)

@@ -23,9 +23,9 @@ from demo.common.settings import AppSettings
 from demo.runs import persist
 from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun, read_records
-from demo.runs.memory_budget import RingShape, check_memory, memory_budget
-from demo.runs.messages import LaunchSpec, Ready
-from demo.runs.process import RunProcess
+from demo.runs.messages import LaunchSpec
+from demo.runs.process import RunProcess, TrainingRefused
+from memvir.config import LIVE_SETTINGS
 from memvir.data.registry import FOLDER_PREFIX
 
 log = logging.getLogger(__name__)
@@ -212,39 +212,22 @@ class RunManager:
             run.reserved = True
             self._runs[run_id] = run
             self._forget_old_runs()
-        self._launch(run, self._spec(run, config.to_dict()), forget_on_failure=True,
-                     within_budget=lambda ready: self._check_memory(ready, config.memvir_n, config.memvir_m,
-                                                                    pid=run.process.pid))
+        self._launch(run, self._spec(run, config.to_dict()), forget_on_failure=True)
         return run
 
     def _spec(self, run: LiveRun, config: dict | None, threads: int | None = None) -> LaunchSpec:
         """How to start `run`'s process: a new run of `config`, or with None, a resume of its folder."""
-        return LaunchSpec(str(run.folder), config, threads or self.threads, self.settings.run_memory_limit)
+        return LaunchSpec(str(run.folder), config, threads or self.threads, self.settings.run_memory_limit,
+                          self.settings.memory_budget)
 
-    def _check_memory(self, ready: Ready, num_steps: int, margin: int, running: tuple[int, int] | None = None,
-                      pid: int | None = None) -> None:
-        """Refuse N, M whose MemVir memory would exceed the budget of the run's process `pid` on its device
-        (MemoryBudgetExceeded); checked before its process trains, or, `running` (N, M), before a live change
-        reaches it."""
-        import torch
-
-        batch_size, store_dtype, dataset = (ready.config[name] for name in ("batch_size", "memvir_store_dtype",
-                                                                            "dataset"))
-        shape = RingShape(ready.num_classes, ready.dim, batch_size, store_dtype)
-        dataset = "the folder's classes" if dataset.startswith(FOLDER_PREFIX) else dataset
-        budget = memory_budget(self.settings.memory_budget, torch.device(ready.device), pid=pid)
-        check_memory(shape, num_steps, margin, budget, dataset, running=running)
-
-    def _launch(self, run: LiveRun, spec: LaunchSpec, forget_on_failure: bool, within_budget=None) -> None:
+    def _launch(self, run: LiveRun, spec: LaunchSpec, forget_on_failure: bool) -> None:
         """Start `run`'s process and wait until its Trainer is built, outside the manager's lock (pages keep
-        polling); then check it `within_budget` (a callable of the Ready) and let it train. A failure ends the
-        process and gives the slot back."""
+        polling), then let it train. Its Trainer refuses settings it cannot train (N and M past the memory budget
+        its process measured among them: TrainingRefused). A failure ends the process and gives the slot back."""
         previous = run.starting(), run.process
         process = run.process = RunProcess(spec, self._listener(run), name=f"memvir-run-{run.id}")
         try:
             ready = process.wait_ready()
-            if within_budget is not None:
-                within_budget(ready)
             run.launch(process, ready, self._projector(), self.settings.snapshot_history)
             process.go()
         except BaseException:
@@ -354,30 +337,39 @@ class RunManager:
             self._launch(baseline, self._spec(baseline, None, self._baseline_threads()), forget_on_failure=False)
         return run
 
-    def update(self, run_id: str | None, visitor: str, memvir_n=None, memvir_m=None, warmup_epochs=None) -> LiveRun:
-        """Ask the running trainer for new N, M or warm-up; applied before its next step (the status says when).
-        A change whose memory would exceed the budget is refused, and the run trains on as it was."""
+    def update(self, run_id: str | None, visitor: str, changes: dict) -> LiveRun:
+        """Ask the running trainer for live changes ({setting: value} of memvir.config.LIVE_SETTINGS), applied before
+        its next step (the run's ControlEvent says at which). Its Trainer checks them (TrainConfig's ranges, MemVir's
+        memory against its limit) and refuses what does not fit with its reason (RunError); the run trains on as it
+        was."""
+        unknown = sorted(set(changes) - set(LIVE_SETTINGS))
+        if unknown:
+            raise RunError(f"{', '.join(unknown)} cannot change while a run trains; live settings: "
+                           f"{', '.join(LIVE_SETTINGS)}")
         run = self._owned(run_id, visitor)
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
-        running = run.live_values["memvir_n"], run.live_values["memvir_m"]
-        # the memory once every change asked for applies: a pending N with this M
-        asked = run.requested_values
-        self._check_memory(run.ready, asked["memvir_n"] if memvir_n is None else memvir_n,
-                           asked["memvir_m"] if memvir_m is None else memvir_m, running=running, pid=run.process.pid)
-        changes = dict(memvir_n=memvir_n, memvir_m=memvir_m, warmup_epochs=warmup_epochs)
-        changes = {name: value for name, value in changes.items() if value is not None}
         self._ask(run, changes)
         return run
 
     @staticmethod
-    def _ask(run: LiveRun, changes: dict) -> None:
-        """Send live changes to a run's process, recorded as asked first (its refusal may arrive before the reply)."""
-        previous = run.asked(changes)
+    def _ask(run: LiveRun, changes: dict, note: bool = True) -> None:
+        """Send live changes to a run's process, noted as pending first (its answer may arrive before the reply);
+        `note`: a refusal is said beside the live controls (the classes shown have a note of their own)."""
+        before = run.asked(changes)
         try:
             run.process.update(changes)
+        except TrainingRefused as error:
+            run.withdraw(changes, before)
+            with run.lock:
+                live = run.live_values
+                kept = f"The run trains on with N = {live['memvir_n']} and M = {live['memvir_m']}."
+            said = str(error) if str(error).endswith(".") else f"{error}."
+            if note:
+                run.refused(changes, f"{said} {kept}")
+            raise RunError(f"{said} {kept}") from None
         except BaseException:
-            run.withdraw(changes, previous)
+            run.withdraw(changes, before)
             raise
 
     def show_classes(self, run_id: str | None, visitor: str, classes: list[int]) -> LiveRun:
@@ -386,7 +378,7 @@ class RunManager:
         run = self._owned(run_id, visitor)
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the classes apply to the next Start")
-        self._ask(run, {"focus_classes": list(classes)})
+        self._ask(run, {"focus_classes": list(classes)}, note=False)
         return run
 
     def compare_with_baseline(self, run_id: str | None, visitor: str, settings: dict | None = None) -> LiveRun:

@@ -1,15 +1,16 @@
-"""MemVir's memory against a budget: a setting whose full memory would not fit is refused before it is tried.
+"""The memory budget of a run's process: how much MemVir's memory may take there, measured by that process itself.
 
 The memory keeps N(M+1) past steps, each a batch of embeddings, its labels and a copy of the class weights
 (`memvir.memory.size.ring_bytes`): on the default dataset N = 50, M = 200 needs 5.5 GiB. Allocating that on a machine
-without it ends the run (and, live, loses what it trained since its last checkpoint), so the app computes the size
-first and refuses a start or a live change past the budget, naming the size, the budget, and the float16 memory when
-that would fit. The budget is MEMVIR_MEMORY_BUDGET when set, else half of what the run's process may really take at the
-time of the check: the least of the machine's free memory, its cgroup's limit less its usage and its address-space
-limit less its size (and on a GPU, the device's free memory), the one that bounds it named in the refusal
-(`memory_budget`). A process under a container's limit or a `prlimit` sees the host's free memory in /proc/meminfo,
-and a budget from that alone let a run start that failed at its first step. Where nothing is known, nothing is
-refused.
+without it ends the run (and, live, loses what it trained since its last checkpoint). So the run's process
+(demo.runs.child) measures its budget before it builds its Trainer and hands it over as the Trainer's
+`max_memory_bytes`: the library refuses N and M past it, at the start and live, in its own words (sizes, and the
+float16 memory where that would fit), and nothing else checks them. The budget is MEMVIR_MEMORY_BUDGET when set, else
+half of what the process may really take: the least of the machine's free memory, its cgroup's limit less its usage
+and its address-space limit less its size (and on a GPU, the device's free memory, asked by the process that holds the
+device, never by the web server), the one that bounds it named (`memory_budget`). A process under a container's limit
+or a `prlimit` sees the host's free memory in /proc/meminfo, and a budget from that alone let a run start that failed
+at its first step. Where nothing is known, the library's own limit stands.
 """
 
 from __future__ import annotations
@@ -24,32 +25,11 @@ FREE_MEMORY_SHARE = 0.5  # the rest is for the model, activations, datasets and 
 UNLIMITED_CGROUP = 2**62  # cgroup v1 writes "no limit" as the largest page-aligned int64, about 9.2e18
 
 
-class MemoryBudgetExceeded(ValueError):
-    """A MemVir setting whose memory would exceed the budget; the message gives both and what would fit."""
-
-
 @dataclass(frozen=True)
 class Budget:
     bytes: int
     source: str  # how it was set, for the message
     bound: str = ""  # which limit set it: MEMVIR_MEMORY_BUDGET, MemAvailable, cgroup, RLIMIT_AS or GPU
-
-
-@dataclass(frozen=True)
-class RingShape:
-    """What a full memory's size depends on besides N and M: the dataset's training classes C, the embedding
-    dimension D, the batch B and the dtype it stores."""
-
-    num_classes: int
-    dim: int
-    batch_size: int
-    store_dtype: str
-
-    def bytes(self, num_steps: int, margin: int, store_dtype: str | None = None) -> int:
-        from memvir.memory.size import STORE_DTYPES, ring_bytes
-
-        dtype = STORE_DTYPES[store_dtype or self.store_dtype]
-        return ring_bytes(num_steps, margin, self.batch_size, self.num_classes, self.dim, dtype)
 
 
 def _read_int(path: Path) -> int | None:
@@ -160,30 +140,3 @@ def memory_budget(configured: int | None, device, pid: int | None = None, root: 
     least, bound, words = min(free, key=lambda candidate: candidate[0])
     return Budget(int(least * FREE_MEMORY_SHARE), f"{FREE_MEMORY_SHARE:.0%} of {words}; MEMVIR_MEMORY_BUDGET sets "
                                                   "it", bound)
-
-
-def check_memory(shape: RingShape, num_steps: int, margin: int, budget: Budget | None, dataset: str,
-                 running: tuple[int, int] | None = None) -> None:
-    """Refuse (MemoryBudgetExceeded) N = `num_steps`, M = `margin` when their full memory exceeds `budget`.
-
-    running: the (N, M) of a training run being changed live. A change that needs no more memory than the run has
-    is never refused, and the run's memory dtype stays as it started until a new Start.
-    """
-    from memvir.memory.size import format_bytes
-
-    needed = shape.bytes(num_steps, margin)
-    if budget is None or needed <= budget.bytes or (running is not None and needed <= shape.bytes(*running)):
-        return
-    message = (f"N = {num_steps} and M = {margin} keep {num_steps * (margin + 1):,} past steps: a memory of "
-               f"{format_bytes(needed)} for {dataset} ({shape.num_classes:,} training classes, {shape.dim}-d "
-               f"embeddings, batch {shape.batch_size}, {shape.store_dtype}), above the budget of "
-               f"{format_bytes(budget.bytes)} ({budget.source}). Lower N or M")
-    if shape.store_dtype == "float32":
-        half = shape.bytes(num_steps, margin, "float16")
-        if half <= budget.bytes:
-            where = "choose it under Advanced for a new Start" if running else "choose it under Advanced"
-            message += f", or use the float16 memory, which needs {format_bytes(half)} ({where})"
-    message += "."
-    if running is not None:
-        message += f" The run trains on with N = {running[0]} and M = {running[1]}."
-    raise MemoryBudgetExceeded(message)

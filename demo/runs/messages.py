@@ -27,6 +27,9 @@ class LaunchSpec:
     config: dict | None
     threads: int  # torch's (and faiss's) threads in the process
     memory_limit: int | None = None  # bytes of address space the process may take (RLIMIT_AS); None: no limit
+    # MEMVIR_MEMORY_BUDGET: the bytes MemVir's memory may take; None: the process measures what it may take
+    # (demo.runs.memory_budget) and hands that to its Trainer as its limit
+    memory_budget: int | None = None
     # the server's environment as the run is started: the process forks from one started earlier (demo.runs.process)
     environment: dict = field(default_factory=lambda: dict(os.environ))
 
@@ -63,6 +66,7 @@ class Crash:
 
     step: int | None
     error: str  # "TypeName: message"
+    message: str  # the message alone, as a refusal is shown
     refused: bool  # a ValueError: the settings, the dataset or the checkpoint are at fault, not the machine
     out_of_memory: bool
     trace: str  # the traceback, for the server's log

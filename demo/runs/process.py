@@ -127,7 +127,7 @@ class RunProcess:
         if self.ready is not None:
             return self.ready
         if self._crash is not None and self._crash.refused:
-            raise TrainingRefused(self._crash.error.split(": ", 1)[-1])
+            raise TrainingRefused(self._crash.message)
         if self._crash is not None:
             raise TrainingProcessFailed(f"the training process failed while starting ({self._crash.error})")
         raise TrainingProcessFailed(f"the training process {self._exit_reason()} while starting")

@@ -4,7 +4,6 @@
   last sent and the handlers that keep it current.
 - `live_view`: what the tab shows of a run, drawn on one background thread.
 - `figures/`: the tab's plotly figures, pure functions of a run's records and snapshots.
-- `focus_view`: the focus view (a few classes, the paper's Fig. 7) as a page keeps it.
 - `neighbours`: a clicked point of the snapshot picture, its image and its nearest neighbours.
 - `words`: the tab's words, true to docs/method.md. `presets`: each embedded dataset's settings.
   `results_table`: a run against its baseline, and what the study says to expect.

@@ -14,6 +14,7 @@ import time
 from types import SimpleNamespace
 
 from demo.common.cores import run_in_background
+from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
 
 
@@ -81,11 +82,11 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
             # offered what it cannot do
             resumable = run.can_resume and run.owner in (visitor, None)
             lines.append(run.message + (" · press **Resume** to continue" if resumable else ""))
-        if run.control_message:
-            lines.append(f"Live change: {run.control_message}")
+        if run.changes:
+            lines.append(f"Live changes: {changes_line(run.changes)}")
         baseline = run.baseline
     if baseline is not None:
-        lines.append(baseline_line(baseline))
+        lines.append(baseline_line(baseline, run.config))
     if run.owner is None:
         lines.append("An earlier server started this run, so it is nobody's now: whoever presses **Resume** "
                      "continues it.")
@@ -94,11 +95,28 @@ def status_markdown(run: LiveRun | None, visitor: str) -> str:
     return "  \n".join(lines)
 
 
-def baseline_line(baseline: LiveRun) -> str:
-    """The status line's words on a run's baseline: what it is (the same settings without MemVir), whether it trains
-    now or was loaded as a finished run of those settings, and its progress."""
+SHOWN_CHANGES = 6  # the status line's latest live changes; the results table and the model card list them all
+
+
+def changes_line(changes: list) -> str:
+    """'N 4 -> 6 at step 522, M 10 -> 20 at step 700': a run's live changes so far, the latest SHOWN_CHANGES."""
+    earlier = len(changes) - SHOWN_CHANGES
+    story = live_changes.story(changes[-SHOWN_CHANGES:])
+    return f"{earlier} earlier, then {story}" if earlier > 0 else story
+
+
+def baseline_line(baseline: LiveRun, run_config=None) -> str:
+    """The status line's words on a run's baseline: what it is (the run's settings with N = 0, and the optimiser it
+    trains: its own tuned one where the fair comparison chose one, named, or the run's, as `run_config` has it),
+    whether it trains now or was loaded as a finished run of those settings, and its progress."""
+    from demo.train.presets import optimiser_of
+
     with baseline.lock:
-        what = "**Baseline** (the same settings with N = 0: no virtual classes)"
+        own = optimiser_of(baseline.config)
+        if run_config is not None and own != optimiser_of(run_config):
+            what = f"**Baseline** (N = 0: no virtual classes; its own optimiser: {own.describe()})"
+        else:
+            what = "**Baseline** (the same settings with N = 0: no virtual classes)"
         if baseline.process is None and baseline.state == "finished":  # not trained here: read from its folder
             return f"{what}: a finished run of these settings, loaded from `{baseline.id}` · {progress_line(baseline)}"
         progress = STARTING_NOTE if baseline.state == "starting" else progress_line(baseline)

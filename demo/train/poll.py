@@ -45,6 +45,18 @@ class EmbeddingSent:
 
 
 @dataclass(frozen=True)
+class ControlsSent:
+    """What a page's live controls (the note beside them, then N, M and the warm-up: `LIVE_SLIDERS`)
+    were last sent of a run."""
+
+    run_id: str | None  # None: no run, nothing sent
+    note: str = ""
+    # the run's live values shown; None: left as the visitor set them (no training run; one value: its change pending)
+    values: tuple | None = None
+    interactive: bool = True  # False: another visitor's run trains, shown read-only
+
+
+@dataclass(frozen=True)
 class PollState:
     """One page's Train tab (a gr.State, per browser tab): the run it shows, and what its views were last sent."""
 
@@ -52,6 +64,7 @@ class PollState:
     after: float | None = None  # set by Reset: only runs started since are shown
     curves: CurvesSent | None = None  # None: nothing sent yet
     embedding: EmbeddingSent | None = None  # None: nothing sent yet
+    controls: ControlsSent | None = None  # None: nothing sent yet
     scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
     views: str | None = None  # the views key at the page's last start of its views timer (views_key); None: none yet
     interval: float = POLL_SECONDS  # the page's poll interval as last sent (demo.runs.audience)
@@ -78,11 +91,13 @@ class PollHandlers:
         (embedding, caption, slider), sent_embedding = _embedding(self.figures, run, state.embedding, color_by,
                                                                   follow)
         views = views_key(self.figures, run)
+        controls, sent_controls = _controls(run, visitor, state.controls)
         new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
-                                        embedding=sent_embedding, views=views, interval=interval)
+                                        embedding=sent_embedding, controls=sent_controls, views=views,
+                                        interval=interval)
         timer = gr.update(value=interval) if interval != state.interval else gr.skip()
         views_due = VIEWS_DUE if views != state.views else gr.skip()
-        return new_state, status, *curves, embedding, caption, slider, timer, views_due
+        return new_state, status, *controls, *curves, embedding, caption, slider, timer, views_due
 
     def show_snapshot(self, state: PollState, step, color_by):
         """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
@@ -127,6 +142,44 @@ def _use_umap(runs: RunManager, run, color_by) -> None:
     run.use_umap(runs.umap_worker)
     if color_by == live_view.FEW_CLASSES_UMAP:
         runs.umap_worker.watch(run.focus)
+
+
+LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")
+"""The live controls, in the order of the poll's and the load event's outputs, which follow the run's values."""
+
+
+def _controls(run, visitor: str, sent: ControlsSent | None):
+    """((the note beside the live controls, then each slider), each a skip when unchanged; what the page has then).
+
+    The note says what became of the run's latest live change: pending, applied at a step, or refused and why
+    (LiveRun.controls_note); nothing once the run rests. While the run trains its sliders follow its live values as
+    it confirms them (a setting the visitor's own change is pending for is left alone: the value under their hand
+    is the one on its way), read-only for a visitor whose run it is not."""
+    if run is None:
+        wanted = ControlsSent(None)
+        if sent is None or wanted == sent:
+            return (gr.skip(),) * (1 + len(LIVE_SLIDERS)), wanted
+        return ("", *(gr.update(interactive=True) for _ in LIVE_SLIDERS)), wanted
+    note = run.controls_note()
+    with run.lock:
+        training = run.training
+        values = tuple(run.live_values[name] for name in LIVE_SLIDERS) if training else None
+        pending = dict(run.pending)
+    wanted = ControlsSent(run.id, note, values, not training or run.owner == visitor)
+    before = sent if sent is not None and sent.run_id == run.id else ControlsSent(run.id, note=None)
+    sliders = []
+    for index, name in enumerate(LIVE_SLIDERS):
+        update = {}
+        old = before.values[index] if before.values is not None else None
+        if values is not None and values[index] != old and name not in pending:
+            update["value"] = values[index]
+        if wanted.interactive != before.interactive or update:
+            update["interactive"] = wanted.interactive
+        sliders.append(gr.update(**update) if update else gr.skip())
+    if values is not None:  # what is shown: a pending setting shows what the visitor moved it to (None here)
+        wanted = dataclasses.replace(wanted, values=tuple(None if name in pending else value
+                                                          for name, value in zip(LIVE_SLIDERS, values, strict=True)))
+    return (note if note != before.note else gr.skip(), *sliders), wanted
 
 
 def _curves(figures: FigureBuilder, run, sent: CurvesSent | None):

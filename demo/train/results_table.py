@@ -9,6 +9,8 @@ The figures are the last evaluation record of each run's metrics.jsonl, shown as
 
 from __future__ import annotations
 
+from demo.runs import live_changes
+
 # What to expect of the difference, from the studies' measured figures (docs/reproduction.md, sections 7 and 9, and
 # "A fair comparison")
 FAIR_ON_GLYPHS = ("These are the fair comparison's settings (docs/reproduction.md, \"A fair comparison\"): MemVir "
@@ -52,34 +54,15 @@ STUDY_ROWS = (
 )
 
 
-def live_changes(records: list[dict] | None) -> list[tuple[int, str, object, object]]:
-    """(step, setting, old, new) of every live change a run's records hold (the Trainer's control records), in
-    order; the step is the first one trained with the new value."""
-    changes = []
-    for record in records or ():
-        if record.get("type") == "control" and record.get("previous"):
-            changes += [(int(record["step"]) + 1, name, old, record[name])
-                        for name, old in record["previous"].items() if name in record]
-    return changes
-
-
-def story(changes: list[tuple[int, str, object, object]]) -> str:
-    """'N 4 -> 6 at step 522, M 10 -> 20 at step 700' in the page's names for the controls."""
-    from demo.train.words import LIVE_CONTROL_LABELS
-
-    return ", ".join(f"{LIVE_CONTROL_LABELS.get(name, name)} {old} -> {new} at step {step:,}"
-                     for step, name, old, new in changes)
-
-
 def expectations(config, changes: list | None = None) -> str:
     """The words under the table for a run of `config` (a TrainConfig, the settings it started with): what the
     study measured for a run of exactly these settings (MATCHED), or that no study matches them; a run changed
-    while it trained (`changes`, from `live_changes`) matches none."""
+    while it trained (`changes`, demo.runs.live_changes.LiveChange) matches none."""
     from memvir.config import TrainConfig
 
     if changes:
-        return (f"This run changed its settings while it trained ({story(changes)}); no study matches a run changed "
-                f"mid-way, so there is no measured expectation for it. {NOISE}")
+        return (f"This run changed its settings while it trained ({live_changes.story(changes)}); no study matches a "
+                f"run changed mid-way, so there is no measured expectation for it. {NOISE}")
     settings = config.to_dict()
     for flags, text in STUDY_ROWS:
         studied = TrainConfig(**flags).to_dict()
@@ -135,7 +118,7 @@ def results_markdown(run, baseline) -> str:
     with run.lock:
         finished = run.state == "finished"
         final = final_metrics(run.records)
-        changes = live_changes(run.records)
+        changes = live_changes.record_changes(run.records)
     with baseline.lock:
         finished = finished and baseline.state == "finished"
         base = final_metrics(baseline.records)
@@ -161,7 +144,7 @@ def arms_text(config, baseline_config, changes: list | None = None) -> str:
     memvir = (f"MemVir(N = {config.memvir_n}, M = {config.memvir_m}), {config.memvir_reduction} reduction"
               if config.memvir_n else "N = 0")
     if changes:
-        memvir += f" at the start, then {story(changes)}"
+        memvir += f" at the start, then {live_changes.story(changes)}"
     run_tuned = preset is not None and mine == preset.optimiser and tuned is not None
     baseline_tuned = tuned is not None and theirs == tuned
     if run_tuned and baseline_tuned:

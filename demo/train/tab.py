@@ -23,11 +23,12 @@ from demo.common.inputs import positive_number, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
 from demo.common.upload_store import discard
 from demo.common.uploads import display_name, unpack_upload
+from demo.runs import live_changes
 from demo.runs.manager import RunManager
 from demo.train import views as train_views
 from demo.train import words
 from demo.train.live_view import FigureBuilder
-from demo.train.poll import PollState
+from demo.train.poll import LIVE_SLIDERS, PollState
 from demo.train.presets import PAGE_DEFAULTS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
 from memvir.data.hub import HUB_PREFIX, parse_hub_name
@@ -49,7 +50,7 @@ BACKBONE_CHOICES = available_backbones()
 # memvir.memory.virtual_classes.SCHEDULES, with what each means (tests/app/test_app_pieces.py checks that they agree)
 SCHEDULE_CHOICES = [("one more virtual set every M+1 steps after the warm-up (the paper's)", "curriculum"),
                     ("all N virtual sets at the warm-up's end (the paper's Fig. 3 ablation)", "all-at-once")]
-# memvir.train.trainer's memory dtypes offered here: float16 halves MemVir's memory (demo.runs.memory_budget offers it)
+# memvir.train.trainer's memory dtypes offered here: float16 halves MemVir's memory (the library's refusal offers it)
 STORE_DTYPE_CHOICES = [("float32", "float32"), ("float16: half the memory", "float16")]
 REDUCTION_CHOICES = words.REDUCTION_CHOICES  # memvir.config.REDUCTIONS in words (a test checks they match)
 DEFAULTS = PAGE_DEFAULTS  # the library's settings with glyphs' preset (demo.train.presets)
@@ -190,41 +191,32 @@ class TrainHandlers:
             yield (f"Baseline (N = 0): a finished run of these settings, `{baseline.id}`, loaded rather than trained "
                    f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
-    # One handler per slider: each sends the run only the setting its slider moved. The event carries all three
-    # values (the client API's shape), but a page that shows stale values (opened before a change another tab made)
-    # must not reset the two it did not touch.
+    # One handler for every live control, sent one typed change: the setting moved and its new value (each slider
+    # sends its own; a client names it). A page that shows stale values (opened before a change another tab made)
+    # thus never resets the settings it did not touch.
     @reporting(message_slot=0, outputs=1)
-    def update_n(self, state: PollState, memvir_n, memvir_m=None, warmup_epochs=None, visitor=None,
-                 request: gr.Request = None):
-        """N's slider released: the running run takes the new N before its next step."""
-        return self._update_memvir(state, {"memvir_n": whole_number(memvir_n, "N", 0)}, visitor, request)
-
-    @reporting(message_slot=0, outputs=1)
-    def update_m(self, state: PollState, memvir_n=None, memvir_m=None, warmup_epochs=None, visitor=None,
-                 request: gr.Request = None):
-        """M's slider released: the running run takes the new M before its next step."""
-        return self._update_memvir(state, {"memvir_m": whole_number(memvir_m, "M", 0)}, visitor, request)
-
-    @reporting(message_slot=0, outputs=1)
-    def update_warmup(self, state: PollState, memvir_n=None, memvir_m=None, warmup_epochs=None, visitor=None,
-                      request: gr.Request = None):
-        """The warm-up's slider released: the running run takes the new warm-up before its next step."""
-        return self._update_memvir(state, {"warmup_epochs": float(warmup_epochs or 0)}, visitor, request)
-
-    def _update_memvir(self, state: PollState, wanted: dict, visitor, request) -> str:
+    def update(self, state: PollState, setting, value, visitor=None, request: gr.Request = None):
+        """A live control moved (`setting`, one of LIVE_SLIDERS): the visitor's running run takes `value` before its
+        next step. Its Trainer checks it (TrainConfig's ranges, MemVir's memory) and says why it refuses; the page
+        says it is pending until the run confirms the step it applied at (LiveRun.controls_note)."""
         visitor = visitor_key(visitor, request)
-        run = self.runs.get(state.run_id)
+        if setting not in LIVE_SLIDERS:
+            raise ValueError(f"the live controls are {', '.join(LIVE_SLIDERS)}, got {setting!r}")
+        run = self.runs.get(_shown_run_id(self.runs, state, visitor))
         if run is None or not run.training:
             return "The new MemVir settings apply when you press Start."
-        # against what the run will use once the changes already asked for apply: N 2 -> 4 -> 2 must end at 2
-        changes = {name: value for name, value in wanted.items() if run.requested_values.get(name) != value}
-        if not changes:
+        value = _as_setting(setting, value)
+        with run.lock:  # against what the run will use once the changes already asked for apply: 2 -> 4 -> 2 ends at 2
+            before = run.pending.get(setting, run.live_values[setting])
+        if before == value:
             return "The run already uses this setting."
-        old = {name: run.requested_values.get(name) for name in changes}
-        self.runs.update(run.id, visitor, **changes)
-        asked = ", ".join(f"{words.LIVE_CONTROL_LABELS[name]} {old[name]:g} -> {value:g}"
-                          for name, value in changes.items())
-        return f"Asked for {asked}: pending, the run applies it before its next step (the status line says when)."
+        self.runs.update(run.id, visitor, {setting: value})
+        return f"Asked for {live_changes.changes_words({setting: value}, {setting: before})}: {live_changes.PENDING}."
+
+    def api_update(self, setting: str, value: float, visitor: str = "", request: gr.Request = None) -> str:
+        """The client API's live change (/update): `setting` (memvir_n, memvir_m or warmup_epochs) to `value` on
+        the visitor's own running run; the answer as the page gives it beside its sliders."""
+        return self.update(PollState(), setting, value, visitor, request)
 
     @reporting(message_slot=1, outputs=20)
     def reset(self, state: PollState, visitor=None, request: gr.Request = None):
@@ -278,8 +270,14 @@ def dataset_inputs(dataset):
             gr.update(visible=dataset == HUB_CHOICE))
 
 
-LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")
-"""The live controls a re-attached page sets to its run's values, in the order of the load event's outputs."""
+
+
+def _as_setting(setting: str, value):
+    """The page's number as the setting's type: a slider sends N = 3 as 3.0. Anything else goes as it came, for the
+    run's TrainConfig to judge (a fraction of N is refused there, not rounded here)."""
+    if setting in ("memvir_n", "memvir_m") and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def live_values(runs: RunManager, run_id: str | None) -> tuple:
@@ -290,7 +288,7 @@ def live_values(runs: RunManager, run_id: str | None) -> tuple:
     if run is None or not run.training:
         return tuple(gr.update() for _ in LIVE_SLIDERS)
     with run.lock:
-        return tuple(run.requested_values[name] for name in LIVE_SLIDERS)
+        return tuple(run.pending.get(name, run.live_values[name]) for name in LIVE_SLIDERS)
 
 
 def opened(runs: RunManager, visitor: str, oauth_token: gr.OAuthToken | None = None):
@@ -406,7 +404,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     push_button = gr.Button("Push to Hub", interactive=False, size="sm")
                     push_note = gr.Markdown("", elem_classes="small-note")
             with gr.Column(scale=3, elem_classes="train-view"):
-                views = train_views.build(runs, figures, state, visitor, timer)
+                views = train_views.build(runs, figures, state, visitor, timer,
+                                          (memvir_notice, memvir_n, memvir_m, warmup))
 
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
@@ -433,9 +432,13 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                                                           views.focus_classes, memvir_notice,
                                                           views.classes_notice],
                        api_name="reset", api_visibility="private")
-    for slider, name in ((memvir_n, "update_n"), (memvir_m, "update_m"), (warmup, "update_warmup")):
-        # always_last: a change made while the previous one is on its way is sent after it, not dropped
-        slider.release(getattr(handlers, name), [state, memvir_n, memvir_m, warmup, visitor], [memvir_notice],
-                       api_name=name, show_progress="hidden", trigger_mode="always_last")
+    events = ("update_n", "update_m", "update_warmup")
+    for slider, setting, name in zip((memvir_n, memvir_m, warmup), LIVE_SLIDERS, events, strict=True):
+        # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
+        # own events; a client calls /update.
+        slider.release(handlers.update, [state, gr.State(setting), slider, visitor], [memvir_notice],
+                       api_name=name, api_visibility="private", show_progress="hidden",
+                       trigger_mode="always_last")
+    gr.api(handlers.api_update, api_name="update")
     push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub")
     return TrainTab(state, push_button, push_note, (memvir_n, memvir_m, warmup))

@@ -100,8 +100,9 @@ class Views:
 
 
 def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
-          timer: gr.Timer) -> Views:
-    """The views, inside the tab's right-hand column, with their events."""
+          timer: gr.Timer, controls: tuple) -> Views:
+    """The views, inside the tab's right-hand column, with their events. `controls`: the note beside the live
+    controls and the controls (demo.train.poll.LIVE_SLIDERS), which the poll keeps at the run's values."""
     live, handlers, clicks = PollHandlers(runs, figures), ViewsHandlers(runs, figures), NeighbourHandlers(runs)
     status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
     notice = gr.Markdown("", elem_id="notice")
@@ -152,8 +153,9 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     polled = timer.tick(live.poll, [state, color_by, follow, visitor],
-                        [state, status, curves_plot, classes_plot, cosine_plot, embedding_plot, snapshot_caption,
-                         snapshot_step, timer, views_due], api_name="poll", show_progress="hidden", queue=False)
+                        [state, status, *controls, curves_plot, classes_plot, cosine_plot, embedding_plot,
+                         snapshot_caption, snapshot_step, timer, views_due], api_name="poll", show_progress="hidden",
+                        queue=False)
     # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
     polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its

@@ -4,19 +4,6 @@ each embedded dataset. Kept true to docs/method.md (its sections are named where
 
 from __future__ import annotations
 
-import re
-
-# The live settings in the controls' own words, wherever a change of them is shown (the status line, the charts' marks)
-LIVE_CONTROL_LABELS = {"memvir_n": "N", "memvir_m": "M", "warmup_epochs": "warm-up (epochs)", "lr": "lr",
-                       "class_lr": "class lr", "focus_classes": "classes shown"}
-
-
-def plain_control_message(message: str) -> str:
-    """The Trainer's 'memvir_n 2 -> 3: applied at step 429' in the controls' words: 'N 2 -> 3: applied ...'."""
-    for name in sorted(LIVE_CONTROL_LABELS, key=len, reverse=True):  # class_lr before lr
-        message = re.sub(rf"(?<![\w]){name}(?![\w])", LIVE_CONTROL_LABELS[name], message)
-    return message
-
 # docs/reproduction.md, section 10: the paper's regime, measured; no preset offers it, as that study's rule decided
 HUB_DATASET_INFO = ("An image-classification dataset on the Hub, read with 🤗 datasets: its one Image and one "
                     "ClassLabel column. Its splits are kept if they hold different classes (as SOP's); otherwise they "

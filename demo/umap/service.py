@@ -8,7 +8,7 @@ blocks only the calling thread, which waits on a pipe. While a run trains, the c
 
 `UmapService` is what the run manager holds: a memvir.analysis.projection.UmapWorker for the all-classes picture, laid
 out in the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
-(demo.train.focus_view, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small share of
+(demo.runs.focus_track, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small share of
 one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while training");
 the snapshots in between keep their PCA. When the run rests, every kept snapshot gets its UMAP, newest first.
 """

@@ -43,8 +43,10 @@ def _client(server) -> Client:
 
 
 def _poll(client) -> dict:
-    status, curves, classes, cosine, embedding, caption, slider, _timer, _views_due = client.predict(api_name="/poll")
-    return {"status": status, "curves": curves, "classes": classes, "embedding": embedding, "caption": caption}
+    (status, controls_note, _n, _m, _warmup, curves, classes, cosine, embedding, caption, slider, _timer,
+     _views_due) = client.predict(api_name="/poll")
+    return {"status": status, "controls_note": controls_note, "curves": curves, "classes": classes,
+            "embedding": embedding, "caption": caption}
 
 
 def _plot_traces(plot) -> list[dict] | None:
@@ -112,10 +114,12 @@ def test_train_watch_change_n_stop_resume(server):
     assert bob.predict(api_name="/compare_baseline").startswith("⚠️ this run was started by another visitor")
     assert "you are watching a run started by another visitor (read-only)" in _poll(bob)["status"].lower()
 
-    # N live: 5 -> 9 applies at the next step and the status line says so
-    assert alice.predict(memvir_n=9, memvir_m=2, warmup_epochs=0.5, api_name="/update_n").startswith("Asked for")
-    changed = _poll_until(alice, lambda view: "N 5 -> 9: applied at step" in view["status"], "N applied")
-    assert re.search(r"Live change: N 5 -> 9: applied at step \d+", changed["status"])
+    # N live: 5 -> 9 applies at the next step; the note beside the controls and the status line say at which
+    assert alice.predict(setting="memvir_n", value=9, api_name="/update").startswith("Asked for N 5 -> 9: pending")
+    changed = _poll_until(alice, lambda view: "N 5 -> 9: applied at step" in (view["controls_note"] or ""),
+                          "N applied")
+    applied_at = re.fullmatch(r"N 5 -> 9: applied at step (\d+)", changed["controls_note"]).group(1)
+    assert f"Live changes: N 5 -> 9 at step {int(applied_at):,}" in changed["status"]
     _poll_until(alice, lambda view: "of 9" in view["status"], "9 virtual sets allowed")
 
     assert alice.predict(api_name="/stop").startswith("Stopping")

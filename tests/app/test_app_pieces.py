@@ -194,9 +194,12 @@ def test_status_line_names_live_changes_in_the_pages_words(tmp_path):
     run = _run(tmp_path, memvir_n=5)
     run._on_event(ControlEvent(123, {"memvir_n": 10}, "memvir_n 5 -> 10: applied at step 124"))
     run._on_event(ControlEvent(130, {"memvir_m": 3, "warmup_epochs": 2.0}, "..."))
-    assert run.control_message == "M 10 -> 3, warm-up (epochs) 1.0 -> 2.0: applied at step 131"
+    assert run.control_message == "M 10 -> 3, warm-up (epochs) 1 -> 2: applied at step 131"
     run._on_event(ControlEvent(140, {"memvir_n": 7}, "..."))
-    assert "Live change: N 10 -> 7: applied at step 141" in live_view.status_markdown(run, "owner")
+    assert run.control_message == "N 10 -> 7: applied at step 141"
+    # the status line lists every change so far, each at the first step trained with it
+    assert ("Live changes: N 5 -> 10 at step 124, M 10 -> 3 at step 131, warm-up (epochs) 1 -> 2 at step 131, "
+            "N 10 -> 7 at step 141") in live_view.status_markdown(run, "owner")
 
 
 def test_a_run_keeps_the_records_of_the_events_it_hears_as_metrics_jsonl_would(tmp_path):

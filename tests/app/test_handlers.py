@@ -26,11 +26,11 @@ from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train import words
-from demo.train.poll import CurvesSent, EmbeddingSent, PollHandlers, PollState
+from demo.train.poll import ControlsSent, CurvesSent, EmbeddingSent, PollHandlers, PollState
 from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
 from memvir.config import TrainConfig
-from memvir.events import SnapshotEvent, StatusEvent
+from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent
 from memvir.models.embedding_model import EmbeddingModel
 
 SKIP = gr.skip()
@@ -87,6 +87,11 @@ class StandInFigures:
         return key, step, f"picture {key} by {color_by}", f"caption of step {step}"
 
 
+def _split(answer: tuple) -> tuple:
+    """A poll's answer as (state, status, the live controls' four, the views' six, timer, views timer)."""
+    return answer[0], answer[1], list(answer[2:6]), list(answer[6:-2]), answer[-2], answer[-1]
+
+
 def _live_run(tmp_path) -> LiveRun:
     run = LiveRun("r1", "alice", tmp_path / "r1", TrainConfig(dataset="glyphs-mini", epochs=5))
     run.total_steps = 45
@@ -128,33 +133,36 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     live = PollHandlers(runs, figures)
 
     # a fresh page, no run: the empty views once, then nothing new
-    state, status, *views, timer, due = live.poll(PollState(), "age", True, visitor="bob")
+    state, status, controls, views, timer, due = _split(live.poll(PollState(), "age", True, visitor="bob"))
     assert status.startswith("**Ready.**")
     assert [_message(figure) for figure in views[:3]] == [EMPTY_CURVES] * 3
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.",
                                                        gr.update(maximum=1, value=1))
-    assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run")
+    assert state == PollState(curves=CurvesSent(None), embedding=EmbeddingSent(None), views="no run",
+                              controls=ControlsSent(None))
+    assert controls == [SKIP] * 4  # no run: the live controls as the visitor left them
     assert due == DUE  # the page's second poll: the empty spread figures and no results table
     assert timer == SKIP  # one page, no crowd: its timer stays at a poll a second
-    again, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    again, _, controls, views, timer, due = _split(live.poll(state, "age", True, visitor="bob"))
     assert views == [SKIP] * 6 and again == state and due == SKIP
 
     # a run starts: its curves, and the picture that says no snapshot yet (the slider stays)
     runs.run = _live_run(tmp_path)
-    state, status, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    state, status, controls, views, timer, due = _split(live.poll(state, "age", True, visitor="bob"))
     assert status.startswith("**Training** · step 0 of 45")
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.", SKIP)
     running = repr((("r1", None), ("r1", "running", None)))  # the spread key as drawn, and the results key
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
-                              views=running)
+                              controls=ControlsSent("r1"), views=running)
+    assert controls == ["", SKIP, SKIP, SKIP]  # it does not train: nothing beside the controls, left as they are
     assert due == DUE
-    assert live.poll(state, "age", True, visitor="bob")[2:] == (SKIP,) * 8
+    assert live.poll(state, "age", True, visitor="bob")[2:] == (SKIP,) * 12
 
     # new records and the first snapshot: both views, the slider moved to the snapshot's step
     figures.curve_key, figures.latest = ("r1", 2), (("r1", 1), 30)
-    state, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "age", True, visitor="bob"))
     assert views == ["loss ('r1', 2)", "classes ('r1', 2)", "cosine ('r1', 2)", "picture ('r1', 1) by age",
                      "caption of step 30", gr.update(maximum=30, value=30)]
     assert state.embedding == EmbeddingSent("r1", ("r1", 1), "age")
@@ -162,28 +170,67 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
 
     # a spread measure: the spread figures redrawn, and the page asks for them
     figures.spread_key = ("r1", 30)
-    state, _, *views, timer, due = live.poll(state, "age", True, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "age", True, visitor="bob"))
     assert views == [SKIP] * 6 and due == DUE and state.views == repr((("r1", 30), ("r1", "running", None)))
 
     # another colouring is another picture; the curves are as they were
-    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "class", True, visitor="bob"))
     assert views == [SKIP] * 3 + ["picture ('r1', 1) by class", "caption of step 30", gr.update(maximum=30, value=30)]
 
     # not following: only the slider's range, once per change to the run's snapshots
-    state, _, *views, timer, due = live.poll(state, "class", False, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "class", False, visitor="bob"))
     assert views == [SKIP] * 5 + [gr.update(maximum=1)]  # the run holds no snapshot itself: the range is (0, 1)
     assert state.embedding == EmbeddingSent("r1", ("r1", 0), following=False)
-    assert live.poll(state, "class", False, visitor="bob")[2:] == (SKIP,) * 8
+    assert live.poll(state, "class", False, visitor="bob")[2:] == (SKIP,) * 12
 
     # following again: the latest picture at once
-    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "class", True, visitor="bob"))
     assert views[3:5] == ["picture ('r1', 1) by class", "caption of step 30"]
 
     # the run forgotten: the empty views again
     runs.run = None
-    state, _, *views, timer, due = live.poll(state, "class", True, visitor="bob")
+    state, _, controls, views, timer, due = _split(live.poll(state, "class", True, visitor="bob"))
     assert [_message(figure) for figure in views[:4]] == [EMPTY_CURVES] * 3 + [NO_SNAPSHOT]
     assert state.run_id == "r1"  # the run the page showed last: its buttons still name it
+
+
+def test_the_live_controls_show_the_run_read_only_to_a_watcher_and_what_became_of_each_change(tmp_path):
+    """The sliders follow the run's live values as it confirms them (a watcher's read-only), and the note beside
+    them says a change is pending until the run applies it at a step or refuses it, and why; nothing once it ends."""
+    runs, figures = StandInRuns(), StandInFigures()
+    live = PollHandlers(runs, figures)
+    run = runs.run = _live_run(tmp_path)  # the library's N 2, M 50, warm-up 2
+    run.reserved = True  # training, as from Start on
+    _, _, controls, *_ = _split(live.poll(PollState(), "age", True, visitor="bob"))
+    assert controls == ["", gr.update(value=2, interactive=False), gr.update(value=50, interactive=False),
+                        gr.update(value=2.0, interactive=False)]
+    owner, _, controls, *_ = _split(live.poll(PollState(), "age", True, visitor="alice"))
+    assert controls == ["", gr.update(value=2, interactive=True), gr.update(value=50, interactive=True),
+                        gr.update(value=2.0, interactive=True)]
+    assert _split(live.poll(owner, "age", True, visitor="alice"))[2] == [SKIP] * 4
+
+    # N 2 -> 3 asked: pending beside the controls; N's slider stays where the visitor's hand put it
+    run.asked({"memvir_n": 3})
+    owner, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
+    assert controls == ["Asked for N 2 -> 3: pending, the run applies it before its next step.", SKIP, SKIP, SKIP]
+    run._on_event(ControlEvent(40, {"memvir_n": 3}, "", previous={"memvir_n": 2}))
+    owner, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
+    assert controls == ["N 2 -> 3: applied at step 41", gr.update(value=3, interactive=True), SKIP, SKIP]
+
+    # M 50 -> 5000 refused when its memory could not be had: why, and M's slider back at the run's 50
+    run.asked({"memvir_m": 5000})
+    owner, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
+    assert controls[0] == "Asked for M 50 -> 5000: pending, the run applies it before its next step."
+    run._on_event(ControlRefused(50, {"memvir_m": 5000}, "can't allocate memory", ""))
+    owner, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
+    assert controls == ["M 50 -> 5000 refused at step 51: its memory could not be allocated (can't allocate memory); "
+                        "the run trains on with N = 3, M = 50", SKIP, gr.update(value=50, interactive=True), SKIP]
+
+    # the run ends: the note goes, and the sliders are everyone's to set for the next Start
+    run.reserved = False
+    run._on_event(StatusEvent("finished", 60, "finished 60 steps"))
+    _, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
+    assert controls == ["", SKIP, SKIP, SKIP]
 
 
 def _snapshot(step: int) -> SnapshotEvent:
@@ -269,7 +316,7 @@ def test_controls_without_a_run_say_what_to_do(runs):
         assert list(train.compare(state, visitor="\x00")) == [
             "⚠️ the page's visitor key (reload the page for a new one) holds a control character (U+0000): remove it "
             "and try again"]
-    assert train.update_n(state, 3, 2, 1.0, visitor="alice") == (
+    assert train.update(state, "memvir_n", 3, visitor="alice") == (
         "The new MemVir settings apply when you press Start.")
     assert train_tab.dataset_inputs("zip") == (gr.update(visible=False), gr.update(visible=True),
                                                gr.update(visible=False))
@@ -294,13 +341,15 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
 
     # a live change, then the page reloaded: its sliders show the run's values (N 3, not the settings it started
     # with), and a change of M from a page that still shows N 4 leaves N alone
-    assert train.update_n(state, 3, 2, 0.5, visitor="alice").startswith("Asked for N 2 -> 3: pending")
+    assert train.update(state, "memvir_n", 3.0, visitor="alice").startswith("Asked for N 2 -> 3: pending")
     page = PageHandlers(runs, RetrievalService(runs.settings))
     assert page.load(visitor="alice")[4:7] == (3, 2, 0.5)
     watcher = page.load(visitor="bob")  # another visitor's page watches the run that trains, and sees it as it is
     assert watcher[1].run_id == run.id and watcher[4:7] == (3, 2, 0.5)
-    assert train.update_m(state, 4, 5, 0.5, visitor="alice").startswith("Asked for M 2 -> 5: pending")
-    assert (run.requested_values["memvir_n"], run.requested_values["memvir_m"]) == (3, 5)
+    assert train.update(state, "memvir_m", 5, visitor="alice").startswith("Asked for M 2 -> 5: pending")
+    with run.lock:
+        assert (run.pending.get("memvir_n", run.live_values["memvir_n"]),
+                run.pending.get("memvir_m", run.live_values["memvir_m"])) == (3, 5)
 
     reset_state, message, *values, memvir_notice, classes_notice = train.reset(state, visitor="alice")
     assert message == "Stopped the run (its folder is kept for retrieval) and reset the settings."
@@ -426,11 +475,9 @@ API = {
     "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
                "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
                "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
-               "loss_scale", "visitor"],
+               "loss_scale", "hub_dataset", "visitor"],
     "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
-    "/update_n": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
-    "/update_m": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"],
-    "/update_warmup": ["memvir_n", "memvir_m", "warmup_epochs", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
+    "/update": ["setting", "value", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
     "/list_checkpoints": [], "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
     "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files", "cutoff"],
     "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files", "cutoff"],
@@ -451,7 +498,7 @@ PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", 
            "follow_snapshots", "poll_views", "views_due", "show_classes", "query_class_hint",
            "query_class_hint_after_load", "clear_sketch", "list_second_checkpoints", "remember_pick",
            "threshold_as_cutoff", "threshold_view_with_cutoff", "show_gallery_upload", "pick_query_class",
-           "snapshot_neighbours", "search_result_tile"}
+           "snapshot_neighbours", "search_result_tile", "update_n", "update_m", "update_warmup"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
@@ -471,7 +518,7 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
                  if block_fn.fn is not None}  # events that run only in the browser have no handler
         assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
-            "update_warmup", "push_to_hub", "poll_views", "show_classes"}
+            "update_warmup", "update", "push_to_hub", "poll_views", "show_classes"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
         # a refusal answers every output its event has (reporting's count), the message in its place
         counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))

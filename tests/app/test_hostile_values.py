@@ -201,7 +201,7 @@ def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
     """Before, N 2 -> 4 and at once 4 -> 2 (both before the run's next step: here it is paused) answered 'The run
     already uses these MemVir settings' (it compared with the applied N, still 2), and the run applied N = 4."""
     def asked(change):
-        return f"Asked for {change}: pending, the run applies it before its next step (the status line says when)."
+        return f"Asked for {change}: pending, the run applies it before its next step."
 
     with _serving(tmp_path, tiny_checkpoints) as (url, app):
         client = Client(url, verbose=False)
@@ -209,20 +209,19 @@ def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
         client.predict(api_name="/pause")
         paused = poll_status_until(client, lambda status: status.startswith("**Paused**"), "the run paused",
                                    DEADLINE_S)
-        assert client.predict(memvir_n=4, memvir_m=2, warmup_epochs=0, api_name="/update_n") == asked("N 2 -> 4")
-        assert client.predict(memvir_n=2, memvir_m=2, warmup_epochs=0, api_name="/update_n") == asked("N 4 -> 2")
-        assert client.predict(memvir_n=3, memvir_m=2, warmup_epochs=0, api_name="/update_n") == asked("N 2 -> 3")
-        assert client.predict(memvir_n=3, memvir_m=2, warmup_epochs=0, api_name="/update_n") == (
+        assert client.predict(setting="memvir_n", value=4, api_name="/update") == asked("N 2 -> 4")
+        assert client.predict(setting="memvir_n", value=2, api_name="/update") == asked("N 4 -> 2")
+        assert client.predict(setting="memvir_n", value=3, api_name="/update") == asked("N 2 -> 3")
+        assert client.predict(setting="memvir_n", value=3, api_name="/update") == (
             "The run already uses this setting.")  # what it will use once the change applies
-        # N's slider sends N alone: the M and warm-up this client's page shows (stale: 7, 3) change nothing
-        assert client.predict(memvir_n=3, memvir_m=7, warmup_epochs=3, api_name="/update_n") == (
-            "The run already uses this setting.")
         client.predict(api_name="/resume")
         poll_status_until(client, lambda status: step_of(status) > step_of(paused) + 3, "steps after the changes",
                           DEADLINE_S)
         run = app.run_manager.runs()[-1]
         assert run.live_values["memvir_n"] == 3 and "virtual sets" in page_status(client)
         assert [r["memvir_n"] for r in run.records if r["type"] == "control"] == [3]  # one change: 2 -> 3
+        # a change names its one setting: M and the warm-up were never sent
+        assert (run.live_values["memvir_m"], run.live_values["warmup_epochs"]) == (2, 0)
         client.predict(api_name="/stop")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
@@ -236,11 +235,11 @@ def test_a_flood_of_live_changes_is_answered_and_the_newest_applies(tiny_checkpo
         _start_long_run(client)
         jobs = []
         for value in values:
-            jobs.append(client.submit(memvir_n=value, memvir_m=2, warmup_epochs=0, api_name="/update_n"))
+            jobs.append(client.submit(setting="memvir_n", value=value, api_name="/update"))
             time.sleep(0.05)
         deadline = time.monotonic() + 60.0
         answers = [job.result(timeout=max(0.1, deadline - time.monotonic())) for job in jobs]
-        assert all(answer.startswith("Asked for N ") and answer.endswith("(the status line says when).")
+        assert all(answer.startswith("Asked for N ") and answer.endswith("the run applies it before its next step.")
                    or answer == "The run already uses this setting." for answer in answers), set(answers)
         run = app.run_manager.runs()[-1]
         sent_at = step_of(page_status(client))

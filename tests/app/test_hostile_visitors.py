@@ -302,10 +302,13 @@ def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
                        api_name="/start")
     with _serving(settings) as (client, app):
         notice = client.predict(**settings_kw)
+        # the library's refusal (its limit is the budget the run's process took), and where that limit came from
         assert notice == (
-            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB for glyphs-mini (24 training classes, "
-            "128-d embeddings, batch 32, float32), above the budget of 190.7 MiB (set by MEMVIR_MEMORY_BUDGET). "
-            "Lower N or M, or use the float16 memory, which needs 139.9 MiB (choose it under Advanced).")
+            "⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, "
+            "24 classes, dimension 128, float32, over the memory limit of 190.7 MiB (200,000,000 bytes). Lower N or "
+            "M, store the memory in float16/bfloat16 (139.9 MiB), or raise the limit (max_memory_bytes=..., or the "
+            "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, "
+            "set by MEMVIR_MEMORY_BUDGET.")
         assert app.run_manager.runs() == [] and not settings.runs_dir.exists(), "a refused start leaves nothing"
         started = client.predict(**settings_kw, memvir_store_dtype="float16")
         assert started.startswith("Started run `"), started
@@ -318,8 +321,9 @@ def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, t
     with _serving(settings) as (client, _):
         notice = client.predict(dataset="glyphs-mini", batch_size=32, memvir_n=50, memvir_m=200, warmup_epochs=0,
                                 api_name="/start")
-    assert notice.startswith("⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB")
-    assert notice.endswith("above the budget of 95.4 MiB (set by MEMVIR_MEMORY_BUDGET). Lower N or M.")
+    assert notice.startswith("⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB")
+    assert ("over the memory limit of 95.4 MiB (100,000,000 bytes). Lower N or M, or raise the limit" in notice
+            and "float16/" not in notice and notice.endswith("the run's memory budget, set by MEMVIR_MEMORY_BUDGET."))
 
 
 def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints, tmp_path):
@@ -333,18 +337,19 @@ def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints,
         assert started.startswith("Started run `"), started
         before = poll_status_until(client, lambda status: status.startswith("**Training**") and "virtual sets 10 of 10"
                                    in status, "all 10 virtual sets in use", DEADLINE_S)
-        notice = client.predict(memvir_n=50, memvir_m=2, warmup_epochs=0, api_name="/update_n")
+        notice = client.predict(setting="memvir_n", value=50, api_name="/update")
         assert notice == (
-            "⚠️ N = 50 and M = 2 keep 150 past steps: a memory of 4.1 MiB for glyphs-mini (24 training classes, "
-            "128-d embeddings, batch 32, float32), above the budget of 2.9 MiB (set by MEMVIR_MEMORY_BUDGET). "
-            "Lower N or M, or use the float16 memory, which needs 2.1 MiB (choose it under Advanced for a new "
-            "Start). The run trains on with N = 10 and M = 2.")
+            "⚠️ MemVir: N=50, M=2 keep N(M+1) = 150 past steps: 4.1 MiB (4,339,200 bytes) at batch 32, 24 classes, "
+            "dimension 128, float32, over the memory limit of 2.9 MiB (3,000,000 bytes). Lower N or M, store the "
+            "memory in float16/bfloat16 (2.1 MiB), or raise the limit (max_memory_bytes=..., or the "
+            "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, set "
+            "by MEMVIR_MEMORY_BUDGET. The run trains on with N = 10 and M = 2.")
         later = poll_status_until(client, lambda status: step_of(status) > step_of(before) + 5, "the run training on",
                                   DEADLINE_S)
         assert later.startswith("**Training**") and "virtual sets 10 of 10" in later
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 10
         # a change within the budget still applies
-        assert client.predict(memvir_n=20, memvir_m=2, warmup_epochs=0, api_name="/update_n").startswith("Asked")
+        assert client.predict(setting="memvir_n", value=20, api_name="/update").startswith("Asked")
         poll_status_until(client, lambda status: "virtual sets" in status and "of 20" in status, "N = 20 applied",
                           DEADLINE_S)
         client.predict(api_name="/stop")
@@ -396,8 +401,8 @@ def test_a_fraction_sent_as_a_live_change_is_refused(tiny_checkpoints, tmp_path)
     with _serving(_settings(tmp_path, tiny_checkpoints)) as (client, app):
         client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2, snapshot_every=0,
                        api_name="/start")
-        assert client.predict(memvir_n=3.5, memvir_m=2, warmup_epochs=0, api_name="/update_n") == (
-            "⚠️ N must be a whole number of at least 0, got 3.5")
+        assert client.predict(setting="memvir_n", value=3.5, api_name="/update") == (
+            "⚠️ TrainConfig: memvir_n must be an integer >= 0, got 3.5. The run trains on with N = 2 and M = 2.")
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 2
         client.predict(api_name="/stop")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from demo.train import words
+from demo.runs import live_changes
 from demo.train.figures.style import BASELINE_COLOR, MAIN_COLOR, built, empty_figure, house_layout, merged, scatter
 
 MAX_PLOTTED_POINTS = 2000
@@ -100,17 +100,15 @@ def baseline_line(steps: np.ndarray, values: np.ndarray, name: str, **more) -> d
 
 def control_note(record: dict) -> tuple[int, str, str]:
     """(the step it applied at, the note, the hover) of a live change's record in the controls' words
-    (demo.train.words.plain_control_message): the Trainer's 'memvir_n 2 -> 3: applied at step 429' becomes the note
-    'N 2 -> 3 at step 429', drawn at step 429. The record's own step is the last one trained before the change
-    (memvir.events.ControlEvent), so the change applies at the next. A long list of changes is cut, never its step."""
-    message = words.plain_control_message(str(record.get("message", "")))
-    applied = int(record["step"]) + 1
-    changes = message.split(": applied")[0]
+    (demo.runs.live_changes, from the record's fields): 'N 2 -> 3 at step 429', drawn at step 429. The record's own
+    step is the last one trained before the change (memvir.events.ControlEvent), so the change applies at the next.
+    A long list of changes is cut, never its step."""
+    applied, changes, sentence = live_changes.control_words(record)
     where = f" at step {applied:,}"
     room = CONTROL_NOTE_CHARS - len(where)
     if len(changes) > room:
         changes = changes[:room - 1] + "…"
-    return applied, changes + where, message
+    return applied, changes + where, sentence
 
 
 def control_lanes(steps: list[int], texts: list[str], span: int) -> list[int | None]:

@@ -1,5 +1,5 @@
 """The few-class picture (the paper's Fig. 7, for a few classes): a plotly figure of a `FocusView`
-(demo.train.focus_view).
+(demo.runs.focus_track).
 
 Each class has one colour, the same in every snapshot (its place among the focus classes, sorted); age shades it
 towards white, so a virtual set of j(M+1) steps ago is the paler the older it is. Symbols say what a point is: a dot
@@ -16,9 +16,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
+from demo.runs.focus_track import FocusView
 from demo.train.figures.embeddings import age_label
 from demo.train.figures.style import built, empty_figure, house_layout, scatter
-from demo.train.focus_view import FocusView
 
 FEW_PALETTE = qualitative.T10  # ten clearly different colours: the default view shows 8 classes
 MANY_PALETTE = qualitative.Alphabet  # up to 26, for a visitor who asks for more

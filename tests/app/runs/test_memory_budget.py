@@ -112,12 +112,14 @@ def test_a_start_past_a_cgroups_limit_is_refused_with_the_limit_named(tmp_path, 
     with serving(settings) as (url, app):
         notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50,
                                                     memvir_m=200, warmup_epochs=0, api_name="/start")
+        # the library's refusal, against the budget the run's process measured, and where that budget came from
         assert notice == (
-            "⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 277.3 MiB for glyphs-mini (24 training "
-            "classes, 128-d embeddings, batch 32, float32), above the budget of 143.1 MiB (50% of the 286.1 MiB that "
-            "the memory limit of the run's cgroup leaves free, a limit of 1.9 GiB with 1.6 GiB in use; "
-            "MEMVIR_MEMORY_BUDGET sets it). Lower N or M, or use the float16 memory, which needs 139.9 MiB (choose it "
-            "under Advanced).")
+            "⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, 24 "
+            "classes, dimension 128, float32, over the memory limit of 143.1 MiB (150,000,000 bytes). Lower N or M, "
+            "store the memory in float16/bfloat16 (139.9 MiB), or raise the limit (max_memory_bytes=..., or the "
+            "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, 50% "
+            "of the 286.1 MiB that the memory limit of the run's cgroup leaves free, a limit of 1.9 GiB with 1.6 GiB "
+            "in use; MEMVIR_MEMORY_BUDGET sets it.")
         assert app.run_manager.runs() == []
 
 
@@ -171,11 +173,12 @@ def test_a_start_past_the_run_processs_address_space_is_refused_with_the_limit_n
         notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=288, epochs=50, memvir_n=50,
                                                     memvir_m=200, warmup_epochs=0, api_name="/start")
         assert re.fullmatch(
-            r"⚠️ N = 50 and M = 200 keep 10,050 past steps: a memory of 1\.5 GiB for glyphs-mini \(24 training "
-            r"classes, 128-d embeddings, batch 288, float32\), above the budget of \d+\.\d (MiB|GiB) \(50% of the "
-            r"\d+\.\d (MiB|GiB) that the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of "
-            r"4\.7 GiB of which it takes \d\.\d GiB; MEMVIR_MEMORY_BUDGET sets it\)\. Lower N or M(, or use the "
-            r"float16 memory, which needs 787\.6 MiB \(choose it under Advanced\))?\.", notice), notice
+            r"⚠️ MemVir: N=50, M=200 keep N\(M\+1\) = 10,050 past steps: 1\.5 GiB \([\d,]+ bytes\) at batch 288, 24 "
+            r"classes, dimension 128, float32, over the memory limit of \d+\.\d (MiB|GiB) \([\d,]+ bytes\)\. Lower N "
+            r"or M(, store the memory in float16/bfloat16 \(787\.6 MiB\))?, or raise the limit .*\. Here the limit "
+            r"is the run's memory budget, 50% of the \d+\.\d (MiB|GiB) that the address-space limit of the run's "
+            r"process \(RLIMIT_AS\) leaves it, a limit of 4\.7 GiB of which it takes \d\.\d GiB; "
+            r"MEMVIR_MEMORY_BUDGET sets it\.", notice), notice
         assert app.run_manager.runs() == []
 
 
@@ -194,11 +197,12 @@ def test_a_live_change_past_the_run_processs_address_space_is_refused_and_the_ru
         while (run.last_step is None or run.last_step.step < 3) and time.monotonic() < deadline:
             time.sleep(0.2)
         with pytest.raises(ValueError) as refused:
-            manager.update(run.id, "alice", memvir_n=50, memvir_m=6000)  # 8.7 GB
-        assert re.fullmatch(r"N = 50 and M = 6000 keep 300,050 past steps: a memory of 8\.1 GiB .*above the budget of "
-                            r".*the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit of 5\.6 "
-                            r"GiB .* The run trains on with N = 2 and M = 2\.", str(refused.value)), str(refused.value)
-        assert run.training and run.requested_values["memvir_n"] == 2
+            manager.update(run.id, "alice", {"memvir_n": 50, "memvir_m": 6000})  # 8.7 GB
+        assert re.fullmatch(r"MemVir: N=50, M=6000 keep N\(M\+1\) = 300,050 past steps: 8\.1 GiB .*over the memory "
+                            r"limit of .*the address-space limit of the run's process \(RLIMIT_AS\) leaves it, a limit "
+                            r"of 5\.6 GiB .* The run trains on with N = 2 and M = 2\.", str(refused.value)), (
+            str(refused.value))
+        assert run.training and run.pending == {} and run.live_values["memvir_n"] == 2
     finally:
         manager.close()
 

@@ -72,7 +72,7 @@ def test_one_run_at_a_time_and_only_its_owner_steers_it(manager):
         with pytest.raises(NotRunOwner, match="this run was started by another visitor: you can watch it"):
             action(run.id, "bob")
     with pytest.raises(NotRunOwner):
-        manager.update(run.id, "bob", memvir_n=1)
+        manager.update(run.id, "bob", {"memvir_n": 1})
     assert manager.attach("bob") is run  # another visitor watches the run in progress
     assert manager.attach("alice") is run  # a reloaded page finds its own run again
     manager.stop(run.id, "alice")
@@ -106,7 +106,7 @@ def test_pause_then_resume(manager):
 def test_live_change_then_stop_and_resume_continue_the_same_run(manager):
     run = manager.start(quick(epochs=200, memvir_n=2), "alice")
     wait_for(lambda: run.last_step is not None)
-    manager.update(run.id, "alice", memvir_n=4)
+    manager.update(run.id, "alice", {"memvir_n": 4})
     wait_for(lambda: run.control_message is not None)
     applied_at = int(re.fullmatch(r"N 2 -> 4: applied at step (\d+)", run.control_message).group(1))
     assert run.live_values["memvir_n"] == 4

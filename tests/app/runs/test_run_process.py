@@ -336,15 +336,17 @@ def test_a_live_change_that_allocates_past_the_memory_limit_is_refused_and_the_r
         run = manager.start(TrainConfig.from_dict(quick(epochs=500, memvir_n=2, memvir_m=2, warmup_epochs=0,
                                                         snapshot_every=0)), "alice")
         wait_for(lambda: run.last_step is not None and run.last_step.step >= 10, "a checkpoint's epoch behind it")
-        manager.update(run.id, "alice", memvir_n=50, memvir_m=6000)
-        assert run.requested_values["memvir_n"] == 50  # asked for, until the run says it could not be had
+        manager.update(run.id, "alice", {"memvir_n": 50, "memvir_m": 6000})
+        with run.lock:
+            refused_already = run.control_message is not None
+            assert refused_already or run.pending["memvir_n"] == 50  # asked for, until the run says it could not be had
         wait_for(lambda: run.control_message is not None, "the change refused")
         assert re.fullmatch(r"N 2 -> 50, M 2 -> 6000 refused at step (\d+): its memory could not be allocated "
                             r"\(.*can't allocate memory.*\); the run trains on with N = 2, M = 2",
                             run.control_message), run.control_message
         refused_at = run.last_step.step
         wait_for(lambda: run.last_step.step > refused_at + 3, "the run training on")
-        assert run.state == "running" and run.live_values["memvir_n"] == 2 and run.requested_values["memvir_n"] == 2
+        assert run.state == "running" and run.live_values["memvir_n"] == 2 and "memvir_n" not in run.pending
         assert run.last_step.num_virtual_sets == 2
         manager.stop(run.id, "alice")
         run.join(DEADLINE_S)
@@ -381,7 +383,7 @@ def test_a_refusal_that_arrives_before_the_reply_is_not_undone_by_the_ask(tmp_pa
     run = _live_run(tmp_path)
     run.process = _RefusesBeforeItReplies(run)
     RunManager._ask(run, {"memvir_n": 50, "memvir_m": 6000})
-    assert run.requested_values["memvir_n"] == 2 and run.requested_values["memvir_m"] == 2
+    assert run.pending == {} and (run.live_values["memvir_n"], run.live_values["memvir_m"]) == (2, 2)
     assert run.control_message.startswith("N 2 -> 50, M 2 -> 6000 refused at step 8")
 
 
@@ -389,10 +391,9 @@ def test_an_ask_the_process_never_took_is_withdrawn(tmp_path):
     run = _live_run(tmp_path)
     run.process = _Gone()
     run.asked({"memvir_n": 4})
-    with pytest.raises(TrainingRefused):
+    with pytest.raises(ValueError, match="the run is no longer training"):
         RunManager._ask(run, {"memvir_n": 8, "focus_classes": [1, 2]})
-    assert run.requested_values["memvir_n"] == 4
-    assert run.requested_values["focus_classes"] == run.live_values["focus_classes"]
+    assert run.pending == {"memvir_n": 4}  # the ask before it stands; the classes asked for are not pending
 
 
 def test_the_server_keeps_torch_and_faiss_to_one_thread():

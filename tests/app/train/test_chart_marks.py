@@ -35,14 +35,25 @@ def test_the_warm_up_end_and_an_arrival_between_logged_steps_are_marked_where_th
     np.testing.assert_allclose(loss.y, [3.0 - step / 100 for step in (1, 7, 10, 20, 21, 30)])
 
 
-def test_a_live_change_is_kept_as_the_trainer_recorded_it():
+def test_a_live_change_is_kept_as_the_trainer_recorded_it_and_marked_from_its_fields():
     run = LiveRun("r1", "alice", Path("unused"), TrainConfig(dataset="glyphs-mini", memvir_n=2))
     run._on_event(step_event(1, warmup=False, k=0, logged=True))
-    run._on_event(ControlEvent(428, {"memvir_n": 3}, "memvir_n 2 -> 3: applied at step 429"))
-    assert run.records[-1] == {"type": "control", "step": 428, "message": "memvir_n 2 -> 3: applied at step 429",
-                               "memvir_n": 3}
+    # the Trainer's sentence reworded: the mark is drawn from the record's fields, never from its words
+    run._on_event(ControlEvent(428, {"memvir_n": 3}, "N went from two to three", previous={"memvir_n": 2}))
+    assert run.records[-1] == {"type": "control", "step": 428, "message": "N went from two to three",
+                               "memvir_n": 3, "previous": {"memvir_n": 2}}
     note = [note for note in curves_figure(run.records).layout.annotations if note.name == "control"][0]
-    assert (note.text, note.x) == ("N 2 -> 3 at step 429", 429)
+    assert (note.text, note.x, note.hovertext) == ("N 2 -> 3 at step 429", 429, "N 2 -> 3: applied at step 429")
+
+
+def test_a_record_from_before_records_said_what_they_replaced_is_marked_from_its_sentence():
+    """Run folders written before `previous` hold only the Trainer's sentence for the old value: they still draw."""
+    records = [{"type": "step", "step": step, "loss": 1.0, "num_virtual_sets": 0, "warmup": False} for step in (1, 500)]
+    records.append({"type": "control", "step": 428, "message": "memvir_n 2 -> 3, class_lr 0.01 -> 0.02: applied at "
+                    "step 429", "memvir_n": 3, "class_lr": 0.02})
+    note = [note for note in curves_figure(records).layout.annotations if note.name == "control"][0]
+    assert (note.text, note.x) == ("N 2 -> 3, class lr 0.… at step 429", 429)  # cut to 34 characters, never its step
+    assert note.hovertext == "N 2 -> 3, class lr 0.01 -> 0.02: applied at step 429"
 
 
 def _notes(figure, span: int) -> list[tuple[float, float, float, float]]:

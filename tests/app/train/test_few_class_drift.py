@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from demo.runs.focus_track import FocusTrack
 from demo.train.figures.focus import SCALE_BAR_DEGREES, few_class_figure
-from demo.train.focus_view import FocusTrack
 from demo.train.presets import PRESETS
 from memvir.config import TrainConfig
 from memvir.events import SnapshotEvent

@@ -12,12 +12,12 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
+from demo.runs.focus_track import FocusView
 from demo.train.figures.curves import class_count_figure, curves_figure, target_cosine_figure
 from demo.train.figures.embeddings import embedding_figure
 from demo.train.figures.focus import few_class_figure
 from demo.train.figures.spread import class_spread_figure, drift_figure
 from demo.train.figures.style import built, scatter
-from demo.train.focus_view import FocusView
 from memvir.analysis.projection import FocusProjection, ProjectedSnapshot
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from demo.runs.focus_track import UMAP_LAG, FocusTrack, FocusView
 from demo.train.figures.focus import LEGEND_GREY, class_colors, few_class_figure, shade
-from demo.train.focus_view import UMAP_LAG, FocusTrack, FocusView
 from memvir.analysis.projection import FocusProjection
 from memvir.events import SnapshotEvent
 

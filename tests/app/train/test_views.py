@@ -99,7 +99,7 @@ def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_pictur
     try:
         for picture in ("few", "age"):  # the owner's page reloaded: nothing drawn for it yet
             answer = live.poll(PollState(), picture, True, visitor="alice")
-            caption, slider = answer[6], answer[7]
+            caption, slider = answer[-4], answer[-3]
             assert f"step {last:,}" in caption and "No snapshot yet" not in caption, caption
             assert slider["value"] == last
     finally:

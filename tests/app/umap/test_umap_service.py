@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from demo.common.settings import REPO_ROOT
-from demo.train.focus_view import FocusTrack
+from demo.runs.focus_track import FocusTrack
 from demo.umap.service import Pacer, UmapFailed, UmapProcess, UmapService
 from memvir.analysis.projection import umap_layout
 from memvir.events import SnapshotEvent
