@@ -8,7 +8,9 @@ before the first step) three ways:
 - images/s by the wall clock, what a user sees, and on a shared machine mostly the other processes' load;
 - images per second of this process's CPU time (all its threads: torch's, and trackio's sender), which the other
   processes' load barely moves;
-- the share of the wall time spent inside the reporting listener (its calls, timed around them).
+- the share of the wall time spent inside the reporting listener (its calls, timed around them), and the share of
+  the process's CPU time taken by the threads the tracker starts (trackio's sender, TensorBoard's event writer):
+  together the listener's whole cost, as ratios that the other processes' load moves little.
 The listener is the one the Trainer adds for `report_to` (memvir.train.reporting.reporter_for), added here with a
 timer around it. trackio writes into a temporary folder (TRACKIO_DIR), TensorBoard into the run folder; nothing
 leaves the machine.
@@ -20,6 +22,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -28,6 +31,19 @@ sys.path.insert(0, str(ROOT))
 
 TRACKERS = ("none", "tensorboard", "trackio")
 SKIPPED_STEPS = 3  # the first steps of a process are slow for reasons of their own (allocations, first kernels)
+
+
+def background_cpu() -> float:
+    """CPU seconds used so far by this process's Python threads other than the main one (the tracker's: training
+    runs in the main thread and its loader in it too, with num_workers 0)."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and thread.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except (OSError, ProcessLookupError):  # ended since enumerate
+                pass
+    return total
 
 
 def timed_run(config, out_dir: Path) -> dict:
@@ -39,10 +55,10 @@ def timed_run(config, out_dir: Path) -> dict:
     from memvir.train.trainer import Trainer
 
     trainer = Trainer(dataclasses.replace(config, report_to="none"), out_dir)
-    stamps = []  # (wall, process CPU, listener seconds so far) at each step's event
+    stamps = []  # (wall, process CPU, listener seconds so far, other threads' CPU) at each step's event
     spent = [0.0]
-    trainer.add_listener(lambda e: stamps.append((time.perf_counter(), time.process_time(), spent[0]))
-                         if isinstance(e, StepEvent) else None)
+    trainer.add_listener(lambda e: stamps.append((time.perf_counter(), time.process_time(), spent[0],
+                                                  background_cpu())) if isinstance(e, StepEvent) else None)
     reporter = reporter_for(config, out_dir, World())
     if reporter is not None:
         def timed(event):
@@ -52,10 +68,11 @@ def timed_run(config, out_dir: Path) -> dict:
 
         trainer.add_listener(timed)
     trainer.run()
-    (wall0, cpu0, spent0), (wall1, cpu1, spent1) = stamps[SKIPPED_STEPS], stamps[-1]
+    (wall0, cpu0, spent0, other0), (wall1, cpu1, spent1, other1) = stamps[SKIPPED_STEPS], stamps[-1]
     images = (len(stamps) - 1 - SKIPPED_STEPS) * config.batch_size
     wall = wall1 - wall0
-    return {"wall": images / wall, "cpu": images / (cpu1 - cpu0), "share": (spent1 - spent0) / wall}
+    return {"wall": images / wall, "cpu": images / (cpu1 - cpu0), "share": (spent1 - spent0) / wall,
+            "threads": (other1 - other0) / (cpu1 - cpu0)}
 
 
 def main(argv=None) -> int:
@@ -85,7 +102,8 @@ def main(argv=None) -> int:
                 result = timed_run(config, Path(folder) / f"{tracker}-{round_index}")
                 results[tracker].append(result)
                 print(f"round {round_index + 1} {tracker}: {result['wall']:.1f} images/s, {result['cpu']:.1f} "
-                      f"images per CPU second, listener {100 * result['share']:.2f}% of the time", flush=True)
+                      f"images per CPU second, listener {100 * result['share']:.2f}% of the time, its threads "
+                      f"{100 * result['threads']:.2f}% of the CPU", flush=True)
 
     def median(tracker, key):
         return statistics.median(result[key] for result in results[tracker])
@@ -94,12 +112,13 @@ def main(argv=None) -> int:
           f"log every {args.log_every} steps, {args.rounds} rounds, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads; medians over the rounds")
     print("| report to | images/s (wall) | ratio to none | images per CPU second | ratio to none "
-          "| time in the listener |")
-    print("|---|---|---|---|---|---|")
+          "| time in the listener | CPU in its threads |")
+    print("|---|---|---|---|---|---|---|")
     for tracker in TRACKERS:
         wall, cpu = median(tracker, "wall"), median(tracker, "cpu")
         print(f"| {tracker} | {wall:.1f} | {wall / median('none', 'wall'):.3f} | {cpu:.1f} | "
-              f"{cpu / median('none', 'cpu'):.3f} | {100 * median(tracker, 'share'):.2f}% |")
+              f"{cpu / median('none', 'cpu'):.3f} | {100 * median(tracker, 'share'):.2f}% | "
+              f"{100 * median(tracker, 'threads'):.2f}% |")
     return 0
 
 
