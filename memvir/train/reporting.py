@@ -160,7 +160,10 @@ class TrackioReporter(_Reporter):
         with contextlib.redirect_stdout(sys.stderr):
             # trackio.finish, not the Run's: it finishes the run this thread started and forgets it, which the Run's
             # own finish does not, so that trackio's exit hook does not finish it again (printing on stdout)
-            trackio.finish()
+            try:
+                trackio.finish()
+            except RuntimeError:  # another thread than the run's (the exit's): trackio knows no run here
+                self._run.finish()
 
 
 class TensorBoardReporter(_Reporter):

@@ -119,6 +119,38 @@ def test_the_tensorboard_event_file_holds_the_runs_metrics_and_settings(tmp_path
     assert TrainConfig.from_dict(settings) == TrainConfig.from_json((run / "train_config.json").read_text())
 
 
+THREADED_TRACKIO = """
+import json, sys, threading
+from memvir.config import TrainConfig
+from memvir.events import EvalEvent, StatusEvent
+from memvir.train.reporting import TrackioReporter
+reporter = TrackioReporter(TrainConfig(dataset="glyphs-mini", report_to="trackio", report_project="threads"),
+                           sys.argv[1])
+def train():  # as a Trainer in a thread of the app's: the tracker's run is opened and fed there
+    reporter(StatusEvent("running", 0))
+    reporter(EvalEvent(step=0, epoch=0, metrics={"recall@1": 0.25}))
+worker = threading.Thread(target=train)
+worker.start()
+worker.join()
+reporter.close()  # from the main thread, as the exit closes a run whose thread ended without its last event
+import trackio
+from trackio.sqlite_storage import SQLiteStorage
+print(json.dumps([SQLiteStorage.get_logs("threads", run.name) for run in trackio.Api().runs("threads")], default=str))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_fed_from_a_thread_is_closed_from_another(tmp_path):
+    read = subprocess.run([sys.executable, "-c", THREADED_TRACKIO, str(tmp_path / "threaded-run")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "HF_HUB_OFFLINE": "1",
+                               "PYTHONPATH": str(ROOT)})
+    assert read.returncode == 0, read.stderr
+    [[entry]] = json.loads(read.stdout)
+    assert (entry["step"], entry["test/recall@1"]) == (0, 0.25)
+    assert "Trackio" not in read.stdout  # its words went to stderr, at the close too
+
+
 def config(**values):
     return TrainConfig(dataset="glyphs-mini", **values)
 
