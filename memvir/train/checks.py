@@ -2,9 +2,10 @@
 
 On the CPU a check costs nothing, and MemVir and the loss check every step as it is taken. On a GPU, checking every
 step's values would make the GPU wait for the host at every step: there the labels are checked on the CPU, where the
-loader made them (`check_labels`), and the losses of the steps between two reports stay on the device
-(`UncheckedLosses`) until the Trainer next logs, snapshots, evaluates or saves, when one host sync checks them all, so
-a NaN stops the run before any checkpoint holds it.
+loader made them (`check_labels`), the losses of the steps between two reports stay on the device
+(`UncheckedLosses`), and MemVir checks what it stores on the device, storing a bad step as zeros
+(memvir.memory.checks.DeferredChecks), until the Trainer next logs, snapshots, evaluates or saves, when one host sync
+each checks them all, so a NaN stops the run before any checkpoint holds it.
 """
 
 from __future__ import annotations
