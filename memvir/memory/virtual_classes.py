@@ -115,8 +115,11 @@ class MemVir(nn.Module):
         schedule: "curriculum" (the paper's: one more virtual set every M+1 steps after the warm-up) or
             "all-at-once" (the steps before the warm-up's end are stored, so all N sets arrive together).
         max_memory_bytes: the largest ring allowed (see `memory_limit`): None reads MEMVIR_MAX_MEMORY_BYTES, else
-            16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams`, and at the first step,
-            once the batch, class count and dimension are known, always before anything is allocated.
+            16 GiB. N and M past it are refused (MemoryLimitError) here, by `set_hparams` (and `check_hparams`),
+            and at the first step, once the batch, class count and dimension are known, always before anything is
+            allocated.
+        expected_steps: (batch, classes, dimension) of the steps to come, when the caller knows them (`expect`):
+            N and M are checked with them from the start, not with lower bounds until the first stored step.
         check_values: check every call's labels against the class count and what it stores for NaN/inf, refusing
             the call. The check costs a host sync per call (a GPU waits for it); a training loop that checks its
             labels on the CPU and its loss at its own cadence may turn it off. Then each stored step is checked on the
@@ -130,7 +133,8 @@ class MemVir(nn.Module):
     """
 
     def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
-                 schedule: str = "curriculum", max_memory_bytes: int | None = None, check_values: bool = True):
+                 schedule: str = "curriculum", max_memory_bytes: int | None = None, check_values: bool = True,
+                 expected_steps: tuple[int, int, int] | None = None):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
@@ -146,7 +150,18 @@ class MemVir(nn.Module):
         self._deferred_checks = DeferredChecks()  # the stored steps' checks without check_values
         self.step = 0  # calls made so far; the next call is step `self.step`
         self.num_virtual_sets = 0  # k used by the last call
+        # (batch, classes, dimension, dtype) of the steps to come, when told (`expect`)
+        self._expected = None if expected_steps is None else (*expected_steps, torch.float32)
         self._reset_store()
+        self._check_fits(self.num_steps, self.margin)
+
+    def expect(self, batch_size: int, num_classes: int, dim: int, dtype: torch.dtype = torch.float32) -> None:
+        """Say what the steps to come hold (a batch of `batch_size` rows, `num_classes` class weights, dimension `dim`,
+        `dtype` before the store dtype), so that N and M are checked against the limit with them before the first
+        step: now (MemoryLimitError), and by `set_hparams` and `check_hparams` until the memory exists. A training
+        loop that knows its batch refuses a memory it could never hold before it trains, not at its first stored
+        step."""
+        self._expected = (batch_size, num_classes, dim, dtype)
         self._check_fits(self.num_steps, self.margin)
 
     # ----------------------------------------------------------------------------------------------- storage
@@ -186,6 +201,11 @@ class MemVir(nn.Module):
     def _check_fits(self, num_steps: int, margin: int, max_batch: int | None = None) -> None:
         """MemoryLimitError when N(M+1) steps would pass the limit: with the ring's batch, class count and dimension
         once it exists (or `max_batch` rows for a batch about to arrive), else with lower bounds for them."""
+        if self._embeddings is None and self._expected is not None:  # the steps `expect` announced
+            batch, num_classes, dim, dtype = self._expected
+            check_ring(num_steps, margin, max(batch, max_batch or 0), num_classes, dim, self.store_dtype or dtype,
+                       self.max_memory_bytes)
+            return
         if self._embeddings is None:  # the inputs' dtype is not known either: half precision is the least it takes
             check_ring(num_steps, margin, 1, 1, 1, self.store_dtype or torch.float16, self.max_memory_bytes,
                        at_least=True)
@@ -323,12 +343,19 @@ class MemVir(nn.Module):
         )
 
     # ----------------------------------------------------------------------------------------------- control
-    def set_hparams(self, num_steps: int | None = None, margin: int | None = None, warmup_steps: int | None = None):
-        """Change N, M or U between two steps (live control). Capacity follows N(M+1); the oldest steps go first."""
+    def check_hparams(self, num_steps: int | None = None, margin: int | None = None,
+                      warmup_steps: int | None = None) -> tuple[int, int, int]:
+        """What `set_hparams` would refuse, refused now without changing anything (ValueError, MemoryLimitError):
+        a caller may ask before the step the change is for. Returns the (N, M, U) they make."""
         new_steps = self.num_steps if num_steps is None else check_count("num_steps (N)", num_steps)
         new_margin = self.margin if margin is None else check_count("margin (M)", margin)
         new_warmup = self.warmup_steps if warmup_steps is None else check_count("warmup_steps (U)", warmup_steps)
         self._check_fits(new_steps, new_margin)
+        return new_steps, new_margin, new_warmup
+
+    def set_hparams(self, num_steps: int | None = None, margin: int | None = None, warmup_steps: int | None = None):
+        """Change N, M or U between two steps (live control). Capacity follows N(M+1); the oldest steps go first."""
+        new_steps, new_margin, new_warmup = self.check_hparams(num_steps, margin, warmup_steps)
         new_capacity = new_steps * (new_margin + 1)
         if new_capacity != self.capacity and self._embeddings is not None:
             self._rebuild(new_capacity, self._embeddings.shape[1])  # changes nothing if it fails

@@ -35,7 +35,7 @@ from memvir.data.batches import TrainingBatches
 from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
-from memvir.memory.size import STORE_DTYPES, check_ring, memory_limit
+from memvir.memory.size import STORE_DTYPES
 from memvir.memory.virtual_classes import MemVir, virtual_sets_at
 from memvir.models.card import changes_summary, live_changes, memvir_summary, started_with
 from memvir.models.initialisation import initialise_from_checkpoint
@@ -105,7 +105,6 @@ class Trainer:
         from memvir.models.embedding_model import EmbeddingModel
 
         self.config = config
-        self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.world = World.from_environment()
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
         self.out_dir = Path(out_dir) if out_dir is not None and self.world.is_main else None
@@ -137,7 +136,14 @@ class Trainer:
         self.total_steps = config.epochs * self.steps_per_epoch
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
-        self._check_memory(config)
+        # a GPU checks its steps' values in batches, not at every step (memvir.train.checks)
+        self._checks_every_step = self.device.type != "cuda"
+        # MemVir first: told the steps it will store (the gathered global batch, float32), it refuses an N and M
+        # past the memory limit before the model is built, not at its first stored step
+        self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
+                             store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
+                             max_memory_bytes=max_memory_bytes, check_values=self._checks_every_step,
+                             expected_steps=(config.batch_size, info.num_train_classes, config.embedding_dim))
 
         self.model = place_model(EmbeddingModel(
             backbone=config.backbone, embedding_dim=config.embedding_dim, pretrained=config.pretrained,
@@ -151,16 +157,11 @@ class Trainer:
         init = torch.Generator().manual_seed(config.seed + 1)
         weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
         self.class_weights = nn.Parameter(weights.to(self.device))
-        # a GPU checks its steps' values in batches, not at every step (memvir.train.checks)
-        self._checks_every_step = self.device.type != "cuda"
         self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
         self._scales_loss = config.loss_scale_after_warmup != 1.0 or config.loss_scale_schedule > 0
         self._raw_embeddings = self.loss_fn.takes_raw_embeddings  # the paper's Softmax (memvir.losses)
-        self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
-                             store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
-                             max_memory_bytes=self.max_memory_bytes, check_values=self._checks_every_step)
         self.optimizer = torch.optim.Adam(
             [{"params": self.model.parameters(), "lr": config.lr},
              {"params": [self.class_weights], "lr": config.class_lr}],
@@ -236,15 +237,9 @@ class Trainer:
     def _check_changes(self, changes: dict) -> None:
         """Validate the config that `changes` would make, its memory against the limit included, before any applies."""
         candidate = dataclasses.replace(self.config, **changes)  # validated as it is made
-        self._check_memory(candidate)
+        self.memvir.check_hparams(num_steps=candidate.memvir_n, margin=candidate.memvir_m,
+                                  warmup_steps=self._warmup_steps(candidate.warmup_epochs))
         self.snapshots.focus(candidate.focus_classes)
-
-    def _check_memory(self, config: TrainConfig) -> None:
-        """MemoryLimitError when the full MemVir memory of `config` would pass the run's limit (`max_memory_bytes`),
-        before it is allocated: MemVir's own check (memvir.memory.size.check_ring), with the batch, class count and
-        dimension MemVir learns only at its first stored step."""
-        check_ring(config.memvir_n, config.memvir_m, config.batch_size, self.data.info.num_train_classes,
-                   config.embedding_dim, STORE_DTYPES[config.memvir_store_dtype], self.max_memory_bytes)
 
     def stop(self) -> None:
         """Stop before the next step; the run saves a checkpoint and ``run()`` returns."""

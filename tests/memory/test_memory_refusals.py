@@ -55,6 +55,24 @@ def test_a_float32_memory_past_the_limit_is_offered_in_half_precision_only_where
         assert "Lower N or M, or raise the limit" in str(refused.value) and "float16/" not in str(refused.value)
 
 
+def test_a_memory_told_its_steps_refuses_an_n_and_m_past_the_limit_before_its_first_step():
+    """Told the batch, classes and dimension to come (`expect`), MemVir checks N and M with them at once and on every
+    change (`check_hparams` changes nothing), not with lower bounds until its first stored step."""
+    needed = ring_bytes(2, 1, batch_size=4, num_classes=5, dim=3)  # 4 steps of 4*3*4 + 4*8 + 5*3*4 = 140 bytes
+    assert needed == 4 * 140
+    mv = MemVir(2, 1, max_memory_bytes=needed)  # a lower bound passes: 4 steps of batch 1, one class, dimension 1
+    mv.expect(4, 5, 3)
+    with pytest.raises(MemoryLimitError, match=r"N=3, M=1 .*840 bytes\) at batch 4, 5 classes, dimension 3"):
+        mv.check_hparams(num_steps=3)
+    assert mv.check_hparams(margin=0, warmup_steps=2) == (2, 0, 2)
+    assert (mv.num_steps, mv.margin, mv.warmup_steps) == (2, 1, 0)  # checked, not changed
+    with pytest.raises(MemoryLimitError, match="batch 4, 5 classes, dimension 3"):
+        MemVir(3, 1, max_memory_bytes=needed, expected_steps=(4, 5, 3))
+    for seed in range(4):
+        mv(*step_inputs(seed))
+    assert mv.memory_bytes() == needed
+
+
 def test_sizes_are_written_in_binary_units():
     """The one byte formatter: MemVir's limit here, and the app's memory budget and upload limits, in its words."""
     assert [format_bytes(count) for count in (0, 1023, 1024, 1536, 20 * 2**20, 16 * 2**30, 2**60)] == [
