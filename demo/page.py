@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from demo import api as client_api
 from demo.common import shims
 from demo.common.inputs import InputRefused, check_text
 from demo.common.settings import AppSettings
@@ -121,6 +122,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         with gr.Tabs():
             train = train_tab.build(runs, figures, visitor, timer)
             checkpoint = retrieve_tab.build(retrieval)
+        client_api.register(runs, retrieval)  # the public endpoints (demo.api); every event above is private
         # queue=False: every tab sends it once as it opens, and it only reads (the visitor's run, the checkpoint
         # list), so tabs must not wait in line for one another's (docs/benchmarks.md, "Many watchers").
         blocks.load(PageHandlers(runs, retrieval).load, [visitor],

@@ -108,7 +108,18 @@ class TrainHandlers:
               loss_scale=None, hub_dataset=None, visitor=None, request: gr.Request = None):
         """Start a run with these settings, or say why not. hub_dataset: the Hub dataset's OWNER/NAME[@REVISION]
         when `dataset` is the Hub choice."""
-        visitor = visitor_key(visitor, request)
+        run = self.start_run(dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
+                             snapshot_every, eval_every, folder_path, zip_file, memvir_schedule, val_classes,
+                             memvir_store_dtype, memvir_reduction, focus_classes, class_lr, adam_eps, loss_scale,
+                             hub_dataset, visitor_key(visitor, request))
+        # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
+        return PollState(run_id=run.id), f"Started run `{run.id}`"
+
+    def start_run(self, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
+                  snapshot_every, eval_every, folder_path, zip_file, memvir_schedule, val_classes, memvir_store_dtype,
+                  memvir_reduction, focus_classes, class_lr, adam_eps, loss_scale, hub_dataset, visitor: str):
+        """The run started for `visitor` with the page's settings (`start`'s, which the client API's /start takes
+        too), each checked as the page words it; ValueError that says why it cannot start."""
         if memvir_reduction and memvir_reduction not in REDUCTIONS:
             raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
         # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
@@ -141,8 +152,7 @@ class TrainHandlers:
             if dataset != ZIP_CHOICE:
                 raise
             raise ValueError(self._refused_zip(named, zip_file, error)) from None
-        # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
-        return PollState(run_id=run.id), f"Started run `{run.id}`"
+        return run
 
     def _refused_zip(self, named: str, zip_file, error: ValueError) -> str:
         """A Start refused for its unpacked zip (its classes, their images): the zip goes, as a zip refused while

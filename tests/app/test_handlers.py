@@ -492,6 +492,22 @@ API = {
     "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files", "cutoff"],
     "/per_class_metrics": ["checkpoint_choice", "second_checkpoint", "source", "compare", "files"],
     "/threshold_view": ["checkpoint_choice", "source", "fmr", "cutoff", "files"],
+    # the client API (demo.api)
+    "/start_run": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
+                   "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
+                   "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
+                   "loss_scale", "hub_dataset", "visitor"],
+    "/run_status": ["run_id", "history", "visitor"], "/update_run": ["setting", "value", "run_id", "visitor"],
+    "/stop_run": ["run_id", "visitor"], "/pause_run": ["run_id", "visitor"], "/resume_run": ["run_id", "visitor"],
+    "/compare_with_baseline": ["run_id", "visitor"], "/push_run": ["repo_id", "run_id", "visitor"],
+    "/checkpoints": [], "/gallery": ["checkpoint", "gallery_files"],
+    "/search": ["checkpoint", "query_image", "item", "k", "query_class", "drawn", "gallery_files", "cutoff"],
+    "/compare": ["checkpoint", "second_checkpoint", "query_image", "item", "k", "query_class", "drawn", "gallery_files",
+                 "cutoff"],
+    "/hardest": ["checkpoint", "order", "count", "second_checkpoint", "gallery_files"],
+    "/class_metrics": ["checkpoint", "second_checkpoint", "gallery_files", "confused_pairs"],
+    "/threshold": ["checkpoint", "fmr", "cutoff", "gallery_files"], "/checkpoint_zip": ["checkpoint"],
+    "/gallery_embeddings": ["checkpoint", "gallery_files"],
 }
 # The page's own events: wired in the browser, no endpoint a client can call.
 PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", "show_snapshot", "color_snapshot",
@@ -518,7 +534,8 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
                  if block_fn.fn is not None}  # events that run only in the browser have no handler
         assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
-            "update_warmup", "update", "push_to_hub", "poll_views", "show_classes"}
+            "update_warmup", "update", "push_to_hub", "poll_views", "show_classes", "start_run", "run_status",
+            "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline", "push_run"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
         # a refusal answers every output its event has (reporting's count), the message in its place
         counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))
