@@ -118,7 +118,7 @@ class TrainHandlers:
     def start_run(self, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
                   snapshot_every, eval_every, folder_path, zip_file, memvir_schedule, val_classes, memvir_store_dtype,
                   memvir_reduction, focus_classes, class_lr, adam_eps, loss_scale, hub_dataset, visitor: str):
-        """The run started for `visitor` with the page's settings (`start`'s, which the client API's /start takes
+        """The run started for `visitor` with the page's settings (`start`'s, which the client API's /start_run takes
         too), each checked as the page words it; ValueError that says why it cannot start."""
         if memvir_reduction and memvir_reduction not in REDUCTIONS:
             raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
