@@ -22,6 +22,8 @@ CONFUSED_PAIRS = 15
 # and by the checkpoints' names in the CSV.
 LETTERS = ("A", "B")
 DIGITS = 4
+DIFFERENCE = "Δ"
+DIFFERENCE_MEANS = "(A − B, points)"  # a difference column's header after its metric: which way, in what unit
 
 
 def _class_names(gallery: Gallery, labels) -> list[str]:
@@ -30,7 +32,7 @@ def _class_names(gallery: Gallery, labels) -> list[str]:
 
 def table(gallery: Gallery, names: list[str], per_class: list, difference: dict | None) -> pd.DataFrame:
     """One row per class, the first checkpoint's worst MAP@R first: its queries, then each metric for each
-    checkpoint (columns named after `names`) and, for two, second minus first."""
+    checkpoint (columns named after `names`) and, for two, first minus second in percentage points."""
     first = per_class[0]
     frame = {"class": _class_names(gallery, first.classes), "queries": first.queries.tolist()}
     for metric, column in COLUMNS.items():
@@ -39,7 +41,9 @@ def table(gallery: Gallery, names: list[str], per_class: list, difference: dict 
             continue
         for name, one in zip(names, per_class, strict=True):
             frame[f"{column} {name}"] = one.values[metric].round(DIGITS)
-        frame[f"Δ {column}"] = difference[metric].round(DIGITS)
+        # first minus second in percentage points, as the Train tab's results table gives MemVir minus its baseline
+        # (A is the page's MemVir checkpoint, B its baseline, unless the visitor picks otherwise)
+        frame[f"{DIFFERENCE} {column} {DIFFERENCE_MEANS}"] = (-difference[metric] * 100).round(DIGITS - 2)
     worst_first = np.lexsort((np.arange(len(first.classes)), first.values["map@r"]))
     return pd.DataFrame(frame).iloc[worst_first].reset_index(drop=True)
 

@@ -484,7 +484,7 @@ class RetrieveHandlers:
                           f"{one['r_precision']:.3f}, MAP@R {one['map@r']:.3f}"
                           for letter, name, one in zip(letters, names, overall, strict=True))
         summary = (f"**Per class**: {len(frame):,} classes of {gallery.description}, the worst MAP@R first; click a "
-                   f"column's header to sort. Over all queries: {means}." + (" Δ is B minus A." if compare else ""))
+                   f"column's header to sort. Over all queries: {means}." + (DIFFERENCE_NOTE if compare else ""))
         return summary, frame, pd.concat(confusions, ignore_index=True), str(csv)
 
     @reporting(message_slot=0, outputs=2, cleared={1: None})
@@ -506,10 +506,14 @@ class RetrieveHandlers:
         """The cut-off box set to the threshold at the chosen FMR, so that the result tiles honour it."""
         fmr = threshold.chosen_fmr(fmr)
         _, _, pairs = _pairs_of(self.retrieval, checkpoint_choice, source, files, progress)
-        point = pairs.threshold_at_fmr(fmr)
-        note = (f"Cut-off set to {point.threshold:.4f}, the threshold at FMR {fmr:g}: hits below it are dimmed in the "
+        cutoff = threshold.cutoff_for(pairs.threshold_at_fmr(fmr).threshold)
+        note = (f"Cut-off set to {cutoff}, the threshold at FMR {fmr:g} rounded up: hits below it are dimmed in the "
                 "Search view and Side by side. Empty the box for none.")
-        return note, repr(point.threshold)  # every digit: the tiles compare with the threshold itself
+        return note, cutoff
+
+
+DIFFERENCE_NOTE = (" Δ is A minus B in percentage points (100 × the difference), as the Train tab gives MemVir minus "
+                   "its baseline.")
 
 
 # ---------------------------------------------------------------------------------------------- layout and wiring

@@ -9,6 +9,7 @@ index); this module words them and draws the histogram.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, Decimal
 
 import plotly.graph_objects as go
 
@@ -42,6 +43,16 @@ def parse_cutoff(value) -> float | None:
     if not -1.0 <= cutoff <= 1.0:
         raise ValueError(f"the similarity cut-off must be a cosine from -1 to 1, or empty for none; got {value!r}")
     return cutoff
+
+
+CUTOFF_DECIMALS = 4
+
+
+def cutoff_for(threshold: float) -> str:
+    """The threshold as the cut-off box shows it: rounded up to CUTOFF_DECIMALS decimals (a float's every digit read
+    as noise), up so that the cut-off's FMR stays at most the threshold's. Decimal rounds the float's exact value,
+    which multiplying by 10**4 and taking the ceiling can push one step too far."""
+    return str(Decimal(repr(float(threshold))).quantize(Decimal(1).scaleb(-CUTOFF_DECIMALS), rounding=ROUND_CEILING))
 
 
 def _rate(count: int, total: int, rate: float) -> str:

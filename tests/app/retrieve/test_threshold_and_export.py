@@ -99,13 +99,21 @@ def test_pair_cosines_are_computed_once_per_gallery_index(served):
     assert service.pair_similarities(checkpoint, gallery) is service.pair_similarities(checkpoint, gallery)
 
 
+@pytest.mark.parametrize(("value", "shown"), [(0.5964897871017456, "0.5965"), (0.5, "0.5000"), (0.1234, "0.1234"),
+                                              (0.12340001, "0.1235"), (-0.12345, "-0.1234"), (0.99999, "1.0000")])
+def test_a_threshold_fills_the_cut_off_box_rounded_up_to_four_decimals(value, shown):
+    assert threshold.cutoff_for(value) == shown
+
+
 def test_the_cut_off_s_figures_and_the_threshold_as_cut_off(served):
     service, choice, vectors, labels = served
     same, other = reference_pairs(vectors, labels)
     handlers = tab.RetrieveHandlers(service)
     note, cutoff = handlers.threshold_as_cutoff(choice, tab.TEST_SPLIT, 0.01)
     expected, false_matches, false_non_matches = reference_point(same, other, 0.01)
-    assert float(cutoff) == expected and "Cut-off set to" in note
+    # rounded up to 4 decimals by hand: the cut-off's FMR stays at most the threshold's
+    assert re.fullmatch(r"-?\d\.\d{4}", cutoff), cutoff
+    assert float(cutoff) - 1e-4 < expected <= float(cutoff) and f"Cut-off set to {cutoff}," in note
     summary, _ = handlers.show_threshold(choice, tab.TEST_SPLIT, 0.01, 0.5)
     at = re.search(r"\*\*At the cut-off 0.5000\*\*: FMR ([0-9.]+) \(([0-9,]+) of ([0-9,]+) pairs\) · FNMR ([0-9.]+) "
                    r"\(([0-9,]+) of ([0-9,]+) pairs\)", summary)
