@@ -78,11 +78,12 @@ def answering(method):
 
 
 def _path(file) -> str:
-    """A file a client sent (gradio's FileData, as a dict or a model) as the path gradio saved it to."""
-    path = file.get("path") if isinstance(file, dict) else getattr(file, "path", file)
-    if not isinstance(path, str):
-        raise ValueError(f"send a file (gradio_client.handle_file(path)), got {shown(file)}")
-    return path
+    """The path gradio saved a file a client sent to. Only a FileData dict: gradio checks that its path is an upload
+    before the call; a bare path, or a dict without FileData's marker, would name any file on the server."""
+    if not (isinstance(file, dict) and isinstance(file.get("path"), str)
+            and (file.get("meta") or {}).get("_type") == "gradio.FileData"):
+        raise ValueError(f"send files as uploads (gradio_client.handle_file(path)), got {shown(file, 80)}")
+    return file["path"]
 
 
 def _point(point: OperatingPoint | None) -> dict | None:

@@ -168,6 +168,12 @@ def test_search_answers_the_nearest_items_by_cosine(served, exported, glyph_quer
 
     with pytest.raises(AppError, match=re.escape("send either a query image (query_image) or a gallery item's number")):
         client.predict(checkpoint=checkpoint, api_name="/search")
+    # a file is an upload: a path, or a dict without gradio's FileData marker, would name a file of the server's
+    for named in (str(glyph_query), {"path": str(glyph_query)}):
+        with pytest.raises(AppError, match=re.escape("send files as uploads (gradio_client.handle_file(path))")):
+            client.predict(checkpoint=checkpoint, query_image=named, api_name="/search")
+    with pytest.raises(AppError, match=re.escape("send files as uploads")):
+        client.predict(checkpoint=checkpoint, gallery_files=[str(glyph_query)], api_name="/gallery")
     with pytest.raises(AppError, match="the two checkpoints are the same"):
         client.predict(checkpoint=checkpoint, second_checkpoint=checkpoint, item=3, api_name="/compare")
 
