@@ -96,6 +96,10 @@ def test_start_watch_change_and_stop_a_run(served):
             bob.predict(**arguments, api_name=endpoint)
     with pytest.raises(AppError, match="another visitor's run is training"):
         bob.predict(dataset="glyphs-mini", api_name="/start_run")
+    with pytest.raises(AppError, match="only the visitor who started this run can push it"):
+        bob.predict(repo_id="bob/memvir", api_name="/push_run")
+    with pytest.raises(AppError, match="the run is still training: stop it or let it finish, then push"):
+        alice.predict(repo_id="alice/memvir", api_name="/push_run")
     with pytest.raises(AppError, match="there is no run 'nope' on this server"):
         bob.predict(run_id="nope", api_name="/run_status")
 
