@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 ENDPOINTS = ("start_run", "run_status", "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline",
              "push_run", "checkpoints", "gallery", "search", "compare", "hardest", "class_metrics", "threshold",
              "checkpoint_zip", "gallery_embeddings")
-MAX_ROWS = 100  # hardest queries per answer: a client asks for more by asking again with another order
+MAX_ROWS = 100  # the most rows one answer lists (hardest queries, confused pairs of classes)
 DEFAULTS = PAGE_DEFAULTS
 
 
