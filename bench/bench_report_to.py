@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--log-every", type=int, default=10, help="the Trainer's default; 1 sends every step")
+    parser.add_argument("--trackers", nargs="+", default=list(TRACKERS), choices=TRACKERS,
+                        help="which to run (none first: the ratios are to it)")
     args = parser.parse_args(argv)
     print("command: .venv/bin/python bench/bench_report_to.py " + " ".join(sys.argv[1:] if argv is None else argv))
 
@@ -93,9 +95,10 @@ def main(argv=None) -> int:
 
         from memvir.config import TrainConfig
 
-        results = {tracker: [] for tracker in TRACKERS}
+        trackers = ["none", *(tracker for tracker in args.trackers if tracker != "none")]
+        results = {tracker: [] for tracker in trackers}
         for round_index in range(args.rounds):
-            for tracker in TRACKERS:
+            for tracker in trackers:
                 config = TrainConfig(dataset=args.dataset, batch_size=args.batch_size, epochs=1000,
                                      max_steps=args.steps, log_every=args.log_every, eval_at_start=False,
                                      eval_every=0, snapshot_every=0, report_to=tracker, report_project="bench")
@@ -114,7 +117,7 @@ def main(argv=None) -> int:
     print("| report to | images/s (wall) | ratio to none | images per CPU second | ratio to none "
           "| time in the listener | CPU in its threads |")
     print("|---|---|---|---|---|---|---|")
-    for tracker in TRACKERS:
+    for tracker in trackers:
         wall, cpu = median(tracker, "wall"), median(tracker, "cpu")
         print(f"| {tracker} | {wall:.1f} | {wall / median('none', 'wall'):.3f} | {cpu:.1f} | "
               f"{cpu / median('none', 'cpu'):.3f} | {100 * median(tracker, 'share'):.2f}% | "
