@@ -93,20 +93,12 @@ def _point(point: OperatingPoint | None) -> dict | None:
             "false_non_matches": point.false_non_matches}
 
 
-class ClientApi:
-    """The client API's functions, bound to the runs and the retrieval service; `register` makes each an endpoint
-    of the Blocks being built, named after it (ENDPOINTS)."""
+class RunApi:
+    """The client API's run endpoints, bound to the run manager (demo.runs.manager.RunManager)."""
 
-    def __init__(self, runs: RunManager, retrieval: RetrievalService):
+    def __init__(self, runs: RunManager):
         self.runs = runs
-        self.retrieval = retrieval
 
-    def register(self) -> None:
-        """Each of ENDPOINTS as a public `gr.api` endpoint of the Blocks being built."""
-        for name in ENDPOINTS:
-            gr.api(getattr(self, name), api_name=name)
-
-    # ------------------------------------------------------------------------------------------ runs
     def _run(self, run_id: str, visitor: str) -> LiveRun | None:
         """The run named, else the one the visitor's page would show (their own latest, else the latest that
         trains, as demo.runs.manager.RunManager.attach picks); None when there is none."""
@@ -334,7 +326,13 @@ class ClientApi:
             raise RunError(words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
         return push(run.folder, (repo_id or "").strip(), token=token)
 
-    # ------------------------------------------------------------------------------------------ retrieval
+
+class RetrievalApi:
+    """The client API's retrieval endpoints, bound to the retrieval service (demo.retrieve.service.RetrievalService)."""
+
+    def __init__(self, retrieval: RetrievalService):
+        self.retrieval = retrieval
+
     def _searched(self, checkpoint: str, gallery_files: list | None) -> tuple[LoadedCheckpoint, Gallery]:
         """The checkpoint and the gallery it searches: the uploaded files when there are any, else its test split."""
         loaded = self.retrieval.load_checkpoint(checkpoint)
@@ -604,8 +602,10 @@ class ClientApi:
                 "size": gallery.size}
 
 
-def register(runs: RunManager, retrieval: RetrievalService) -> ClientApi:
-    """The client API of `runs` and `retrieval`, its endpoints added to the Blocks being built."""
-    api = ClientApi(runs, retrieval)
-    api.register()
-    return api
+def register(runs: RunManager, retrieval: RetrievalService) -> None:
+    """Each of ENDPOINTS, a method of the client API of `runs` or of `retrieval`, as a public `gr.api` endpoint of the
+    Blocks being built, named after the method."""
+    parts = (RunApi(runs), RetrievalApi(retrieval))
+    for name in ENDPOINTS:
+        (method,) = [getattr(part, name) for part in parts if hasattr(part, name)]
+        gr.api(method, api_name=name)

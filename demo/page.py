@@ -122,7 +122,7 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         with gr.Tabs():
             train = train_tab.build(runs, figures, visitor, timer)
             checkpoint = retrieve_tab.build(retrieval)
-        client_api.register(runs, retrieval)  # the public endpoints (demo.api); every event above is private
+        client_api.register(runs, retrieval)  # the client API (demo.api): the endpoints a program calls
         # queue=False: every tab sends it once as it opens, and it only reads (the visitor's run, the checkpoint
         # list), so tabs must not wait in line for one another's (docs/benchmarks.md, "Many watchers").
         blocks.load(PageHandlers(runs, retrieval).load, [visitor],
