@@ -18,9 +18,12 @@ BASELINE_COLOR = "#a0a0a0"
 MAIN_COLOR = "#1f5fa8"
 # The house look: plotly's "plotly_white" for 2-D charts, set directly. Naming the template instead makes plotly copy
 # all of it (the defaults of every trace type) into each figure, 6 KB of its JSON; plotly's empty template ("none", as
-# it is sent) keeps plotly.js from applying its own.
-HOUSE_LAYOUT = dict(template=pio.templates["none"].to_plotly_json(), paper_bgcolor="white", plot_bgcolor="white",
-                    font=dict(color="#2a3f5f"), hoverlabel=dict(align="left"))
+# it is sent) keeps plotly.js from applying its own. The backgrounds are transparent, not plotly_white's white: the
+# page's own background shows through, so a chart follows the page into dark mode (whose text and grid colours
+# demo/static/page.css sets; a figure cannot read the page's theme).
+TRANSPARENT = "rgba(0,0,0,0)"
+HOUSE_LAYOUT = dict(template=pio.templates["none"].to_plotly_json(), paper_bgcolor=TRANSPARENT,
+                    plot_bgcolor=TRANSPARENT, font=dict(color="#2a3f5f"), hoverlabel=dict(align="left"))
 HOUSE_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", zerolinewidth=2, ticks="",
                   automargin=True, title=dict(standoff=15))
 

@@ -37,11 +37,11 @@ def annotation_texts(fig):
 
 
 def assert_house_style(fig, uirevision):
-    # plotly_white's look for 2-D charts, set without the template itself
-    # (demo.train.figures.style.HOUSE_LAYOUT says why)
+    # plotly_white's look for 2-D charts, set without the template itself, on a transparent background that follows
+    # the page's light or dark mode (demo.train.figures.style.HOUSE_LAYOUT says why)
     white = pio.templates["plotly_white"].layout
     assert fig.layout.template == pio.templates["none"]
-    assert (fig.layout.paper_bgcolor, fig.layout.plot_bgcolor) == (white.paper_bgcolor, white.plot_bgcolor)
+    assert (fig.layout.paper_bgcolor, fig.layout.plot_bgcolor) == ("rgba(0,0,0,0)", "rgba(0,0,0,0)")
     assert fig.layout.font.color == white.font.color
     for axis, white_axis in ((fig.layout.xaxis, white.xaxis), (fig.layout.yaxis, white.yaxis)):
         assert (axis.gridcolor, axis.linecolor, axis.zerolinecolor) == (
