@@ -75,6 +75,9 @@ class App:
             request_bytes_limit(self.settings), advice=f"send images as uploaded files, up to "
             f"{format_bytes(self.settings.max_image_bytes)} each")]
         shims.set_queue_timing(self.blocks, QUEUE_IDLE_CHECK_S, PROGRESS_CHECK_S)
+        # The footer keeps gradio's API page (the client API, demo.api) and drops its "Runs" (gradio's own history
+        # of API calls, which a visitor took for training runs), settings and "built with" links.
+        options.setdefault("footer_links", ["api"])
         self.blocks.launch(theme=THEME, css=CSS, js=JS, allowed_paths=allowed, app_kwargs=app_kwargs, **options)
 
     def close(self) -> None:

@@ -141,7 +141,10 @@
     function showNewNotices() {
         for (const selector of besideNotices) {
             const notice = document.querySelector(selector);
-            const text = notice ? notice.innerText.trim() : "";
+            // its Markdown's text only: gradio draws an event's progress timer ("0.6s") inside the block too, and a
+            // changing timer scrolled a page just opened down to the sliders
+            const shown = notice && (notice.querySelector(".prose") || notice);
+            const text = shown ? shown.innerText.trim() : "";
             if (text && shownNotices.has(selector) && shownNotices.get(selector) !== text) {
                 notice.scrollIntoView({block: "nearest"});
             }

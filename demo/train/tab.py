@@ -352,6 +352,10 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                         stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
                         reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
                     baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
+                # the settings in one line and what Start does, on every first screen (a phone's too: page.css)
+                first_screen = gr.Markdown(words.first_screen(*(DEFAULTS[name] for name in (
+                    "dataset", "loss", "batch_size", "epochs", "memvir_n", "memvir_m", "warmup_epochs"))),
+                    elem_id="first-screen", elem_classes="small-note", padding=True)
                 dataset = refuse_outside_choices(gr.Dropdown(
                     DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
                     info=words.DATASET_INFO), "the dataset")
@@ -416,6 +420,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
             with gr.Column(scale=3, elem_classes="train-view"):
                 views = train_views.build(runs, figures, state, visitor, timer,
                                           (memvir_notice, memvir_n, memvir_m, warmup))
+        # inside the tab: a gr.api is a block of the layout, and a direct child of the page's gr.Tabs that is not a
+        # gr.Tab makes gradio warn (once, in a browser, two Retrieve tab buttons showed beside such children)
+        gr.api(handlers.api_update, api_name="update")
 
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
@@ -431,6 +438,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                   api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
     loss.input(loss_scale_for, [dataset, loss], [loss_scale], api_name="loss_scale", api_visibility="private",
                show_progress="hidden", queue=False)
+    summarised = [dataset, loss, batch_size, epochs, memvir_n, memvir_m, warmup]
+    gr.on([control.change for control in summarised], words.first_screen, summarised, [first_screen],
+          api_name="first_screen", api_visibility="private", show_progress="hidden", queue=False)
     start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start")
     stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop")
     pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause")
@@ -449,6 +459,5 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
         slider.release(handlers.update, [state, gr.State(setting), slider, visitor], [memvir_notice],
                        api_name=name, api_visibility="private", show_progress="hidden",
                        trigger_mode="always_last")
-    gr.api(handlers.api_update, api_name="update")
     push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub")
     return TrainTab(state, push_button, push_note, (memvir_n, memvir_m, warmup))

@@ -106,3 +106,35 @@ SIGN_IN_TO_PUSH = ("Sign in with Hugging Face (the button above) to push: the ru
                    "your token. This Space never pushes with its owner's.")
 NO_SIGN_IN_ON_THIS_SPACE = ("Push to Hub is off on this Space: it offers no sign-in (its owner can turn it on with "
                             "`hf_oauth: true` in the README's header), and it never pushes with its owner's token.")
+
+
+# The first screen's three lines: what pressing Start does with the page's opening settings (the glyphs preset,
+# demo.train.presets: 12 epochs of 95 steps, the first virtual set at step 202 of 1,140); the times are a laptop CPU's
+# (docs/benchmarks.md, "First impressions").
+def first_screen(dataset, loss, batch_size, epochs, memvir_n, memvir_m, warmup_epochs) -> str:
+    """A one-line summary of the settings below Start, then what happens when Start is pressed: how long, when the
+    virtual sets arrive, what to watch."""
+    from demo.train.presets import PRESETS, arrival_steps
+
+    preset = PRESETS["glyphs"]
+    steps_per_epoch = 12_252 // preset.batch_size  # glyphs' training images, whole batches
+    steps = steps_per_epoch * preset.epochs
+    first = arrival_steps(steps_per_epoch, preset.warmup_epochs, preset.memvir_n, preset.memvir_m)[0]
+    warmup = f"{_number(warmup_epochs)} warm-up epoch{'' if warmup_epochs == 1 else 's'}"
+    memvir = ("the baseline (N = 0)" if memvir_n == 0 else
+              f"MemVir N = {_number(memvir_n)}, M = {_number(memvir_m)} after {warmup}")
+    return (f"**Settings:** {dataset or 'no dataset'} · {loss} · batch {_number(batch_size)} · "
+            f"{_number(epochs)} epochs · {memvir} (all below)\n\n"
+            f"**When you press Start:** the default run (glyphs, {steps:,} steps) takes about 5 minutes on a "
+            "laptop's CPU; glyphs-mini, a fraction of that.  \n"
+            f"The warm-up stores nothing; the first virtual set arrives at step {first} (about 50 s in), then one "
+            f"more every {preset.memvir_m + 1} steps up to N.  \n"
+            "Watch *classes in use* step up as each set arrives, then Recall@1 on the test classes (and the "
+            "baseline's, after Compare with baseline).")
+
+
+def _number(value) -> str:
+    """A setting as the summary shows it: whole numbers without a trailing .0, anything else as typed."""
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    return f"{value:,}" if isinstance(value, int | float) else str(value)

@@ -514,7 +514,7 @@ PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", 
            "follow_snapshots", "poll_views", "views_due", "show_classes", "query_class_hint",
            "query_class_hint_after_load", "clear_sketch", "list_second_checkpoints", "remember_pick",
            "threshold_as_cutoff", "threshold_view_with_cutoff", "show_gallery_upload", "pick_query_class",
-           "snapshot_neighbours", "search_result_tile", "update_n", "update_m", "update_warmup"}
+           "snapshot_neighbours", "search_result_tile", "update_n", "update_m", "update_warmup", "first_screen"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):

@@ -52,3 +52,56 @@ def test_a_dropdown_opened_by_focus_closes_when_tab_leaves_it(page):
     page.locator("#dataset input").click()
     page.get_by_role("option", name="glyphs-mini: 48 characters").click()
     assert page.locator("#dataset input").input_value() == "glyphs-mini: 48 characters"
+
+
+# Each visible chart text (title, axis titles, legend entries, notes) that runs past its chart's left or right edge
+CUT_CHART_TEXT = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(chart => chart.offsetParent)
+    .flatMap(chart => {
+        const plot = chart.getBoundingClientRect();
+        return [...chart.querySelectorAll('.gtitle, .xtitle, .ytitle, .legendtext, .annotation-text')]
+            .map(text => ({chart: chart.closest('[id]')?.id, text: text.textContent,
+                           box: text.getBoundingClientRect()}))
+            .filter(({box}) => box.width && (box.left < plot.left - 1 || box.right > plot.right + 1))
+            .map(({chart, text}) => ({chart, text}));
+    })"""
+
+
+def test_the_first_phone_screen(open_page, bundled_app_url):
+    """At 390 x 844: Start's top within the first screen, the settings' summary and the three lines of what Start
+    does under it, one Retrieve tab button, no chart text cut at the chart's edges, gradio's own footer links gone
+    but its API page."""
+    page = open_page(bundled_app_url, 390, 844)
+    page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
+                           timeout=90_000)
+    page.wait_for_timeout(3000)  # what arrives after the first poll (the load event's sliders) must not scroll it
+    assert page.evaluate("() => window.scrollY") == 0
+    start = page.locator("#start").bounding_box()
+    assert 0 <= start["y"] < 844, start
+    first = page.locator("#first-screen")
+    text = first.inner_text()
+    assert text.startswith("Settings: glyphs · norm-softmax · batch 128 · 12 epochs · MemVir N = 4, M = 10"), text
+    for words in ("about 5 minutes", "first virtual set arrives at step 202", "Watch classes in use"):
+        assert words in text, text
+    assert start["y"] < first.bounding_box()["y"] < 844
+    assert page.get_by_role("tab", name="Retrieve").count() == 1  # a gr.api inside the gr.Tabs once doubled it
+    assert page.evaluate(CUT_CHART_TEXT) == []
+    links = page.locator("footer a, footer button").all_inner_texts()
+    assert not [link for link in links if "Runs" in link or "Settings" in link or "Gradio" in link], links
+
+
+def test_charts_follow_dark_mode(browser, bundled_app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, color_scheme="dark")
+    try:
+        page = context.new_page()
+        page.goto(bundled_app_url)
+        page.locator("#curves-plot .main-svg rect.bg").first.wait_for(timeout=90_000)
+        assert "dark" in page.evaluate("() => document.body.className")
+        backgrounds = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot .main-svg rect.bg')]
+            .filter(r => r.closest('.js-plotly-plot').offsetParent)
+            .map(r => getComputedStyle(r).fillOpacity)""")
+        assert backgrounds and set(backgrounds) == {"0"}, backgrounds  # the page's dark background shows through
+        title = page.locator("#curves-plot .gtitle, #curves-plot .annotation-text").first
+        body = page.evaluate("() => getComputedStyle(document.body).color")
+        assert title.evaluate("t => getComputedStyle(t).fill") == body
+    finally:
+        context.close()

@@ -306,3 +306,24 @@ def test_the_views_key_that_sends_the_second_poll_changes_with_a_spread_measure_
         assert len(set(seen)) == len(seen) == 5
     finally:
         figures.close()
+
+
+def test_the_first_screen_summarises_the_settings_and_says_what_start_does():
+    from demo.train import words
+
+    text = words.first_screen("glyphs", "norm-softmax", 128, 12, 4, 10, 2.0)
+    summary, what_happens = text.split("\n\n")
+    assert summary == ("**Settings:** glyphs · norm-softmax · batch 128 · 12 epochs · MemVir N = 4, M = 10 after 2 "
+                       "warm-up epochs (all below)")
+    lines = what_happens.split("  \n")
+    assert len(lines) == 3
+    # glyphs' preset by hand: 12,252 training images in whole batches of 128 are 95 steps an epoch, 1,140 in 12
+    # epochs; the 190 warm-up steps store nothing, and the first virtual set is the step M + 1 = 11 stored steps
+    # back, in use from step 190 + 11 + 1
+    assert "(glyphs, 1,140 steps) takes about 5 minutes" in lines[0]
+    assert "first virtual set arrives at step 202 (about 50 s in), then one more every 11 steps" in lines[1]
+    assert "Recall@1" in lines[2] and "classes in use" in lines[2]
+    # the summary follows the controls, whatever the dataset
+    assert words.first_screen("glyphs-mini", "arcface", 32, 8.0, 0, 10, 1).startswith(
+        "**Settings:** glyphs-mini · arcface · batch 32 · 8 epochs · the baseline (N = 0) (all below)")
+    assert "N = 3, M = 5 after 0.5 warm-up epochs" in words.first_screen("glyphs", "cosface", 64, 3, 3, 5, 0.5)
