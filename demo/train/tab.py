@@ -378,7 +378,8 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 with gr.Row():
                     lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
                     seed = gr.Number(DEFAULTS["seed"], label="Seed")
-                with gr.Group(elem_id="memvir-controls"):
+                # the id on a column: gradio 6.31 writes a gr.Group's elem_id on two nested elements of it
+                with gr.Column(elem_id="memvir-controls"), gr.Group():
                     gr.Markdown(words.MEMVIR_NOTE, elem_classes="small-note", padding=True)
                     memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1, info=words.N_INFO,
                                          label="N: past steps used as virtual classes (0 = baseline)")
@@ -389,6 +390,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                     # a live change's answer beside the sliders that sent it, not at the top of the page
                     memvir_notice = gr.Markdown("", elem_id="memvir-notice", elem_classes="small-note", padding=True)
                 with gr.Accordion("Advanced", open=False, elem_classes="train-later"):
+                    gr.Markdown(words.REGIME_NOTE, elem_id="regime-note", elem_classes="small-note", padding=True)
                     snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
                     eval_every = gr.Number(DEFAULTS["eval_every"],
                                            label="Recall@1 evaluation every (epochs; 0 = at the end)")

@@ -107,13 +107,19 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
     notice = gr.Markdown("", elem_id="notice")
     results = gr.Markdown("", elem_id="results-table")
-    curves_plot = SharedPlot(label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
+    # Each chart says what it waits for from the start: filled by the first poll only, they were bare boxes for the
+    # 10-20 s a fresh server took to answer it.
+    empty_curves, empty_spread = live_view.empty_curves(), live_view.empty_spread()
+    curves_plot = SharedPlot(empty_curves[0], label="Loss and Recall@1", show_label=False, elem_id="curves-plot")
     with gr.Row():
-        classes_plot = SharedPlot(label="Classes in use s(i)", show_label=False, elem_id="classes-plot")
-        cosine_plot = SharedPlot(label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
+        classes_plot = SharedPlot(empty_curves[1], label="Classes in use s(i)", show_label=False,
+                                  elem_id="classes-plot")
+        cosine_plot = SharedPlot(empty_curves[2], label="Mean cos(x, W_y)", show_label=False, elem_id="cosine-plot")
     with gr.Row():
-        drift_plot = SharedPlot(label="Virtual classes against the live ones", show_label=False, elem_id="drift-plot")
-        spread_plot = SharedPlot(label="How the real classes spread", show_label=False, elem_id="spread-plot")
+        drift_plot = SharedPlot(empty_spread[0], label="Virtual classes against the live ones", show_label=False,
+                                elem_id="drift-plot")
+        spread_plot = SharedPlot(empty_spread[1], label="How the real classes spread", show_label=False,
+                                 elem_id="spread-plot")
     gr.Markdown(words.SPREAD_HELP, elem_classes="small-note", padding=True)
     with gr.Group():
         with gr.Row(equal_height=False):

@@ -9,10 +9,12 @@ HUB_DATASET_INFO = ("An image-classification dataset on the Hub, read with 🤗 
                     "ClassLabel column. Its splits are kept if they hold different classes (as SOP's); otherwise they "
                     "are pooled and the first half of the classes trains, the rest tests (as CUB's and CARS's).")
 DATASET_INFO = ("The embedded characters in twelve faces (glyphs-mini: a quick look), or your own images: one "
-                "sub-folder per class. The paper's own setting, a pretrained backbone fine-tuned on a hundred "
-                "classes, is not offered: fine-tuned that way on all 116 glyph classes, MemVir changed no test "
-                "metric measurably; on 12 or 35 of them it led by 1 to 3 points of MAP@R at the same optimiser, which "
-                "five seeds do not establish (docs/reproduction.md, section 10).")
+                "sub-folder per class.")
+# under Advanced, not under the dataset on the first screen, where it greeted a visitor before anything had trained
+REGIME_NOTE = ("The paper's own setting, a pretrained backbone fine-tuned on a hundred "
+               "classes, is not offered: fine-tuned that way on all 116 glyph classes, MemVir changed no test "
+               "metric measurably; on 12 or 35 of them it led by 1 to 3 points of MAP@R at the same optimiser, which "
+               "five seeds do not establish (docs/reproduction.md, section 10).")
 
 # docs/method.md, "The idea" and "Algorithm"
 MEMVIR_NOTE = ("**MemVir** stores every step's embeddings and class weights. After the warm-up, the step j(M+1) back "

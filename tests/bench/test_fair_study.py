@@ -371,8 +371,8 @@ def test_the_page_offers_the_paper_s_regime_if_and_only_if_its_study_found_memvi
         "glyphs-few" in PRESETS
     assert offered == bool(ahead)
     if not ahead:
-        assert "is not offered" in words.DATASET_INFO
-        assert "MemVir changed no test metric measurably" in words.DATASET_INFO
+        assert "is not offered" in words.REGIME_NOTE
+        assert "MemVir changed no test metric measurably" in words.REGIME_NOTE
         # and no MemVir - baseline row of the regime's table is a gain in any metric
         assert all(fair_stats_verdict(row) != "gain" for row in rows if row["reference"] == "baseline")
 

@@ -39,8 +39,12 @@ def test_a_dropdown_opened_by_focus_closes_when_tab_leaves_it(page):
     expanded = ("() => [...document.querySelectorAll('input[role=combobox]')]"
                 ".filter(box => box.getAttribute('aria-expanded') === 'true').length")
     shown = "() => [...document.querySelectorAll('[role=listbox]')].filter(list => list.offsetParent).length"
-    # beside it, why the paper's regime is not among the choices (docs/reproduction.md, section 10)
-    assert "The paper's own setting, a pretrained backbone fine-tuned" in page.locator("#dataset").inner_text()
+    # why the paper's regime is not among the choices (docs/reproduction.md, section 10): under Advanced, not on the
+    # first screen
+    assert "The paper's own setting" not in page.locator("#dataset").inner_text()
+    page.get_by_text("Advanced", exact=True).click()
+    assert "The paper's own setting, a pretrained backbone fine-tuned" in page.locator("#regime-note").inner_text()
+    page.get_by_text("Advanced", exact=True).click()
     page.locator("#dataset input").focus()
     page.wait_for_function(f"() => ({expanded})() === 1", timeout=30_000)  # opened by focus, as gradio does
     for _ in range(3):  # the dataset's, the backbone's and the loss's dropdowns, one after another
@@ -84,6 +88,12 @@ def test_the_first_phone_screen(open_page, bundled_app_url):
         assert words in text, text
     assert start["y"] < first.bounding_box()["y"] < 844
     assert page.get_by_role("tab", name="Retrieve").count() == 1  # a gr.api inside the gr.Tabs once doubled it
+    # no id on two elements of the page's own (plotly's styles and SVG parts aside)
+    shared = page.evaluate("""() => { const seen = {};
+        document.querySelectorAll('.gradio-container [id]:not([id=""]):not(style):not(svg *)')
+            .forEach(element => { seen[element.id] = (seen[element.id] || 0) + 1; });
+        return Object.keys(seen).filter(id => seen[id] > 1); }""")
+    assert shared == [], shared
     assert page.evaluate(CUT_CHART_TEXT) == []
     links = page.locator("footer a, footer button").all_inner_texts()
     assert not [link for link in links if "Runs" in link or "Settings" in link or "Gradio" in link], links

@@ -84,7 +84,7 @@ def test_typed_numbers_left_in_their_boxes_are_what_start_trains_and_the_status_
     page.wait_for_function("() => { const r = document.querySelector('#memvir-notice').getBoundingClientRect();"
                            " return r.top >= 0 && r.bottom <= window.innerHeight + 1; }", timeout=SCROLL_MS)
     assert not _inside_viewport(page, "#notice")
-    memvir = page.locator("#memvir-controls").first.bounding_box()
+    memvir = page.locator("#memvir-controls").bounding_box()
     notice = page.locator("#memvir-notice").bounding_box()
     assert memvir["y"] < notice["y"] < memvir["y"] + memvir["height"]
     _stop(page)
