@@ -126,16 +126,16 @@ def first_search(data_dir: Path, query: Path, **env_extra) -> tuple[float, float
     server, url, _, page_s = start_app(data_dir, **env_extra)
     try:
         served = time.perf_counter()
-        # The answer holds the result tiles' images inline (data URIs): no file to fetch after it.
+        # The client API's search (the page's own event is private): the hits as values, without the result tiles'
+        # images the page's answer carries inline.
         client = Client(url, verbose=False, download_files=False)
-        about, tiles, _ = client.predict(checkpoint_choice=str(REPO / "checkpoints" / "glyphs-norm-softmax-memvir"),
-                                         source="test split", k=8, query_class="", query_file=handle_file(query),
-                                         api_name="/search_upload")
+        found = client.predict(checkpoint=str(REPO / "checkpoints" / "glyphs-norm-softmax-memvir"), k=8,
+                               query_image=handle_file(query), api_name="/search")
         answered = time.perf_counter() - served
     finally:
         server.terminate()
         server.wait(30)
-    assert tiles.count("<figure class=\"result-tile") == 8, about
+    assert len(found["hits"]) == 8, found
     return page_s, answered
 
 
@@ -202,7 +202,7 @@ def app_round(data_dir: Path, epochs: int, server_priority: str) -> dict:
         page = PagePolls(url, client.session_hash)
         server_idle_mb = _status_kb(server.pid, "VmRSS") / 1024
         clicked = time.perf_counter()
-        client.predict(epochs=epochs, **APP_SETTINGS, api_name="/start")
+        client.predict(epochs=epochs, **APP_SETTINGS, api_name="/start_run")
         while "step 0 of" in (status := page.poll()) or "Training" not in status:
             time.sleep(0.02)
         first_loss_s = time.perf_counter() - clicked
@@ -307,7 +307,7 @@ class _AppArm:
         time.sleep(3)
         self.client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
         self.page = PagePolls(url, self.client.session_hash)
-        self.client.predict(epochs=100, **APP_SETTINGS, api_name="/start")
+        self.client.predict(epochs=100, **APP_SETTINGS, api_name="/start_run")
         self.run_dir = next((tmp / "runs").iterdir())
 
     def steps(self) -> list[dict]:
@@ -315,12 +315,12 @@ class _AppArm:
         return _step_records(self.run_dir)
 
     def hold(self) -> None:
-        self.client.predict(api_name="/pause")
+        self.client.predict(api_name="/pause_run")
         while "Paused" not in self.page.poll():
             time.sleep(0.2)
 
     def take_turn(self, seconds: float) -> None:
-        self.client.predict(api_name="/resume")
+        self.client.predict(api_name="/resume_run")
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             time.sleep(1.0)

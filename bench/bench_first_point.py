@@ -63,11 +63,11 @@ def first_point(data_dir: Path) -> tuple[float, float, float]:
         client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
         page = PagePolls(url, client.session_hash)
         clicked = time.perf_counter()
-        client.predict(**START, api_name="/start")
+        client.predict(**START, api_name="/start_run")
         while "step 0 of" in (status := page.poll()) or "Training" not in status:
             time.sleep(0.02)
         first_s = time.perf_counter() - clicked
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         # the run's process saves its checkpoint as it stops: wait for it, or the data folder is removed under it
         while not page.poll().startswith(("**Stopped**", "**Finished**")):
             time.sleep(0.1)

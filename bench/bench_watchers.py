@@ -145,7 +145,7 @@ def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
             time.sleep(3)  # the background import of the trainer, as for a visitor reading the page
             client = Client(url, verbose=False, httpx_kwargs={"timeout": 120})
             owner = PagePolls(url, client.session_hash)
-            client.predict(**{**APP_SETTINGS, "eval_every": 0}, epochs=50, api_name="/start")
+            client.predict(**{**APP_SETTINGS, "eval_every": 0}, epochs=50, api_name="/start_run")
             run_dir = next((data / "runs").iterdir())
 
             def owner_polls():
@@ -166,7 +166,7 @@ def measure(watchers: int, seconds: float, quiet_s: float) -> dict:
             client_cores = (sum(os.times()[:2]) - own_cpu) / watched_s
             after = steps_per_s(run_dir, quiet_s)
             owner_polling.set()
-            client.predict(api_name="/stop")
+            client.predict(api_name="/stop_run")
         finally:
             server.terminate()
             server.wait(30)

@@ -1,11 +1,11 @@
 """The client API: the app's public endpoints, as `gr.api` functions of plain values (docs/app.md, "The client API").
 
 A program drives the app with gradio_client (`Client(url).predict(..., api_name="/start_run")`) or HTTP. The page's
-own events are not this API: the page's wiring may change without changing it, and no endpoint here answers with a
-component update (the page's events that a client can still call are to become private; tests/app/test_client_api.py
-lists them). Each function here takes and returns plain values: text, numbers, booleans, lists and dicts, and
-files (`gradio.FileData`) for images sent and for downloads. The functions call the run manager
-(demo.runs.manager) and the retrieval service (demo.retrieve.service) directly, as the page's handlers do.
+own events are not this API: they are private (api_visibility="private"), so the page's wiring may change without
+changing it, and no public endpoint answers with a component update. Each function here takes and returns plain
+values: text, numbers, booleans, lists and dicts, and files (`gradio.FileData`) for images sent and for downloads.
+The functions call the run manager (demo.runs.manager) and the retrieval service (demo.retrieve.service) directly, as
+the page's handlers do.
 
 Who is asking: `visitor`, a key the client keeps (as the page keeps one in the browser), or, left empty, the client's
 session. A visitor steers only runs they started and watches the others; on a Space a push uses the visitor's own

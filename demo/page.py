@@ -2,7 +2,7 @@
 the load event, assembled into an `App` with what serves it; its styles (demo/static/page.css) and script
 (demo/static/page.js).
 
-Every event has an explicit api_name, so the page is also a public API (gradio_client).
+Every event has an explicit api_name and is private: a program calls the client API (demo.api), not the page.
 """
 
 from __future__ import annotations

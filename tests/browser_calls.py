@@ -18,13 +18,6 @@ class BrowserSession:
         config = httpx.get(self.url + "config", timeout=timeout).json()
         self.events = {dependency["api_name"]: dependency["id"] for dependency in config["dependencies"]
                        if dependency.get("api_name")}
-        self._info = None
-
-    def parameters(self, api_name: str) -> list[str]:
-        """The names of a public event's inputs, in the order the page sends them (the API's own description)."""
-        if self._info is None:
-            self._info = httpx.get(self.url + "gradio_api/info", timeout=self.timeout).json()["named_endpoints"]
-        return [parameter["parameter_name"] for parameter in self._info[f"/{api_name}"]["parameters"]]
 
     def call(self, api_name: str, data: list, event_data=None) -> "Answer":
         """Send one event; the answer the stream ended with."""

@@ -29,8 +29,8 @@ def serving(settings):
 
 
 def page_status(client) -> str:
-    """The Train tab's status line, as the page's timer polls it."""
-    return client.predict(api_name="/poll")[0]
+    """The Train tab's status line, as the client API's /run_status gives it (the page's own)."""
+    return client.predict(api_name="/run_status")["status_line"]
 
 
 def poll_status_until(client, condition, what: str, seconds: float) -> str:

@@ -682,12 +682,13 @@ def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab:
     hidden = {"api_visibility": "private", "show_progress": "hidden"}
     gallery = [ui.checkpoint, ui.source, ui.gallery_files]
     retrieve_tab.select(handlers.checkpoint_list, None, [ui.checkpoint], api_name="list_checkpoints",
-                        show_progress="hidden")
+                        **hidden)
     retrieve_tab.select(handlers.checkpoint_list, None, [ui.second_checkpoint], api_name="list_second_checkpoints",
                         **hidden)
     # Load's one listener; the query's class hint follows it, for a gallery uploaded since the last choice
     ui.load_button.click(handlers.prepare, gallery, [ui.about, ui.sample_gallery, ui.picked],
-                         api_name="prepare_retrieval").then(
+                         api_name="prepare_retrieval",
+                         api_visibility="private").then(
         handlers.query_class_hint, gallery, [ui.query_class, ui.class_list], api_name="query_class_hint_after_load",
         **hidden)
     ui.source.change(gallery_upload_shown, [ui.source], [ui.gallery_files], api_name="show_gallery_upload", **hidden)
@@ -695,11 +696,11 @@ def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab:
           [ui.query_class, ui.class_list], api_name="query_class_hint", **hidden)
     ui.class_list.input(picked_class, [ui.class_list], [ui.query_class], api_name="pick_query_class", **hidden)
     ui.download_button.click(handlers.download_checkpoint, [ui.checkpoint], [ui.download_note, ui.checkpoint_zip],
-                             api_name="download_checkpoint")
+                             api_name="download_checkpoint", api_visibility="private")
     # Clearing the sketch leaves Gradio's editor on its upload tool; a fresh sheet brings the brush back.
     ui.sketch.clear(lambda: PAPER, None, [ui.sketch], api_name="clear_sketch", **hidden)
     ui.export_button.click(handlers.export_gallery, gallery, [ui.export_note, ui.export_zip, ui.export_npz],
-                           api_name="export_gallery")
+                           api_name="export_gallery", api_visibility="private")
 
 
 def _wire_search(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
@@ -708,26 +709,26 @@ def _wire_search(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
     one, two = [ui.checkpoint, ui.source, ui.k], [ui.checkpoint, ui.second_checkpoint, ui.source, ui.k]
     ui.search_upload_button.click(handlers.search_upload,
                                   one + [ui.query_class, ui.query_file, ui.gallery_files, ui.cutoff], outputs,
-                                  api_name="search_upload")
+                                  api_name="search_upload", api_visibility="private")
     # a click on a result, as the page's script sends it (demo/static/page.js): its gallery and item
     ui.tile_clicked.click(handlers.search_result_tile, one + [ui.clicked_result, ui.gallery_files, ui.cutoff],
                           outputs, api_name="search_result_tile", api_visibility="private")
     ui.search_drawing_button.click(handlers.search_drawing,
                                    one + [ui.query_class, ui.sketch, ui.gallery_files, ui.cutoff], outputs,
-                                   api_name="search_drawing")
+                                   api_name="search_drawing", api_visibility="private")
     ui.sample_gallery.select(handlers.search_gallery_item, one + [ui.picked, ui.gallery_files, ui.cutoff], outputs,
-                             api_name="search_gallery_item")
+                             api_name="search_gallery_item", api_visibility="private")
     ui.sample_gallery.select(remember_pick, [ui.picked], [ui.pick_position], api_name="remember_pick",
                              api_visibility="private", show_progress="hidden")
     ui.compare_pick_button.click(handlers.compare_gallery_item,
                                  two + [ui.picked, ui.pick_position, ui.gallery_files, ui.cutoff], outputs,
-                                 api_name="compare_gallery_item")
+                                 api_name="compare_gallery_item", api_visibility="private")
     ui.compare_upload_button.click(handlers.compare_upload,
                                    two + [ui.query_class, ui.query_file, ui.gallery_files, ui.cutoff], outputs,
-                                   api_name="compare_upload")
+                                   api_name="compare_upload", api_visibility="private")
     ui.compare_drawing_button.click(handlers.compare_drawing,
                                     two + [ui.query_class, ui.sketch, ui.gallery_files, ui.cutoff], outputs,
-                                    api_name="compare_drawing")
+                                    api_name="compare_drawing", api_visibility="private")
 
 
 def _wire_views(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
@@ -735,14 +736,16 @@ def _wire_views(handlers: RetrieveHandlers, ui: SimpleNamespace) -> None:
     two = [ui.checkpoint, ui.second_checkpoint, ui.source]
     ui.hardest_button.click(handlers.show_hardest,
                             two + [ui.hardest_order, ui.hardest_compare, ui.gallery_files, ui.cutoff],
-                            [ui.hardest_summary, ui.hardest_rows], api_name="hardest_queries")
+                            [ui.hardest_summary, ui.hardest_rows], api_name="hardest_queries",
+                            api_visibility="private")
     ui.per_class_button.click(handlers.show_per_class, two + [ui.per_class_compare, ui.gallery_files],
                               [ui.per_class_summary, ui.per_class_frame, ui.confused_frame, ui.per_class_csv],
-                              api_name="per_class_metrics")
+                              api_name="per_class_metrics", api_visibility="private")
     threshold_view = [ui.checkpoint, ui.source, ui.fmr, ui.cutoff, ui.gallery_files]
     ui.threshold_button.click(handlers.show_threshold, threshold_view, [ui.threshold_summary, ui.threshold_plot],
-                              api_name="threshold_view")
-    # A page convenience (threshold_view gives a client the thresholds); the view is redrawn with the cut-off's line.
+                              api_name="threshold_view", api_visibility="private")
+    # A page convenience (the client API's /threshold gives a client the thresholds); the view is redrawn with the
+    # cut-off's line.
     ui.cutoff_button.click(handlers.threshold_as_cutoff, [ui.checkpoint, ui.source, ui.fmr, ui.gallery_files],
                            [ui.cutoff_note, ui.cutoff], api_name="threshold_as_cutoff", api_visibility="private").then(
         handlers.show_threshold, threshold_view, [ui.threshold_summary, ui.threshold_plot],

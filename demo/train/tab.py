@@ -19,7 +19,7 @@ import gradio as gr
 from demo.common.allowed_paths import dataset_folder
 from demo.common.handlers import reporting, visitor_key
 from demo.common.hub_access import ANONYMOUS, sign_in_offered, visitor_token
-from demo.common.inputs import positive_number, whole_number, whole_numbers
+from demo.common.inputs import positive_number, shown, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
 from demo.common.upload_store import discard
 from demo.common.uploads import display_name, unpack_upload
@@ -120,6 +120,12 @@ class TrainHandlers:
                   memvir_reduction, focus_classes, class_lr, adam_eps, loss_scale, hub_dataset, visitor: str):
         """The run started for `visitor` with the page's settings (`start`'s, which the client API's /start_run takes
         too), each checked as the page words it; ValueError that says why it cannot start."""
+        # The page's dropdowns offer only these; a client sends any text: `folder:PATH` would pass the folders this
+        # app may read (demo.common.allowed_paths), a `timm:` backbone would fetch weights from the Hub.
+        for name, value, choices in (("the dataset", dataset, [choice for _, choice in DATASET_CHOICES]),
+                                     ("the backbone", backbone, list(BACKBONE_CHOICES))):
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {shown(value)}")
         if memvir_reduction and memvir_reduction not in REDUCTIONS:
             raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
         # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
@@ -202,7 +208,7 @@ class TrainHandlers:
                    f"again; it appears in grey on the curves. {words.baseline_optimiser(tuned, trained_before=True)}")
 
     # One handler for every live control, sent one typed change: the setting moved and its new value (each slider
-    # sends its own; a client names it). A page that shows stale values (opened before a change another tab made)
+    # sends its own). A page that shows stale values (opened before a change another tab made)
     # thus never resets the settings it did not touch.
     @reporting(message_slot=0, outputs=1)
     def update(self, state: PollState, setting, value, visitor=None, request: gr.Request = None):
@@ -222,11 +228,6 @@ class TrainHandlers:
             return "The run already uses this setting."
         self.runs.update(run.id, visitor, {setting: value})
         return f"Asked for {live_changes.changes_words({setting: value}, {setting: before})}: {live_changes.PENDING}."
-
-    def api_update(self, setting: str, value: float, visitor: str = "", request: gr.Request = None) -> str:
-        """The client API's live change (/update): `setting` (memvir_n, memvir_m or warmup_epochs) to `value` on
-        the visitor's own running run; the answer as the page gives it beside its sliders."""
-        return self.update(PollState(), setting, value, visitor, request)
 
     @reporting(message_slot=1, outputs=20)
     def reset(self, state: PollState, visitor=None, request: gr.Request = None):
@@ -422,9 +423,6 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
             with gr.Column(scale=3, elem_classes="train-view"):
                 views = train_views.build(runs, figures, state, visitor, timer,
                                           (memvir_notice, memvir_n, memvir_m, warmup))
-        # inside the tab: a gr.api is a block of the layout, and a direct child of the page's gr.Tabs that is not a
-        # gr.Tab makes gradio warn (once, in a browser, two Retrieve tab buttons showed beside such children)
-        gr.api(handlers.api_update, api_name="update")
 
     notice = views.notice
     settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
@@ -443,11 +441,14 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     summarised = [dataset, loss, batch_size, epochs, memvir_n, memvir_m, warmup]
     gr.on([control.change for control in summarised], words.first_screen, summarised, [first_screen],
           api_name="first_screen", api_visibility="private", show_progress="hidden", queue=False)
-    start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start")
-    stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop")
-    pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause")
-    resume_button.click(handlers.resume, [state, visitor], [notice, views.follow], api_name="resume")
-    baseline_button.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline")
+    start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start",
+                       api_visibility="private")
+    stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop", api_visibility="private")
+    pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause", api_visibility="private")
+    resume_button.click(handlers.resume, [state, visitor], [notice, views.follow], api_name="resume",
+                        api_visibility="private")
+    baseline_button.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline",
+                          api_visibility="private")
     reset_button.click(handlers.reset, [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
                                                           epochs, lr, seed, schedule, val_classes, store_dtype,
                                                           reduction, class_lr, adam_eps, loss, loss_scale,
@@ -457,9 +458,10 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     events = ("update_n", "update_m", "update_warmup")
     for slider, setting, name in zip((memvir_n, memvir_m, warmup), LIVE_SLIDERS, events, strict=True):
         # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
-        # own events; a client calls /update.
+        # own events; a client calls the client API's /update_run.
         slider.release(handlers.update, [state, gr.State(setting), slider, visitor], [memvir_notice],
                        api_name=name, api_visibility="private", show_progress="hidden",
                        trigger_mode="always_last")
-    push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub")
+    push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub",
+                      api_visibility="private")
     return TrainTab(state, push_button, push_note, (memvir_n, memvir_m, warmup))

@@ -160,8 +160,8 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
     polled = timer.tick(live.poll, [state, color_by, follow, visitor],
                         [state, status, *controls, curves_plot, classes_plot, cosine_plot, embedding_plot,
-                         snapshot_caption, snapshot_step, timer, views_due], api_name="poll", show_progress="hidden",
-                        queue=False)
+                         snapshot_caption, snapshot_step, timer, views_due], api_name="poll", api_visibility="private",
+                        show_progress="hidden", queue=False)
     # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
     polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
     # The second poll only when the first says its views changed: every few seconds while a run trains (at its

@@ -468,31 +468,9 @@ def test_a_methods_texts_are_checked_under_their_own_names_self_aside():
     assert gradio_type_hints(handlers.push)["request"] is gr.Request  # how Gradio knows to pass the request
 
 
-# The page's public API, what a client calls, and the parameters it sends, as gradio_client names them; the README
-# lists the same endpoints.
+# The app's public endpoints, the client API (demo.api), and the parameters a client sends, as gradio_client names
+# them; docs/app.md lists the same endpoints (tests/app/test_client_api.py checks it).
 API = {
-    "/poll": ["color_by", "follow", "visitor"],
-    "/start": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
-               "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
-               "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
-               "loss_scale", "hub_dataset", "visitor"],
-    "/stop": ["visitor"], "/pause": ["visitor"], "/resume": ["visitor"], "/compare_baseline": ["visitor"],
-    "/update": ["setting", "value", "visitor"], "/push_to_hub": ["repo_id", "visitor"],
-    "/list_checkpoints": [], "/prepare_retrieval": ["checkpoint_choice", "source", "files"],
-    "/search_upload": ["checkpoint_choice", "source", "k", "query_class", "query_file", "files", "cutoff"],
-    "/search_drawing": ["checkpoint_choice", "source", "k", "query_class", "sketch", "files", "cutoff"],
-    "/search_gallery_item": ["checkpoint_choice", "source", "k", "files", "cutoff"],
-    "/download_checkpoint": ["checkpoint_choice"],
-    "/export_gallery": ["checkpoint_choice", "source", "files"],
-    "/compare_upload": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "query_file", "files",
-                        "cutoff"],
-    "/compare_drawing": ["checkpoint_choice", "second_checkpoint", "source", "k", "query_class", "sketch", "files",
-                         "cutoff"],
-    "/compare_gallery_item": ["checkpoint_choice", "second_checkpoint", "source", "k", "files", "cutoff"],
-    "/hardest_queries": ["checkpoint_choice", "second_checkpoint", "source", "order", "compare", "files", "cutoff"],
-    "/per_class_metrics": ["checkpoint_choice", "second_checkpoint", "source", "compare", "files"],
-    "/threshold_view": ["checkpoint_choice", "source", "fmr", "cutoff", "files"],
-    # the client API (demo.api)
     "/start_run": ["dataset", "backbone", "loss", "batch_size", "epochs", "lr", "seed", "memvir_n", "memvir_m",
                    "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
                    "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
@@ -514,7 +492,11 @@ PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", 
            "follow_snapshots", "poll_views", "views_due", "show_classes", "query_class_hint",
            "query_class_hint_after_load", "clear_sketch", "list_second_checkpoints", "remember_pick",
            "threshold_as_cutoff", "threshold_view_with_cutoff", "show_gallery_upload", "pick_query_class",
-           "snapshot_neighbours", "search_result_tile", "update_n", "update_m", "update_warmup", "first_screen"}
+           "snapshot_neighbours", "search_result_tile", "update_n", "update_m", "update_warmup", "first_screen",
+           "poll", "start", "stop", "pause", "resume", "compare_baseline", "push_to_hub", "list_checkpoints",
+           "prepare_retrieval", "download_checkpoint", "export_gallery", "search_upload", "search_drawing",
+           "search_gallery_item", "compare_gallery_item", "compare_upload", "compare_drawing", "hardest_queries",
+           "per_class_metrics", "threshold_view"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
@@ -534,7 +516,7 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
                  if block_fn.fn is not None}  # events that run only in the browser have no handler
         assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
-            "update_warmup", "update", "push_to_hub", "poll_views", "show_classes", "start_run", "run_status",
+            "update_warmup", "push_to_hub", "poll_views", "show_classes", "start_run", "run_status",
             "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline", "push_run"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
         # a refusal answers every output its event has (reporting's count), the message in its place

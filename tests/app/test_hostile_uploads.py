@@ -234,7 +234,8 @@ def test_a_file_box_still_refuses_the_kinds_it_does_not_take(app, tmp_path):
     buffer = io.BytesIO()
     Image.new("L", (8, 8)).save(buffer, format="PNG")
     image.write_bytes(buffer.getvalue())
-    names = httpx.get(app.url + "gradio_api/info", timeout=30).json()["named_endpoints"]["/start"]["parameters"]
+    # the page's Start (private) takes the parameters of the client API's /start_run, in its order
+    names = httpx.get(app.url + "gradio_api/info", timeout=30).json()["named_endpoints"]["/start_run"]["parameters"]
     values = {"dataset": "zip", "zip_file": _uploaded(app, image)}
     status, answer = app.event("start", [values.get(parameter["parameter_name"], parameter.get("parameter_default"))
                                          for parameter in names])

@@ -1,8 +1,9 @@
-"""Hostile values through the public API (issue 29, items 4 and 5), each sent as an outside attack sent it, against a
-real server in-process: text past a small bound, lone surrogates and control characters, bad event payloads, numbers
-that overflow, a flood of live changes. Every one must end in a refusal that says what was wrong, quotes nothing
-whole, names no server path and is logged as one line."""
+"""Hostile values through the client API and the page's own events (issue 29, items 4 and 5), each sent as an outside
+attack sent it, against a real server in-process: text past a small bound, lone surrogates and control characters,
+bad event payloads, numbers that overflow, a flood of live changes. Every one must end in a refusal that says what was
+wrong, quotes nothing whole, names no server path and is logged as one line."""
 
+import inspect
 import io
 import logging
 import re
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 from browser_calls import BrowserSession
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 from served_app import page_status, poll_status_until, serving, step_of
+
+from demo.train.tab import TrainHandlers
 
 DEADLINE_S = 90.0
 SURROGATE = "\ud800"  # what JSON.stringify sends for half of an emoji cut in two
@@ -35,7 +39,8 @@ def served(tiny_checkpoints, tmp_path_factory):
                "checkpoint": str(tiny_checkpoints / "glyphs-mini-tiny")}
 
 
-# The Train tab's Start as the page sends it (demo.train.tab.build's `settings`, then the visitor key).
+# The Train tab's Start as the page sends it (demo.train.tab.build's `settings`, then the visitor key); the client
+# API's /start_run takes the same names.
 START = {"dataset": "glyphs-mini", "backbone": "convnet", "loss": "norm-softmax", "batch_size": 32, "epochs": 2,
          "lr": 0.001, "seed": 0, "memvir_n": 2, "memvir_m": 2, "warmup_epochs": 0.0, "snapshot_every": 0,
          "eval_every": 1, "folder_path": "", "zip_file": None, "memvir_schedule": "curriculum", "val_classes": 0,
@@ -44,7 +49,7 @@ START = {"dataset": "glyphs-mini", "backbone": "convnet", "loss": "norm-softmax"
 
 def _start_data(session: BrowserSession, **values) -> list:
     """Start's inputs in the page's order: START's values, None for the inputs added since, the visitor key last."""
-    names = session.parameters("start")
+    names = [name for name in inspect.signature(TrainHandlers.start).parameters if name not in ("self", "request")]
     settings = {**START, **values}
     return [settings.get(name) for name in names]
 
@@ -95,11 +100,11 @@ def test_a_20_mb_text_is_refused_by_its_length_and_not_echoed(served, glyph_quer
         shown = answer.error
         expected = "the dataset is 20,000,000 characters long; at most 1,000 are accepted: shorten it"
     elif name == "query class":
-        query = served["client"].predict(checkpoint_choice=served["checkpoint"], source="test split", k=3,
-                                         query_class="x" * HUGE, query_file=handle_file(glyph_query),
-                                         api_name="/search_upload")
-        answer, shown = None, query[0]
-        expected = "⚠️ the query's class is 20,000,000 characters long; at most 1,000 are accepted: shorten it"
+        with pytest.raises(AppError) as refused:
+            served["client"].predict(checkpoint=served["checkpoint"], k=3, query_class="x" * HUGE,
+                                     query_image=handle_file(glyph_query), api_name="/search")
+        answer, shown = None, str(refused.value)
+        expected = "the query's class is 20,000,000 characters long; at most 1,000 are accepted: shorten it"
     else:
         answer = session.call("show_classes", [None, "1, " * (HUGE // 3), None])
         shown = answer.data[0]
@@ -119,8 +124,9 @@ def test_a_control_character_is_refused(served, field, value, expected):
 
 
 def test_a_repo_id_with_a_newline_is_refused(served):
-    notice = served["client"].predict(repo_id="me/x\nEvil: header", api_name="/push_to_hub")
-    assert notice == "⚠️ the repo id holds a control character (U+000A): remove it and try again"
+    with pytest.raises(AppError) as refused:
+        served["client"].predict(repo_id="me/x\nEvil: header", api_name="/push_run")
+    assert str(refused.value) == "the repo id holds a control character (U+000A): remove it and try again"
 
 
 # ---------------------------------------------------------------------------------------------- event payloads
@@ -157,12 +163,14 @@ def test_a_zip_with_a_300_character_folder_name_is_refused_without_server_paths(
     """Before: 'Something went wrong (OSError: [Errno 36] File name too long: <the uploads folder>/.unpacking-...)'."""
     folder = "c" * 300
     archive = _zip_with(tmp_path / "long.zip", [f"{folder}/0.png", f"{folder}/1.png", "b/0.png", "b/1.png"])
-    about, _ = served["client"].predict(checkpoint_choice=served["checkpoint"], source="uploaded",
-                                        files=[handle_file(archive)], api_name="/prepare_retrieval")
-    assert about == (f"⚠️ long.zip: entry '{'c' * 59}…' has a file or folder name of 300 bytes; at most 255 are "
-                     "allowed: rename it and zip again")
-    started = served["client"].predict(dataset="zip", zip_file=handle_file(archive), api_name="/start")
-    assert started == about
+    with pytest.raises(AppError) as gallery:
+        served["client"].predict(checkpoint=served["checkpoint"], gallery_files=[handle_file(archive)],
+                                 api_name="/gallery")
+    assert str(gallery.value) == (f"long.zip: entry '{'c' * 59}…' has a file or folder name of 300 bytes; at most 255 "
+                                  "are allowed: rename it and zip again")
+    with pytest.raises(AppError) as started:
+        served["client"].predict(dataset="zip", zip_file=handle_file(archive), api_name="/start_run")
+    assert str(started.value) == str(gallery.value)
 
 
 # ---------------------------------------------------------------------------------------------- numbers
@@ -178,8 +186,9 @@ def test_a_zip_with_a_300_character_folder_name_is_refused_without_server_paths(
 def test_a_number_too_large_is_refused_at_start_and_every_poll_still_answers(served, control, value, expected):
     """Before, epochs = 1e308 passed the whole-number check, and every visitor's poll answered HTTP 500 from then on
     (an OverflowError in the status line's 'about ... left')."""
-    notice = served["client"].predict(**{**START, control: value}, api_name="/start")
-    assert notice == f"⚠️ {expected}"
+    with pytest.raises(AppError) as refused:
+        served["client"].predict(**{**START, control: value}, api_name="/start_run")
+    assert str(refused.value) == expected
     assert served["app"].run_manager.runs() == []
     watcher = Client(served["url"], verbose=False)
     assert page_status(watcher).startswith("**Ready.**"), page_status(watcher)
@@ -191,8 +200,8 @@ def _live_n(app) -> int:
 
 
 def _start_long_run(client, **values) -> str:
-    started = client.predict(**{**START, "epochs": 500, **values}, api_name="/start")
-    assert started.startswith("Started run `"), started
+    started = client.predict(**{**START, "epochs": 500, **values}, api_name="/start_run")
+    assert started["run_id"] and started["yours"] is True, started
     return poll_status_until(client, lambda status: status.startswith("**Training**") and "step" in status,
                              "the run training", DEADLINE_S)
 
@@ -206,15 +215,17 @@ def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
     with _serving(tmp_path, tiny_checkpoints) as (url, app):
         client = Client(url, verbose=False)
         _start_long_run(client)
-        client.predict(api_name="/pause")
+        client.predict(api_name="/pause_run")
         paused = poll_status_until(client, lambda status: status.startswith("**Paused**"), "the run paused",
                                    DEADLINE_S)
-        assert client.predict(setting="memvir_n", value=4, api_name="/update") == asked("N 2 -> 4")
-        assert client.predict(setting="memvir_n", value=2, api_name="/update") == asked("N 4 -> 2")
-        assert client.predict(setting="memvir_n", value=3, api_name="/update") == asked("N 2 -> 3")
-        assert client.predict(setting="memvir_n", value=3, api_name="/update") == (
-            "The run already uses this setting.")  # what it will use once the change applies
-        client.predict(api_name="/resume")
+        def update(value):
+            return client.predict(setting="memvir_n", value=value, api_name="/update_run")["message"]
+
+        assert update(4) == asked("N 2 -> 4")
+        assert update(2) == asked("N 4 -> 2")
+        assert update(3) == asked("N 2 -> 3")
+        assert update(3) == "The run already uses this setting."  # what it will use once the change applies
+        client.predict(api_name="/resume_run")
         poll_status_until(client, lambda status: step_of(status) > step_of(paused) + 3, "steps after the changes",
                           DEADLINE_S)
         run = app.run_manager.runs()[-1]
@@ -222,7 +233,7 @@ def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
         assert [r["memvir_n"] for r in run.records if r["type"] == "control"] == [3]  # one change: 2 -> 3
         # a change names its one setting: M and the warm-up were never sent
         assert (run.live_values["memvir_m"], run.live_values["warmup_epochs"]) == (2, 0)
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
@@ -235,17 +246,17 @@ def test_a_flood_of_live_changes_is_answered_and_the_newest_applies(tiny_checkpo
         _start_long_run(client)
         jobs = []
         for value in values:
-            jobs.append(client.submit(setting="memvir_n", value=value, api_name="/update"))
+            jobs.append(client.submit(setting="memvir_n", value=value, api_name="/update_run"))
             time.sleep(0.05)
         deadline = time.monotonic() + 60.0
-        answers = [job.result(timeout=max(0.1, deadline - time.monotonic())) for job in jobs]
+        answers = [job.result(timeout=max(0.1, deadline - time.monotonic()))["message"] for job in jobs]
         assert all(answer.startswith("Asked for N ") and answer.endswith("the run applies it before its next step.")
                    or answer == "The run already uses this setting." for answer in answers), set(answers)
         run = app.run_manager.runs()[-1]
         sent_at = step_of(page_status(client))
         poll_status_until(client, lambda status: step_of(status) > sent_at + 3, "steps after the flood", DEADLINE_S)
         assert run.live_values["memvir_n"] == 7 and run.state == "running"
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
@@ -258,8 +269,10 @@ def test_refusals_are_logged_one_line_each(served, caplog, capfd, tmp_path):
         session.call("start", _start_data(session, dataset=SURROGATE))
         session.call("start", _start_data(session, loss="x" * 5_000))
         session.call("show_classes", [None, SURROGATE, None])
-        served["client"].predict(**{**START, "epochs": 1e308}, api_name="/start")
-        served["client"].predict(**{**START, "batch_size": 289}, api_name="/start")  # past the 288 images
+        with pytest.raises(AppError, match="epochs must be a whole number"):
+            served["client"].predict(**{**START, "epochs": 1e308}, api_name="/start_run")
+        with pytest.raises(AppError):  # past the 288 images
+            served["client"].predict(**{**START, "batch_size": 289}, api_name="/start_run")
     printed = capfd.readouterr()
     refusals = [record for record in caplog.records if "refused" in record.getMessage()]
     assert len(refusals) == 5, [record.getMessage() for record in caplog.records]

@@ -12,8 +12,11 @@ import zipfile
 import zlib
 from pathlib import Path
 
+import httpx
 import pytest
+from browser_calls import BrowserSession
 from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 from served_app import free_port, page_status, poll_status_until, step_of
 
 DEADLINE_S = 90.0
@@ -46,6 +49,13 @@ def server(tiny_checkpoints, tmp_path_factory):
     with _serving(settings) as (client, app):
         yield {"client": client, "app": app, "settings": settings,
                "checkpoint": str(tiny_checkpoints / "glyphs-mini-tiny")}
+
+
+def _refusal(client: Client, **arguments) -> str:
+    """The reason a client API call is refused (its AppError's message); AssertionError when it is answered."""
+    with pytest.raises(AppError) as refused:
+        client.predict(**arguments)
+    return str(refused.value)
 
 
 # ---------------------------------------------------------------------------------------------- image limits
@@ -118,23 +128,36 @@ def _class_zip(path: Path, classes: int, per_class: int, extra: dict | None = No
     return _zip_of(path, {**entries, **(extra or {})})
 
 
+def _uploaded(server, image: Path) -> dict:
+    """`image` uploaded as the page uploads a file, named as an event names it."""
+    answer = httpx.post(server["client"].src + "gradio_api/upload",
+                        files={"files": (image.name, image.read_bytes(), "image/png")}, timeout=60)
+    answer.raise_for_status()
+    return {"path": answer.json()[0], "orig_name": image.name, "meta": {"_type": "gradio.FileData"}}
+
+
+def _search_drawing(server, sketch: dict) -> str:
+    """The Retrieve tab's search of a drawing, sent to the page's own (private) event as the page's script sends it;
+    the answer's first line (the client API has no sketch: /search takes an image file)."""
+    answer = BrowserSession(server["client"].src).call(
+        "search_drawing", [server["checkpoint"], "test split", 3, "", sketch, None, ""])
+    assert answer.error is None, answer
+    return answer.data[0]
+
+
 def test_a_huge_canvas_as_the_sketch_is_refused_before_decoding(server, bomb):
     """Before, the sketch path skipped the 40-megapixel limit: a 31 kB 12000 x 12000 PNG raised memory by 2.8 GB."""
+    sketch = {"background": None, "layers": [], "composite": _uploaded(server, bomb), "id": None}
     peak = _PeakMemory()
     peak.reset()
-    about, _, _ = server["client"].predict(
-        checkpoint_choice=server["checkpoint"], source="test split", k=3, query_class="",
-        sketch={"background": None, "layers": [], "composite": handle_file(bomb), "id": None},
-        api_name="/search_drawing")
+    about = _search_drawing(server, sketch)
     assert about.startswith("⚠️ the drawing ") and REFUSED_CANVAS in about
     assert peak.growth_mb() < MEMORY_SLACK_MB
 
 
 def test_a_huge_canvas_as_a_sketch_layer_is_refused(server, bomb, glyph_query):
-    about, _, _ = server["client"].predict(
-        checkpoint_choice=server["checkpoint"], source="test split", k=3, query_class="",
-        sketch={"background": None, "layers": [handle_file(bomb)], "composite": handle_file(glyph_query), "id": None},
-        api_name="/search_drawing")
+    about = _search_drawing(server, {"background": None, "layers": [_uploaded(server, bomb)],
+                                     "composite": _uploaded(server, glyph_query), "id": None})
     assert about.startswith("⚠️ layer 1 of the drawing ") and REFUSED_CANVAS in about
 
 
@@ -144,21 +167,20 @@ def test_a_huge_canvas_is_refused_on_every_other_image_path(server, bomb, glyph_
     peak = _PeakMemory()
     peak.reset()
     if path == "query":
-        message, _, _ = client.predict(checkpoint_choice=server["checkpoint"], source="test split", k=3,
-                                       query_class="", query_file=handle_file(bomb), api_name="/search_upload")
+        message = _refusal(client, checkpoint=server["checkpoint"], k=3, query_image=handle_file(bomb),
+                           api_name="/search")
     elif path == "gallery image":
-        message, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
-                                    files=[handle_file(glyph_query), handle_file(bomb)],
-                                    api_name="/prepare_retrieval")
+        message = _refusal(client, checkpoint=server["checkpoint"],
+                           gallery_files=[handle_file(glyph_query), handle_file(bomb)], api_name="/gallery")
     elif path == "gallery zip":
         archive = _class_zip(tmp_path / "gallery.zip", 2, 2, {"class000/bomb.png": bomb})
-        message, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
-                                    files=[handle_file(archive)], api_name="/prepare_retrieval")
+        message = _refusal(client, checkpoint=server["checkpoint"], gallery_files=[handle_file(archive)],
+                           api_name="/gallery")
     else:
         archive = _class_zip(tmp_path / "train.zip", 4, 3, {"class002/bomb.png": bomb})
-        message = client.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
-                                 api_name="/start")
-    assert message.startswith("⚠️ ") and "bomb.png " + REFUSED_CANVAS in message
+        message = _refusal(client, dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
+                           api_name="/start_run")
+    assert "bomb.png " + REFUSED_CANVAS in message, message
     assert peak.growth_mb() < MEMORY_SLACK_MB
     assert not any(uploads.glob("zip-*")), "a refused zip left its files behind"
 
@@ -192,9 +214,9 @@ def test_a_zip_of_too_many_files_is_refused_before_anything_is_written(server, t
     """Before, a zip of 10,000 tiny files was unpacked in full (10,012 files) before the 2,000-image limit refused
     it, and the files stayed."""
     archive = _zip_of(tmp_path / "many.zip", {f"class{i % 10}/{i}.png": b"x" for i in range(10_000)})
-    about, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="uploaded",
-                                        files=[handle_file(archive)], api_name="/prepare_retrieval")
-    assert about == "⚠️ many.zip holds 10,000 files; zips of at most 2,000 images are accepted"
+    about = _refusal(server["client"], checkpoint=server["checkpoint"], gallery_files=[handle_file(archive)],
+                     api_name="/gallery")
+    assert about == "many.zip holds 10,000 files; zips of at most 2,000 images are accepted"
     assert _files_under(server["settings"].uploads_dir) == []
 
 
@@ -203,9 +225,9 @@ def test_a_training_zip_of_single_images_is_refused_at_start_whatever_the_batch(
     """Before, 4 classes of 1 image at batch 2 started, trained and ended Failed at its evaluation ('no class has at
     least two members ... it had saved no checkpoint yet'); at batch 128 Start refused it for the batch size."""
     archive = _class_zip(tmp_path / "singles.zip", 4, 1)
-    message = server["client"].predict(dataset="zip", zip_file=handle_file(archive), batch_size=batch_size, epochs=1,
-                                       api_name="/start")
-    assert message.startswith("⚠️ singles.zip: the test split ") and (
+    message = _refusal(server["client"], dataset="zip", zip_file=handle_file(archive), batch_size=batch_size,
+                       epochs=1, api_name="/start_run")
+    assert message.startswith("singles.zip: the test split ") and (
         "has no class with two or more images (its 2 classes have one each)") in message, message
     assert str(server["settings"].data_dir) not in message  # the zip as the visitor knows it, not the server's folder
     assert not any(server["settings"].uploads_dir.glob("zip-*")), "a refused zip left its files behind"
@@ -219,15 +241,15 @@ def test_a_refused_start_keeps_a_zip_that_a_training_run_uses(tiny_checkpoints, 
     settings = _settings(tmp_path, tiny_checkpoints)
     with _serving(settings) as (client, app):
         started = client.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=10_000,
-                                 snapshot_every=0, api_name="/start")
-        assert started.startswith("Started run `"), started
+                                 snapshot_every=0, api_name="/start_run")
+        assert started["run_id"] and started["yours"] is True, started
         (folder,) = [path for path in settings.uploads_dir.glob("zip-*") if path.is_dir()]
         other = Client(client.src, verbose=False)  # another visitor's session
-        refused = other.predict(dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
-                                api_name="/start")
-        assert refused.startswith("⚠️ ") and "another visitor's run is training" in refused, refused
+        refused = _refusal(other, dataset="zip", zip_file=handle_file(archive), batch_size=4, epochs=1,
+                           api_name="/start_run")
+        assert "another visitor's run is training" in refused, refused
         assert folder.is_dir() and app.run_manager.runs()[0].training
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
 
 
 def test_a_zip_gallery_is_unpacked_once_however_often_it_is_used(server, tmp_path, glyph_query):
@@ -235,13 +257,12 @@ def test_a_zip_gallery_is_unpacked_once_however_often_it_is_used(server, tmp_pat
     client, uploads = server["client"], server["settings"].uploads_dir
     archive = _class_zip(tmp_path / "gallery.zip", 3, 2)
     for _ in range(3):
-        about, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded",
-                                  files=[handle_file(archive)], api_name="/prepare_retrieval")
-        assert "gallery.zip (6 images in 3 classes)" in about
-    about, results, _ = client.predict(checkpoint_choice=server["checkpoint"], source="uploaded", k=2,
-                                       query_class="", query_file=handle_file(glyph_query),
-                                       files=[handle_file(archive)], api_name="/search_upload")
-    assert results.count('<figure class="result-tile') == 2
+        loaded = client.predict(checkpoint=server["checkpoint"], gallery_files=[handle_file(archive)],
+                                api_name="/gallery")
+        assert "gallery.zip (6 images in 3 classes)" in loaded["gallery"]
+    found = client.predict(checkpoint=server["checkpoint"], k=2, query_image=handle_file(glyph_query),
+                           gallery_files=[handle_file(archive)], api_name="/search")
+    assert len(found["hits"]) == 2
     assert len([folder for folder in uploads.glob("zip-*") if folder.is_dir()]) == 1
     assert len([path for path in _files_under(uploads) if path.suffix == ".png"]) == 6
 
@@ -255,9 +276,8 @@ def test_the_uploads_folder_keeps_within_its_size_and_age(tiny_checkpoints, tmp_
 
     def load(n: int) -> set[int]:
         """Load zip n as the gallery; which zips have a copy on disk afterwards."""
-        about, _ = client.predict(checkpoint_choice=str(tiny_checkpoints / "glyphs-mini-tiny"), source="uploaded",
-                                  files=[handle_file(zips[n])], api_name="/prepare_retrieval")
-        assert not about.startswith("⚠️"), about
+        client.predict(checkpoint=str(tiny_checkpoints / "glyphs-mini-tiny"), gallery_files=[handle_file(zips[n])],
+                       api_name="/gallery")  # an AppError were it refused
         on_disk = {path.name for path in uploads.glob("zip-*") if path.is_dir()}
         assert {path.stem for path in uploads.glob("zip-*.json")} == on_disk, "a copy and its record go together"
         if n not in copies:
@@ -299,29 +319,29 @@ def test_memory_past_the_budget_is_refused_at_start(tiny_checkpoints, tmp_path):
     assert _ring_mb(50, 200) > 250 and _ring_mb(50, 200, "float16") < 150  # 290.7 MB and 146.7 MB
     settings = _settings(tmp_path, tiny_checkpoints, memory_budget=200_000_000)
     settings_kw = dict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50, memvir_m=200, warmup_epochs=0,
-                       api_name="/start")
+                       api_name="/start_run")
     with _serving(settings) as (client, app):
-        notice = client.predict(**settings_kw)
+        notice = _refusal(client, **settings_kw)
         # the library's refusal (its limit is the budget the run's process took), and where that limit came from
         assert notice == (
-            "⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, "
+            "MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, "
             "24 classes, dimension 128, float32, over the memory limit of 190.7 MiB (200,000,000 bytes). Lower N or "
             "M, store the memory in float16/bfloat16 (139.9 MiB), or raise the limit (max_memory_bytes=..., or the "
             "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, "
             "set by MEMVIR_MEMORY_BUDGET.")
         assert app.run_manager.runs() == [] and not settings.runs_dir.exists(), "a refused start leaves nothing"
         started = client.predict(**settings_kw, memvir_store_dtype="float16")
-        assert started.startswith("Started run `"), started
-        client.predict(api_name="/stop")
+        assert started["run_id"] and started["yours"] is True, started
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
 def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, tmp_path):
     settings = _settings(tmp_path, tiny_checkpoints, memory_budget=100_000_000)
     with _serving(settings) as (client, _):
-        notice = client.predict(dataset="glyphs-mini", batch_size=32, memvir_n=50, memvir_m=200, warmup_epochs=0,
-                                api_name="/start")
-    assert notice.startswith("⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB")
+        notice = _refusal(client, dataset="glyphs-mini", batch_size=32, memvir_n=50, memvir_m=200, warmup_epochs=0,
+                          api_name="/start_run")
+    assert notice.startswith("MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB")
     assert ("over the memory limit of 95.4 MiB (100,000,000 bytes). Lower N or M, or raise the limit" in notice
             and "float16/" not in notice and notice.endswith("the run's memory budget, set by MEMVIR_MEMORY_BUDGET."))
 
@@ -333,13 +353,13 @@ def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints,
     settings = _settings(tmp_path, tiny_checkpoints, memory_budget=3_000_000)
     with _serving(settings) as (client, app):
         started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=10, memvir_m=2,
-                                 warmup_epochs=0, snapshot_every=0, api_name="/start")
-        assert started.startswith("Started run `"), started
+                                 warmup_epochs=0, snapshot_every=0, api_name="/start_run")
+        assert started["run_id"] and started["yours"] is True, started
         before = poll_status_until(client, lambda status: status.startswith("**Training**") and "virtual sets 10 of 10"
                                    in status, "all 10 virtual sets in use", DEADLINE_S)
-        notice = client.predict(setting="memvir_n", value=50, api_name="/update")
+        notice = _refusal(client, setting="memvir_n", value=50, api_name="/update_run")
         assert notice == (
-            "⚠️ MemVir: N=50, M=2 keep N(M+1) = 150 past steps: 4.1 MiB (4,339,200 bytes) at batch 32, 24 classes, "
+            "MemVir: N=50, M=2 keep N(M+1) = 150 past steps: 4.1 MiB (4,339,200 bytes) at batch 32, 24 classes, "
             "dimension 128, float32, over the memory limit of 2.9 MiB (3,000,000 bytes). Lower N or M, store the "
             "memory in float16/bfloat16 (2.1 MiB), or raise the limit (max_memory_bytes=..., or the "
             "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, set "
@@ -349,10 +369,10 @@ def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints,
         assert later.startswith("**Training**") and "virtual sets 10 of 10" in later
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 10
         # a change within the budget still applies
-        assert client.predict(setting="memvir_n", value=20, api_name="/update").startswith("Asked")
+        assert client.predict(setting="memvir_n", value=20, api_name="/update_run")["message"].startswith("Asked")
         poll_status_until(client, lambda status: "virtual sets" in status and "of 20" in status, "N = 20 applied",
                           DEADLINE_S)
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
@@ -385,26 +405,25 @@ _ZERO_OK = ("seed", "memvir_n", "memvir_m", "snapshot_every", "eval_every", "val
 ])
 def test_a_fraction_in_an_integer_control_is_refused_not_rounded(server, control, name):
     """Before, batch size 1.5 was silently rounded to 2 (gr.Number(precision=0) rounds before the handler)."""
-    notice = server["client"].predict(dataset="glyphs-mini", **{control: 1.5}, api_name="/start")
-    assert notice == f"⚠️ {name} must be a whole number of at least {0 if control in _ZERO_OK else 1}, got 1.5"
+    notice = _refusal(server["client"], dataset="glyphs-mini", **{control: 1.5}, api_name="/start_run")
+    assert notice == f"{name} must be a whole number of at least {0 if control in _ZERO_OK else 1}, got 1.5"
     assert server["app"].run_manager.runs() == []
 
 
 def test_a_fraction_of_results_is_refused(server, glyph_query):
-    about, _, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="test split", k=2.5,
-                                           query_class="", query_file=handle_file(glyph_query),
-                                           api_name="/search_upload")
-    assert about == "⚠️ results (k) must be a whole number of at least 1, got 2.5"
+    about = _refusal(server["client"], checkpoint=server["checkpoint"], k=2.5, query_image=handle_file(glyph_query),
+                     api_name="/search")
+    assert about == "results (k) must be a whole number of at least 1, got 2.5"
 
 
 def test_a_fraction_sent_as_a_live_change_is_refused(tiny_checkpoints, tmp_path):
     with _serving(_settings(tmp_path, tiny_checkpoints)) as (client, app):
         client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2, snapshot_every=0,
-                       api_name="/start")
-        assert client.predict(setting="memvir_n", value=3.5, api_name="/update") == (
-            "⚠️ TrainConfig: memvir_n must be an integer >= 0, got 3.5. The run trains on with N = 2 and M = 2.")
+                       api_name="/start_run")
+        assert _refusal(client, setting="memvir_n", value=3.5, api_name="/update_run") == (
+            "TrainConfig: memvir_n must be an integer >= 0, got 3.5. The run trains on with N = 2 and M = 2.")
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 2
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
 
 
 # ---------------------------------------------------------------------------------------------- server paths
@@ -432,15 +451,13 @@ def test_a_checkpoint_path_outside_the_allowed_places_is_refused_alike(server, t
                _escape_from(Path.cwd(), Path("/no/such/folder")),
                str(settings.checkpoints_dir / ".." / private.relative_to(tmp_path.parent.parent)),
                str(settings.runs_dir / ".." / ".." / "gradio"), "not a repo id!"]
-    messages = {choice: server["client"].predict(checkpoint_choice=choice, source="test split",
-                                                 api_name="/prepare_retrieval")[0] for choice in refused}
+    messages = {choice: _refusal(server["client"], checkpoint=choice, api_name="/gallery") for choice in refused}
     assert set(messages.values()) == {
-        "⚠️ the checkpoint typed is neither an existing folder nor a Hub repo id this app may load: choose a bundled "
+        "the checkpoint typed is neither an existing folder nor a Hub repo id this app may load: choose a bundled "
         "checkpoint or a run of this app from the list, or type a Hub repo id such as owner/name"}, messages
     # what the app offers still loads
-    about, _ = server["client"].predict(checkpoint_choice=server["checkpoint"], source="test split",
-                                        api_name="/prepare_retrieval")
-    assert "Checkpoint** `glyphs-mini-tiny`" in about
+    loaded = server["client"].predict(checkpoint=server["checkpoint"], api_name="/gallery")
+    assert loaded["checkpoint"] == "glyphs-mini-tiny"
 
 
 def test_a_folder_the_operator_allows_loads_and_trains(tiny_checkpoints, tmp_path):
@@ -452,17 +469,17 @@ def test_a_folder_the_operator_allows_loads_and_trains(tiny_checkpoints, tmp_pat
             (classes / f"class{c}" / f"{i}.png").write_bytes(_png_bytes(color=60 * c))
     settings = _settings(tmp_path, tiny_checkpoints, allowed_folders=(tmp_path / "elsewhere",))
     with _serving(settings) as (client, _):
-        about, _ = client.predict(checkpoint_choice=str(private), source="test split", api_name="/prepare_retrieval")
-        assert "Checkpoint** `private-model`" in about, about
-        notice = client.predict(dataset="folder", folder_path=str(classes), batch_size=4, epochs=1,
-                                snapshot_every=0, api_name="/start")
-        assert notice.startswith("Started run `") and "-folder-" in notice, notice
+        loaded = client.predict(checkpoint=str(private), api_name="/gallery")
+        assert loaded["checkpoint"] == "private-model", loaded
+        started = client.predict(dataset="folder", folder_path=str(classes), batch_size=4, epochs=1,
+                                 snapshot_every=0, api_name="/start_run")
+        assert started["yours"] is True and "-folder-" in started["run_id"], started
         poll_status_until(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run ending",
                           DEADLINE_S)
         assert page_status(client).startswith("**Finished**")
-        outside = client.predict(dataset="folder", folder_path=str(tmp_path / "elsewhere" / ".." / "data"),
-                                 api_name="/start")
-        assert outside == (f"⚠️ the folder typed is not under a folder this app may read ({tmp_path / 'elsewhere'}): "
+        outside = _refusal(client, dataset="folder", folder_path=str(tmp_path / "elsewhere" / ".." / "data"),
+                           api_name="/start_run")
+        assert outside == (f"the folder typed is not under a folder this app may read ({tmp_path / 'elsewhere'}): "
                            "type a folder there, or upload a zip of class folders")
 
 
@@ -472,19 +489,21 @@ def test_a_training_folder_path_is_refused_alike_without_an_allow_list(server, t
     for c in range(4):
         (folder / f"class{c}").mkdir(parents=True)
         (folder / f"class{c}" / "0.png").write_bytes(_png_bytes())
-    messages = {path: server["client"].predict(dataset="folder", folder_path=path, api_name="/start")
+    messages = {path: _refusal(server["client"], dataset="folder", folder_path=path, api_name="/start_run")
                 for path in (str(folder), "/etc", "/no/such/folder", "../../etc", "../../no/such/folder")}
     assert set(messages.values()) == {
-        "⚠️ this app trains on no folder of its machine (its operator may list some in MEMVIR_ALLOWED_FOLDERS): "
+        "this app trains on no folder of its machine (its operator may list some in MEMVIR_ALLOWED_FOLDERS): "
         "upload a zip of class folders instead"}, messages
     assert server["app"].run_manager.runs() == []
 
 
 def test_a_dataset_name_cannot_smuggle_a_folder_in(server):
-    from gradio_client.exceptions import AppError
-
-    with pytest.raises(AppError, match="the dataset must be one of glyphs, glyphs-mini, folder, zip, got folder:/etc"):
-        server["client"].predict(dataset="folder:/etc", api_name="/start")
+    """The client API's /start_run takes the choices the page's dropdowns offer, no other name the library reads."""
+    with pytest.raises(AppError, match="the dataset must be one of glyphs, glyphs-mini, folder, zip, hub, got "
+                                       "folder:/etc"):
+        server["client"].predict(dataset="folder:/etc", api_name="/start_run")
+    with pytest.raises(AppError, match="the backbone must be one of convnet, .*, got timm:resnet50"):
+        server["client"].predict(dataset="glyphs-mini", backbone="timm:resnet50", api_name="/start_run")
     assert server["app"].run_manager.runs() == []
 
 

@@ -50,8 +50,8 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
     try:
         client = Client(url, verbose=False)
         started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, snapshot_every=0,
-                                 api_name="/start")
-        assert started.startswith("Started run `"), started
+                                 api_name="/start_run")
+        assert started["run_id"] and started["yours"] is True, started
         poll_status_until(client, lambda status: status.startswith("**Training**") and step_of(status) >= 12,
                           "a checkpoint's epoch behind it", DEADLINE_S)
     finally:
@@ -75,11 +75,12 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
         assert "by an earlier server; its last checkpoint is kept · press **Resume** to continue" in status
         assert ("An earlier server started this run, so it is nobody's now: whoever presses **Resume** continues "
                 "it.") in status
-        assert client.predict(api_name="/resume") == ("Resumed.", True)
+        resuming = client.predict(api_name="/resume_run")
+        assert (resuming["run_id"], resuming["yours"]) == (started["run_id"], True), resuming  # the resumer's now
         resumed = poll_status_until(client, lambda status: status.startswith("**Training**") and
                                     step_of(status) > saved_at, "the run training on", DEADLINE_S)
         assert "another visitor" not in resumed and "whoever presses" not in resumed  # the visitor's run now
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
     finally:
         server.terminate()

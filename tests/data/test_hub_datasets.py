@@ -289,32 +289,28 @@ def app_on_the_hub(hub_datasets, tmp_path):
 
 @pytest.mark.slow
 def test_the_page_trains_on_a_hub_dataset_and_its_retrieve_tab_searches_the_checkpoint(app_on_the_hub, tmp_path):
-    import html
-    import re
-
     from gradio_client import Client, handle_file
     from served_app import poll_status_until
 
     client = Client(app_on_the_hub, verbose=False)
-    notice = client.predict(dataset="hub", hub_dataset=POOLED, backbone="convnet", batch_size=8, epochs=1,
-                            memvir_n=1, memvir_m=0, warmup_epochs=0, snapshot_every=0, eval_every=1,
-                            api_name="/start")
-    assert notice.startswith("Started run `"), notice
-    run_id = re.search(r"`([^`]+)`", notice).group(1)
+    started = client.predict(dataset="hub", hub_dataset=POOLED, backbone="convnet", batch_size=8, epochs=1,
+                             memvir_n=1, memvir_m=0, warmup_epochs=0, snapshot_every=0, eval_every=1,
+                             api_name="/start_run")
+    assert started["yours"] is True, started
+    run_id = started["run_id"]
     poll_status_until(client, lambda status: status.startswith(("**Finished**", "**Failed**")), "the run's end",
                       300)
     status = poll_status_until(client, lambda status: True, "a status", 5)
     assert status.startswith("**Finished**"), status
 
-    choices = client.predict(api_name="/list_checkpoints")["choices"]
-    checkpoint = next(value for _label, value in choices if run_id in value)
-    about, sample = client.predict(checkpoint_choice=checkpoint, source="test split", api_name="/prepare_retrieval")
-    assert "16 images" in about, about  # classes 4-7 of the pooled repo, four images each
+    listed = client.predict(api_name="/checkpoints")["checkpoints"]
+    checkpoint = next(entry["checkpoint"] for entry in listed if run_id in entry["checkpoint"])
+    gallery = client.predict(checkpoint=checkpoint, api_name="/gallery")
+    assert gallery["size"] == 16, gallery  # classes 4-7 of the pooled repo, four images each
     query = tmp_path / "query.png"
     query.write_bytes(png(picture(5, 3)))  # an image of the test split: its own copy comes first
-    about, results, _ = client.predict(checkpoint_choice=checkpoint, source="test split", k=4,
-                                       query_class=CLASS_NAMES[5], query_file=handle_file(query),
-                                       api_name="/search_upload")
-    captions = [html.unescape(text) for text in re.findall(r'<img [^>]*alt="([^"]*)"', results)]
-    assert len(captions) == 4 and captions[0].startswith("#1 1.000 "), captions
-    assert captions[0].endswith("same class"), captions
+    found = client.predict(checkpoint=checkpoint, k=4, query_class=CLASS_NAMES[5], query_image=handle_file(query),
+                           api_name="/search")
+    hits = found["hits"]
+    assert len(hits) == 4 and round(hits[0]["score"], 3) == 1.0, hits
+    assert hits[0]["same_class"] is True, hits

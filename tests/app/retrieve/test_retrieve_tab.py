@@ -241,9 +241,8 @@ def test_the_zip_is_served_when_the_data_folder_is_outside_the_working_and_tempo
     app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        note, path = client.predict(checkpoint_choice=str(checkpoints / BUNDLED_MEMVIR.name),
-                                    api_name="/download_checkpoint")
-        assert note.startswith(f"`{BUNDLED_MEMVIR.name}.zip`") and Path(path).name == f"{BUNDLED_MEMVIR.name}.zip"
+        path = client.predict(checkpoint=str(checkpoints / BUNDLED_MEMVIR.name), api_name="/checkpoint_zip")
+        assert Path(path).name == f"{BUNDLED_MEMVIR.name}.zip"
         with zipfile.ZipFile(path) as archive:
             assert sorted(archive.namelist()) == [f"{BUNDLED_MEMVIR.name}/{name}"
                                                   for name in ("README.md", "config.json", "model.safetensors")]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from gradio_client import Client
+from gradio_client.exceptions import AppError
 from served_app import serving
 
 from demo.common.cores import CGROUP_ROOT_ENV
@@ -110,11 +111,13 @@ def test_a_start_past_a_cgroups_limit_is_refused_with_the_limit_named(tmp_path, 
     monkeypatch.setenv(CGROUP_ROOT_ENV, str(tmp_path / "cgroup"))
     settings = AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "none", umap=False)
     with serving(settings) as (url, app):
-        notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50,
-                                                    memvir_m=200, warmup_epochs=0, api_name="/start")
+        with pytest.raises(AppError) as refused:
+            Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=50,
+                                               memvir_m=200, warmup_epochs=0, api_name="/start_run")
+        notice = str(refused.value)
         # the library's refusal, against the budget the run's process measured, and where that budget came from
         assert notice == (
-            "⚠️ MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, 24 "
+            "MemVir: N=50, M=200 keep N(M+1) = 10,050 past steps: 277.3 MiB (290,726,400 bytes) at batch 32, 24 "
             "classes, dimension 128, float32, over the memory limit of 143.1 MiB (150,000,000 bytes). Lower N or M, "
             "store the memory in float16/bfloat16 (139.9 MiB), or raise the limit (max_memory_bytes=..., or the "
             "MEMVIR_MAX_MEMORY_BYTES environment variable, in bytes). Here the limit is the run's memory budget, 50% "
@@ -170,10 +173,12 @@ def test_a_start_past_the_run_processs_address_space_is_refused_with_the_limit_n
     settings = AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "none", umap=False,
                            run_memory_limit=5 * 10**9)
     with serving(settings) as (url, app):
-        notice = Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=288, epochs=50, memvir_n=50,
-                                                    memvir_m=200, warmup_epochs=0, api_name="/start")
+        with pytest.raises(AppError) as refused:
+            Client(url, verbose=False).predict(dataset="glyphs-mini", batch_size=288, epochs=50, memvir_n=50,
+                                               memvir_m=200, warmup_epochs=0, api_name="/start_run")
+        notice = str(refused.value)
         assert re.fullmatch(
-            r"⚠️ MemVir: N=50, M=200 keep N\(M\+1\) = 10,050 past steps: 1\.5 GiB \([\d,]+ bytes\) at batch 288, 24 "
+            r"MemVir: N=50, M=200 keep N\(M\+1\) = 10,050 past steps: 1\.5 GiB \([\d,]+ bytes\) at batch 288, 24 "
             r"classes, dimension 128, float32, over the memory limit of \d+\.\d (MiB|GiB) \([\d,]+ bytes\)\. Lower N "
             r"or M(, store the memory in float16/bfloat16 \(787\.6 MiB\))?, or raise the limit .*\. Here the limit "
             r"is the run's memory budget, 50% of the \d+\.\d (MiB|GiB) that the address-space limit of the run's "

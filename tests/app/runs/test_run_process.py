@@ -284,8 +284,8 @@ def test_a_run_whose_process_is_killed_fails_alone_and_keeps_its_checkpoint(tmp_
     app, client = _serving(_settings(tmp_path))
     try:
         started = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2,
-                                 warmup_epochs=0, snapshot_every=2, api_name="/start")
-        assert started.startswith("Started run `"), started
+                                 warmup_epochs=0, snapshot_every=2, api_name="/start_run")
+        assert started["run_id"] and started["yours"] is True, started
         poll_status_until(client, lambda status: status.startswith("**Training**") and step_of(status) >= 12,
                           "a checkpoint's epoch behind it", DEADLINE_S)
         (run,) = app.run_manager.runs()
@@ -305,11 +305,11 @@ def test_a_run_whose_process_is_killed_fails_alone_and_keeps_its_checkpoint(tmp_
 
         # the slot is free: a new run starts and trains
         again = client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, snapshot_every=0,
-                               api_name="/start")
-        assert again.startswith("Started run `"), again
+                               api_name="/start_run")
+        assert again["run_id"] not in (None, run.id) and again["yours"] is True, again
         poll_status_until(client, lambda status: status.startswith("**Training**") and step_of(status) >= 2,
                           "the new run", DEADLINE_S)
-        client.predict(api_name="/stop")
+        client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the new run stopped", DEADLINE_S)
         wait_for(lambda: not app.run_manager.busy_runs(), "its process ended")
 
