@@ -307,7 +307,7 @@ def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_val
     results = study.Results(root / "docs" / "reproduction" / "fair" / "results.json")
     chosen = study.chosen_settings(results, profile)
     preset = PRESETS["glyphs"]
-    assert set(chosen) == set(study.ARMS), "the search is complete (36 runs in results.json)"
+    assert set(chosen) == set(profile.arms), "the search is complete (36 runs in results.json)"
 
     def best_score(arm):
         return max(study.search_score(results, profile, arm, t) for t in range(profile.trials))
@@ -355,4 +355,6 @@ def test_the_fair_expectation_quotes_the_study_s_test_figures(monkeypatch):
     assert schedule["recall@1"]["seeds"] == schedule["map@r"]["seeds"] == 5
     assert f"it led this MemVir by {-schedule['recall@1']['t'].mean_diff:.2f}" in FAIR_ON_GLYPHS
     assert f"this MemVir led it by {schedule['map@r']['t'].mean_diff:.2f}" in FAIR_ON_GLYPHS
-    assert schedule["recall@1"]["holm"] < 0.05 and schedule["map@r"]["holm"] < 0.05  # both established
+    # the MAP@R lead established, the Recall@1 deficit not (Holm over the study's whole table), as the text says
+    assert schedule["map@r"]["holm"] < 0.05 <= schedule["recall@1"]["holm"]
+    assert "0.62, not established after Holm's correction" in FAIR_ON_GLYPHS
