@@ -4,7 +4,13 @@ polled until it shows what the test waits for (shared by the app tests that star
 import contextlib
 import re
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -26,6 +32,36 @@ def serving(settings):
         yield f"http://127.0.0.1:{port}/", app
     finally:
         app.close()
+
+
+@contextlib.contextmanager
+def app_py(env: dict, log_path: Path, start_s: float):
+    """`python app.py` in a process of its own with `env` (its GRADIO_SERVER_PORT on 127.0.0.1), its output in
+    `log_path`, while the block runs: its URL once it serves, or an AssertionError with the log if it does not."""
+    port = env["GRADIO_SERVER_PORT"]
+    with log_path.open("w") as log:
+        app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}/"
+        try:
+            deadline = time.monotonic() + start_s
+            while True:
+                if app.poll() is not None:
+                    raise AssertionError(f"app.py exited with {app.returncode}:\n{log_path.read_text()}")
+                try:
+                    urllib.request.urlopen(url, timeout=5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"app.py did not serve {url} in {start_s:g} s") from None
+                    time.sleep(0.5)
+            yield url
+        finally:
+            app.terminate()
+            try:
+                app.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait()
 
 
 def page_status(client) -> str:

@@ -339,6 +339,9 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     handlers = TrainHandlers(runs)
     with gr.Tab("Train", id="train"):
         state = gr.State(PollState())
+        # made here, inside the tab: a component made after it would sit in the page's gr.Tabs beside the tabs,
+        # and gradio then draws the next tab's button twice once it is opened
+        live_setting = {setting: gr.State(setting) for setting in LIVE_SLIDERS}
         # The classes and #run-buttons place the status line and the loss chart under Start on a phone (page.css).
         with gr.Row(equal_height=False, elem_classes="train-layout"):
             with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
@@ -459,7 +462,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
     for slider, setting, name in zip((memvir_n, memvir_m, warmup), LIVE_SLIDERS, events, strict=True):
         # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
         # own events; a client calls the client API's /update_run.
-        slider.release(handlers.update, [state, gr.State(setting), slider, visitor], [memvir_notice],
+        slider.release(handlers.update, [state, live_setting[setting], slider, visitor], [memvir_notice],
                        api_name=name, api_visibility="private", show_progress="hidden",
                        trigger_mode="always_last")
     push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub",

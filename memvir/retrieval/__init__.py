@@ -27,6 +27,7 @@ so `import memvir.retrieval` imports none of the parts (and faiss comes only wit
 """
 
 from memvir._lazy import lazy_exports
+from memvir.retrieval.diagnosis import _EXPORTS as DIAGNOSIS_EXPORTS
 
 _EXPORTS = {
     "knn_search": "memvir.retrieval.knn",
@@ -34,19 +35,7 @@ _EXPORTS = {
     "normalized_mutual_info": "memvir.retrieval.metrics",
     "per_query_metrics": "memvir.retrieval.metrics",
     "retrieval_metrics": "memvir.retrieval.metrics",
-    "QueryRankings": "memvir.retrieval.diagnosis.ranking",
-    "rank_gallery": "memvir.retrieval.diagnosis.ranking",
-    "rank_queries": "memvir.retrieval.diagnosis.ranking",
-    "hardest_queries": "memvir.retrieval.diagnosis.failures",
-    "largest_differences": "memvir.retrieval.diagnosis.failures",
-    "ClassConfusion": "memvir.retrieval.diagnosis.per_class",
-    "PerClass": "memvir.retrieval.diagnosis.per_class",
-    "confused_class_pairs": "memvir.retrieval.diagnosis.per_class",
-    "per_class_difference": "memvir.retrieval.diagnosis.per_class",
-    "per_class_metrics": "memvir.retrieval.diagnosis.per_class",
-    "OperatingPoint": "memvir.retrieval.diagnosis.verification",
-    "PairSimilarities": "memvir.retrieval.diagnosis.verification",
-    "pair_similarities": "memvir.retrieval.diagnosis.verification",
+    **DIAGNOSIS_EXPORTS,  # the diagnosis package's names, from its own face
     "write_npz": "memvir.retrieval.export",
     "write_projector_zip": "memvir.retrieval.export",
     "GalleryIndex": "memvir.retrieval.index",

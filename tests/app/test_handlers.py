@@ -523,5 +523,17 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
         counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))
                   for block_fn in app.blocks.fns.values() if hasattr(block_fn.fn, "reported_outputs")}
         assert len(counts) > 20 and {name for name, (said, wired) in counts.items() if said != wired} == set()
+        # every gr.Tabs holds tabs only: a component made beside them (a gr.State made while wiring, say) makes
+        # gradio draw a tab's button twice once it is opened
+        config = app.blocks.get_config_file()
+        types = {component["id"]: component["type"] for component in config["components"]}
+
+        def strays(node):
+            inside = node.get("children", [])
+            found = [types[child["id"]] for child in inside if types.get(node["id"]) == "tabs"
+                     and types[child["id"]] != "tabitem"]
+            return found + [stray for child in inside for stray in strays(child)]
+
+        assert strays(config["layout"]) == []
     finally:
         app.close()

@@ -2,15 +2,11 @@
 process, its environment pointing huggingface_hub at a Hub on 127.0.0.1), pulls the model that `push` put there and
 searches with it. Waits are Playwright's, bounded; nothing asserts speed."""
 
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from hub_server import USER, WRITE_TOKEN, client_environment, point_client_at
-from served_app import free_port
+from served_app import app_py, free_port
 
 from memvir import TrainConfig, Trainer
 from memvir.hub import push
@@ -39,30 +35,8 @@ def app_pulling_from_the_hub(loopback_hub, tmp_path, monkeypatch):
         "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
         "MEMVIR_APP_DATA": str(tmp_path / "app-data"), "MEMVIR_CHECKPOINTS": str(tmp_path / "no-checkpoints"),
         "MEMVIR_UMAP": "0"}
-    log = (tmp_path / "app.log").open("w")
-    app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            if app.poll() is not None:
-                raise AssertionError(f"app.py exited with {app.returncode}:\n{(tmp_path / 'app.log').read_text()}")
-            try:
-                urllib.request.urlopen(url, timeout=5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"app.py did not serve {url} in {START_S} s") from None
-                time.sleep(0.5)
+    with app_py(env, tmp_path / "app.log", START_S) as url:
         yield url
-    finally:
-        app.terminate()
-        try:
-            app.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
-        log.close()
 
 
 def test_the_retrieve_tab_searches_with_a_model_pulled_by_repo_id(app_pulling_from_the_hub, loopback_hub,

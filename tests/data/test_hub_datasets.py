@@ -249,10 +249,7 @@ def test_the_cli_trains_on_a_hub_dataset_pushes_the_model_and_evaluates_it_from_
 def app_on_the_hub(hub_datasets, tmp_path):
     """`python app.py` serving the page with the loopback Hub as its HF_ENDPOINT (its HF_HOME the one whose 🤗
     datasets cache the module's reads filled), no bundled checkpoints; its URL."""
-    import time
-    import urllib.request
-
-    from served_app import free_port
+    from served_app import app_py, free_port
 
     hub, home, _ = hub_datasets
     port = free_port()
@@ -261,30 +258,8 @@ def app_on_the_hub(hub_datasets, tmp_path):
         "PYTHONPATH": str(ROOT), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port),
         "MEMVIR_APP_DATA": str(tmp_path / "app-data"), "MEMVIR_CHECKPOINTS": str(tmp_path / "no-checkpoints"),
         "MEMVIR_UMAP": "0", "GRADIO_ANALYTICS_ENABLED": "False"}
-    log_path = tmp_path / "app.log"
-    with log_path.open("w") as log:
-        app = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}/"
-        try:
-            deadline = time.monotonic() + 180
-            while True:
-                if app.poll() is not None:
-                    raise AssertionError(f"app.py exited with {app.returncode}:\n{log_path.read_text()}")
-                try:
-                    urllib.request.urlopen(url, timeout=5).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise AssertionError(f"app.py did not serve {url} in 180 s") from None
-                    time.sleep(0.5)
-            yield url
-        finally:
-            app.terminate()
-            try:
-                app.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.wait()
+    with app_py(env, tmp_path / "app.log", start_s=180) as url:
+        yield url
 
 
 @pytest.mark.slow
