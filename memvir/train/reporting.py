@@ -26,6 +26,7 @@ import contextlib
 import json
 import math
 import sys
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from memvir.events import EvalEvent, StatusEvent, StepEvent
@@ -70,7 +71,7 @@ def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class _Reporter:
+class _Reporter(ABC):
     """Sends the events' metrics to a tracker opened at the run's first event (when its step is known) and closed
     when the run ends; the process's exit closes it too, whatever ends the process."""
 
@@ -114,15 +115,17 @@ class _Reporter:
         return self.config.to_dict()
 
     # what each tracker implements
+    @abstractmethod
     def _begin(self, step: int) -> None:
         """Open the tracker's run at `step`: 0 for a new run, the checkpoint's step for a resumed one."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _send(self, metrics: dict[str, float], step: int) -> None:
-        raise NotImplementedError
+        """Send one logged step's or evaluation's numbers at `step`."""
 
+    @abstractmethod
     def _end(self) -> None:
-        raise NotImplementedError
+        """Flush and close the tracker's run."""
 
 
 def _missing(package: str, version: str) -> ValueError:
