@@ -26,7 +26,6 @@ from gradio import FileData
 from PIL import Image
 
 from demo.common.handlers import check_texts, visitor_key
-from demo.common.hub_access import ANONYMOUS, sign_in_offered, visitor_token
 from demo.common.inputs import shown, whole_number
 from demo.common.uploads import load_image
 from demo.retrieve import threshold as threshold_view
@@ -38,7 +37,7 @@ from demo.runs.manager import RunError, RunManager
 from demo.train import words
 from demo.train.live_view import status_markdown
 from demo.train.presets import PAGE_DEFAULTS, tuned_baseline
-from demo.train.tab import LIVE_SNAPSHOT_EVERY, TrainHandlers
+from demo.train.tab import LIVE_SNAPSHOT_EVERY, TrainHandlers, push_run
 from memvir.config import LIVE_SETTINGS
 from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
 from memvir.retrieval.diagnosis.per_class import confused_class_pairs, per_class_difference, per_class_metrics
@@ -311,20 +310,8 @@ class RunApi:
             run_id: the run; empty: the visitor's.
             visitor: who is asking; empty: the client's session.
         """
-        from memvir.hub import push  # huggingface_hub's upload machinery, loaded by the first push only
-
         visitor = visitor_key(visitor, request)
-        run = self._run(run_id, visitor)
-        if run is None:
-            raise RunError("there is no run to push: train one first")
-        if run.owner != visitor:
-            raise RunError("only the visitor who started this run can push it")
-        if run.busy:
-            raise RunError("the run is still training: stop it or let it finish, then push")
-        token = visitor_token(oauth_token, self.runs.settings.space)
-        if token is ANONYMOUS:
-            raise RunError(words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
-        return push(run.folder, (repo_id or "").strip(), token=token)
+        return push_run(self.runs, self._run(run_id, visitor), visitor, repo_id, oauth_token)
 
 
 class RetrievalApi:

@@ -88,6 +88,24 @@ def dataset_name(runs: RunManager, dataset, folder_path, zip_file, hub_dataset=N
     return dataset
 
 
+def push_run(runs: RunManager, run, visitor: str, repo_id, oauth_token: gr.OAuthToken | None) -> str:
+    """Push `run` for `visitor` (the page's Push and the client API's /push_run): only its owner, only once it
+    rests, with the visitor's own token (on a Space their sign-in's, never the server's); the repo's URL. Refusals
+    are ValueErrors in words."""
+    from memvir.hub import push  # huggingface_hub's upload machinery, loaded by the first push only
+
+    if run is None:
+        raise ValueError("there is no run to push: train one first")
+    if run.owner != visitor:
+        raise ValueError("only the visitor who started this run can push it")
+    if run.busy:
+        raise ValueError("the run is still training: stop it or let it finish, then push")
+    token = visitor_token(oauth_token, runs.settings.space)
+    if token is ANONYMOUS:
+        raise ValueError(words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
+    return push(run.folder, (repo_id or "").strip(), token=token)
+
+
 def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
     """The run this page shows (the buttons act on it), even before its first poll."""
     run = runs.attach(visitor, state.run_id, after=state.after)
@@ -248,19 +266,7 @@ class TrainHandlers:
                     request: gr.Request = None):
         """Push the visitor's finished run with their own Hub token (on a Space: their sign-in's; never the
         server's), to a repo their token may write."""
-        from memvir.hub import push
-
-        run = self.runs.get(state.run_id)
-        if run is None:
-            raise ValueError("there is no run to push: train one first")
-        if run.owner != visitor_key(visitor, request):
-            raise ValueError("only the visitor who started this run can push it")
-        if run.busy:
-            raise ValueError("the run is still training: stop it or let it finish, then push")
-        token = visitor_token(oauth_token, self.runs.settings.space)
-        if token is ANONYMOUS:
-            raise ValueError(words.SIGN_IN_TO_PUSH if sign_in_offered() else words.NO_SIGN_IN_ON_THIS_SPACE)
-        url = push(run.folder, (repo_id or "").strip(), token=token)
+        url = push_run(self.runs, self.runs.get(state.run_id), visitor_key(visitor, request), repo_id, oauth_token)
         return f"Pushed to {url}"
 
 
