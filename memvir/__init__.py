@@ -6,9 +6,10 @@ training path never pulls faiss, umap or huggingface_hub unless it needs them.
 The library, by concept: `memory/` (the paper's algorithm), `train/` (the loop), `models/`, `retrieval/` (search,
 metrics, the evaluation path), `analysis/` (what the paper's figures measure), `data/`, `integrations/` (other
 libraries' losses, such as pytorch-metric-learning's, imported only there); at the top `config` (TrainConfig),
-`events`, `losses`, `checkpoint` and `run_folder` (the run folder on disk), `hub`, `cli`; `_validate` (the argument and
-tensor checks the parts share), `_hub_settings` (what the front ends tell huggingface_hub before using it) and `_lazy`
-(the lazy faces: this one and each package's, whose `__init__` exports the package's public names the same way).
+`events`, `losses`, `checkpoint` (the run folder on disk: its names, writers and `RunFolder`), `hub`, `cli`;
+`_validate` (the argument and tensor checks the parts share), `_hub_settings` (what the front ends tell
+huggingface_hub before using it) and `_lazy` (the lazy faces: this one and each package's, whose `__init__` exports
+the package's public names the same way).
 """
 
 from memvir._lazy import lazy_exports

@@ -9,7 +9,8 @@ unlinking one first. A kill leaves only hidden temporaries behind, which the nex
 so; the previous checkpoint is intact then, since nothing was renamed.
 
 Reading uses ``torch.load(weights_only=True)``, which refuses anything but tensors and plain containers, so a
-checkpoint from elsewhere cannot run code.
+checkpoint from elsewhere cannot run code. `RunFolder` reads a run folder back (for the app, the CLI and the
+benchmarks), tolerantly: a records line cut off by a crash is skipped, not fatal.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -66,6 +68,86 @@ os.register_at_fork(after_in_child=_started_now)
 class CheckpointError(ValueError):
     """A checkpoint or run folder that cannot be read (missing, damaged, from another version or run) or written
     (e.g. the disk is full); the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run folder as `memvir train --out DIR` and the app's runs leave it, read back: which files it holds, its
+    saved config, its records (metrics.jsonl: one JSON object per logged step, evaluation, live change or status).
+
+    Args:
+        path: the folder; it need not exist (then it holds nothing and has no records).
+    """
+
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path).expanduser())
+
+    @property
+    def records_file(self) -> Path:
+        return self.path / METRICS_LOG
+
+    @property
+    def state_file(self) -> Path:
+        return self.path / TRAINER_STATE
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / TRAIN_CONFIG
+
+    def is_run(self) -> bool:
+        """Whether `memvir train` wrote here (a file only it writes is present)."""
+        return any((self.path / marker).exists() for marker in RUN_MARKERS)
+
+    def has_state(self) -> bool:
+        """Whether the folder holds a trainer state to resume from."""
+        return self.state_file.is_file()
+
+    def has_model(self) -> bool:
+        """Whether the folder holds a model that loads (config.json and model.safetensors)."""
+        return all((self.path / name).is_file() for name in MODEL_FILES)
+
+    def config_dict(self) -> dict:
+        """The run's settings as train_config.json holds them (`memvir.config.TrainConfig.from_run_folder` makes a
+        TrainConfig of them). CheckpointError when the file is missing or is not a JSON object."""
+        try:
+            values = json.loads(self.config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"{self.config_file} holds no readable run config ({error})") from error
+        if not isinstance(values, dict):
+            raise CheckpointError(f"{self.config_file} holds no readable run config (not a JSON object)")
+        return values
+
+    def records(self) -> list[dict]:
+        """The records of metrics.jsonl, oldest first; none when it is missing. A line a crash cut off is skipped."""
+        if not self.records_file.is_file():
+            return []
+        records = []
+        for line in self.records_file.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut off by a crash: the rest still reads
+            if isinstance(record, dict):
+                records.append(record)
+        return records
+
+    def state(self, records: list[dict] | None = None) -> str | None:
+        """The run's last status ('running', 'stopped', 'finished', 'failed'...), None before any. `records`: those
+        already read, to spare reading the file again."""
+        statuses = [r for r in (self.records() if records is None else records) if r.get("type") == "status"]
+        return statuses[-1].get("state") if statuses else None
+
+    def is_finished(self) -> bool:
+        return self.state() == "finished"
+
+    def final_metrics(self) -> dict:
+        """The metrics of the run's last evaluation (test, and val_* where validation classes were held out)."""
+        evaluations = [r for r in self.records() if r.get("type") == "eval"]
+        if not evaluations:
+            return {}
+        return {k: v for k, v in evaluations[-1].items() if k not in ("type", "step", "epoch")}
 
 
 def atomic_write(path: Path, write) -> None:

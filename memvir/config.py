@@ -13,7 +13,9 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from memvir.checkpoint import CheckpointError, RunFolder
 from memvir.losses import LOSSES, build_loss
 from memvir.memory import size as memory_size
 from memvir.memory.virtual_classes import SCHEDULES
@@ -273,6 +275,26 @@ class TrainConfig:
     @classmethod
     def from_json(cls, text: str) -> TrainConfig:
         return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_run_folder(cls, folder: str | Path) -> TrainConfig:
+        """The config a run folder's train_config.json holds.
+
+        Args:
+            folder: a run folder (`memvir train --out`, or one of the app's runs).
+
+        Returns:
+            The TrainConfig; a setting added since the folder was written reads as its default.
+
+        Raises:
+            CheckpointError: the file is missing, damaged or holds settings this version refuses; the message names it.
+        """
+        run = RunFolder(folder)
+        values = run.config_dict()
+        try:
+            return cls.from_dict(values)
+        except (ValueError, TypeError) as error:
+            raise CheckpointError(f"{run.config_file} holds no readable run config ({error})") from error
 
 
 LIVE_SETTINGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["live"])
