@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from demo.common.cores import run_in_background, training_threads
+from demo.common.cores import training_threads
 from demo.common.settings import AppSettings
 from demo.runs import persist
 from demo.runs.audience import Audience
@@ -123,13 +123,8 @@ class RunManager:
         self._lock = threading.RLock()
         self._runs: dict[str, LiveRun] = {}
         self.audience = Audience()  # the pages watching each run, and how often each polls
-        self._persisting: list[threading.Thread] = []
-        if settings.persist_dir is not None:  # what an earlier server kept, back where this one lists its runs
-            try:
-                for folder in persist.restore(settings.persist_dir, settings.runs_dir):
-                    log.info("restored run %s from %s", folder.name, settings.persist_dir)
-            except OSError as error:
-                log.warning("the runs kept in %s could not be restored: %s", settings.persist_dir, error)
+        self.keeper = persist.RunKeeper(settings.persist_dir)  # runs kept past a restart, where settings say
+        self.keeper.restore_into(settings.runs_dir)
         for run in _interrupted_runs(settings.runs_dir, settings.finished_runs_kept):
             self._runs[run.id] = run
 
@@ -225,7 +220,7 @@ class RunManager:
         polling), then let it train. Its Trainer refuses settings it cannot train (N and M past the memory budget
         its process measured among them: TrainingRefused). A failure ends the process and gives the slot back."""
         previous = run.starting(), run.process
-        process = run.process = RunProcess(spec, self._listener(run), name=f"memvir-run-{run.id}")
+        process = run.process = RunProcess(spec, self.keeper.listener(run), name=f"memvir-run-{run.id}")
         try:
             ready = process.wait_ready()
             run.launch(process, ready, self._projector(), self.settings.snapshot_history)
@@ -238,34 +233,6 @@ class RunManager:
                 with self._lock:
                     self._runs.pop(run.id, None)
             raise
-
-    def _listener(self, run: LiveRun):
-        """What hears `run`'s process: the run's own copy of its events, and where the app keeps runs past a restart
-        (settings.persist_dir), a copy of its files there once it rests (demo.runs.persist)."""
-        if self.settings.persist_dir is None:
-            return run._on_event
-        from memvir.events import StatusEvent  # once a run, not at every event it sends
-
-        def listen(event) -> None:
-            run._on_event(event)
-            if isinstance(event, StatusEvent) and event.state in persist.RESTING_STATES:
-                thread = threading.Thread(target=self._persist, args=(run,), name=f"memvir-persist-{run.id}",
-                                          daemon=True)
-                with self._lock:
-                    self._persisting = [t for t in self._persisting if t.is_alive()] + [thread]
-                thread.start()
-
-        return listen
-
-    def _persist(self, run: LiveRun) -> None:
-        """Copy a resting run's files to the persistent folder once its process has ended (its last record
-        written)."""
-        run_in_background()
-        run.join(60.0)
-        try:
-            persist.save(run.folder, self.settings.persist_dir)
-        except OSError as error:  # a full or vanished mount: the run is still on the local disk
-            log.warning("run %s could not be kept in %s: %s", run.id, self.settings.persist_dir, error)
 
     def _claim_slot(self, visitor: str) -> None:
         busy = self.busy_runs()
@@ -433,7 +400,6 @@ class RunManager:
             if not run.process.exited:
                 run.process.kill()
                 run.join(5.0)
-        for thread in self._persisting:  # the runs this stop saved, kept past the container's end
-            thread.join(max(5.0, deadline - time.monotonic()))
+        self.keeper.wait(deadline)  # the runs this stop saved, kept past the container's end
         if self._umap_worker is not None:
             self._umap_worker.close()

@@ -8,7 +8,8 @@ to `AppSettings.persist_dir`: the model's Hub files, its metrics and config, and
 off by the server's end can be resumed by any visitor after the restart, as on a server that kept its disk). The
 marker listing the copied files and their sizes is written last: a copy that broke off has none, or one that does not
 match, and is ignored. A new server copies every complete run it does not have back into its runs folder before it
-lists them, so that the Train and Retrieve tabs see them as they saw them before.
+lists them, so that the Train and Retrieve tabs see them as they saw them before. `RunKeeper` is the run manager's
+side of it: the restore at its start, and a copy of each run that comes to rest.
 """
 
 from __future__ import annotations
@@ -16,9 +17,17 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from demo.common.cores import run_in_background
 from memvir.checkpoint import HUB_FILES, METRICS_LOG, TRAIN_CONFIG, TRAINER_STATE
+from memvir.events import StatusEvent
+
+if TYPE_CHECKING:
+    from demo.runs.live_run import LiveRun
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +86,57 @@ def restore(persist_dir: Path, runs_dir: Path) -> list[Path]:
         staging.rename(runs_dir / copy.name)
         restored.append(runs_dir / copy.name)
     return restored
+
+
+class RunKeeper:
+    """Where the app keeps runs past a restart (`persist_dir`; None: nowhere, and the keeper does nothing): what an
+    earlier server kept, restored at the start, and each run copied there once it rests, in a thread of its own."""
+
+    def __init__(self, persist_dir: Path | None):
+        self.persist_dir = persist_dir
+        self._lock = threading.Lock()
+        self.copying: list[threading.Thread] = []  # the copies under way, each in its own thread
+
+    def restore_into(self, runs_dir: Path) -> None:
+        """What an earlier server kept, back where this one lists its runs; a bucket that cannot be read is logged."""
+        if self.persist_dir is None:
+            return
+        try:
+            for folder in restore(self.persist_dir, runs_dir):
+                log.info("restored run %s from %s", folder.name, self.persist_dir)
+        except OSError as error:
+            log.warning("the runs kept in %s could not be restored: %s", self.persist_dir, error)
+
+    def listener(self, run: LiveRun):
+        """What hears `run`'s process: the run's own copy of its events and, where runs are kept, a copy of its files
+        once it rests."""
+        if self.persist_dir is None:
+            return run._on_event
+
+        def listen(event) -> None:
+            run._on_event(event)
+            if isinstance(event, StatusEvent) and event.state in RESTING_STATES:
+                thread = threading.Thread(target=self._keep, args=(run,), name=f"memvir-persist-{run.id}",
+                                          daemon=True)
+                with self._lock:
+                    self.copying = [t for t in self.copying if t.is_alive()] + [thread]
+                thread.start()
+
+        return listen
+
+    def _keep(self, run: LiveRun) -> None:
+        """Copy a resting run's files once its process has ended (its last record written)."""
+        run_in_background()
+        run.join(60.0)
+        try:
+            save(run.folder, self.persist_dir)
+        except OSError as error:  # a full or vanished mount: the run is still on the local disk
+            log.warning("run %s could not be kept in %s: %s", run.id, self.persist_dir, error)
+
+    def wait(self, deadline: float) -> None:
+        """Wait for the copies under way (the runs a shutdown stopped, kept past the container's end), until
+        `deadline` (time.monotonic()) and at least 5 seconds each."""
+        with self._lock:
+            copying = list(self.copying)
+        for thread in copying:
+            thread.join(max(5.0, deadline - time.monotonic()))

@@ -35,12 +35,12 @@ def _rest(runs: RunManager, folder, state: str) -> None:
     """What the run's process tells the server as it ends: its last step, then its state."""
     config = TrainConfig.from_json((folder / "train_config.json").read_text())
     run = LiveRun(folder.name, "alice", folder, config)
-    listen = runs._listener(run)
+    listen = runs.keeper.listener(run)
     listen(StepEvent(step=5, epoch=0, loss=1.0, num_classes=24, num_virtual_sets=0, mean_target_cosine=0.1,
                      images_per_s=1.0, lr=1e-3, warmup=True))
     assert not (runs.settings.persist_dir / "runs" / folder.name).exists()  # nothing while it trains
     listen(StatusEvent(state, 5, ""))
-    for thread in runs._persisting:
+    for thread in runs.keeper.copying:
         thread.join(30)
 
 
@@ -102,7 +102,7 @@ def test_a_run_that_still_trains_is_not_copied(tiny_checkpoints, tmp_path, state
     try:
         folder = _run_folder(tiny_checkpoints, settings.runs_dir, "20261206-live", "running")
         run = LiveRun(folder.name, "alice", folder, TrainConfig.from_json((folder / "train_config.json").read_text()))
-        runs._listener(run)(StatusEvent(state, 3, ""))
-        assert runs._persisting == [] and not (settings.persist_dir / "runs").exists()
+        runs.keeper.listener(run)(StatusEvent(state, 3, ""))
+        assert runs.keeper.copying == [] and not (settings.persist_dir / "runs").exists()
     finally:
         runs.close()
