@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memvir.checkpoint import CheckpointError, RunFolder
-from memvir.losses import LOSSES, build_loss
+from memvir.losses import LOSS_REGISTRY, LOSSES, build_loss
 from memvir.memory import size as memory_size
 from memvir.memory.virtual_classes import SCHEDULES
 
@@ -190,7 +190,7 @@ class TrainConfig:
 
         need(self.embedding_dim <= MAX_EMBEDDING_DIM,
              f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
-        need(self.loss in LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
+        need(self.loss in LOSSES, LOSS_REGISTRY.refusal(self.loss))
         for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
                               ("sampler", SAMPLERS), ("memvir_reduction", REDUCTIONS), ("lr_decay", LR_DECAYS),
                               ("memvir_labels", MEMORY_LABELS)):

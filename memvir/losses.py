@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from memvir import _validate
+from memvir._registry import Registry
 
 __all__ = [
     "LOSSES",
@@ -59,16 +60,16 @@ __all__ = [
     "loss_defaults",
 ]
 
-_REGISTRY: dict[str, type["MetricLoss"]] = {}
+LOSS_REGISTRY: Registry[type["MetricLoss"]] = Registry("loss")
+"""The losses ``build_loss`` builds, by name; registration order is the order of LOSSES."""
 
 
 def _register(name: str):
-    """Class decorator: make a loss buildable as ``build_loss(name)``; registration order is the order of LOSSES."""
+    """Class decorator: make a loss buildable as ``build_loss(name)`` and tell it its name."""
 
     def add(cls: type["MetricLoss"]) -> type["MetricLoss"]:
         cls.name = name
-        _REGISTRY[name] = cls
-        return cls
+        return LOSS_REGISTRY.register(name)(cls)
 
     return add
 
@@ -772,16 +773,14 @@ def _keep_one(pairs: _StoredPairs, steps: tuple[int, ...], column_set: int):
     return keep
 
 
-LOSSES: tuple[str, ...] = tuple(_REGISTRY)
+LOSSES: tuple[str, ...] = LOSS_REGISTRY.names()
 
 
 def loss_defaults(name: str) -> dict:
     """The hyper-parameters the loss registered as ``name`` takes, with their defaults: {"scale": 23.0} for
     norm-softmax, {} for a loss that takes none. ValueError for an unknown name."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(LOSSES)}")
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    parameters = inspect.signature(_REGISTRY[name].__init__).parameters.values()
+    parameters = inspect.signature(LOSS_REGISTRY.get(name).__init__).parameters.values()
     return {p.name: p.default for p in parameters if p.kind in named and p.name != "self"}
 
 
@@ -791,12 +790,11 @@ def build_loss(name: str, **hparams) -> MetricLoss:
     Raises ValueError for an unknown name (listing the valid ones), a hyper-parameter that loss does not take
     (listing those it does), or an invalid value.
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown loss {name!r}; valid names: {', '.join(LOSSES)}")
+    loss_class = LOSS_REGISTRY.get(name)
     # Named parameters only: a loss without its own __init__ shows nn.Module's (*args, **kwargs), which take none.
     accepted = list(loss_defaults(name))
     unknown = sorted(set(hparams) - set(accepted))
     if unknown:
         takes = f"accepted: {', '.join(accepted)}" if accepted else "it takes no hyper-parameters"
         raise ValueError(f"loss {name!r} got unknown hyper-parameter(s) {', '.join(unknown)}; {takes}")
-    return _REGISTRY[name](**hparams)
+    return loss_class(**hparams)

@@ -1,7 +1,14 @@
-"""`load_dataset`: one entry point from a dataset name to its train and test splits."""
+"""`load_dataset`: one entry point from a dataset name to its train and test splits.
 
+The named datasets sit in `DATASET_REGISTRY` (memvir._registry's one shape), each as a loader
+`(name, data_root, image_size, normalization, seed) -> DatasetSplits`; `folder:PATH` and `hf:OWNER/NAME[@REVISION]`
+name a folder or a Hub dataset rather than an entry, so they are read by prefix.
+"""
+
+from collections.abc import Callable
 from pathlib import Path
 
+from memvir._registry import Registry
 from memvir.data.benchmarks import load_cars196, load_cub200, load_sop
 from memvir.data.errors import DatasetError
 from memvir.data.folder import load_folder
@@ -11,10 +18,47 @@ from memvir.data.image_files import PHOTO_IMAGE_SIZE
 from memvir.data.splits import DatasetSplits
 from memvir.data.transforms import PHOTO_NORMALIZATIONS
 
-DATASET_NAMES = ("glyphs", "glyphs-mini", "glyphs-pretrain", "glyphs-few", "cub200", "cars196", "sop")
 FOLDER_PREFIX = "folder:"
 MIN_IMAGE_SIZE, MAX_IMAGE_SIZE = 16, 1024
-_BENCHMARK_LOADERS = {"cub200": load_cub200, "cars196": load_cars196, "sop": load_sop}
+
+DatasetLoader = Callable[..., DatasetSplits]  # (name, data_root, image_size, normalization, seed)
+DATASET_REGISTRY: Registry[DatasetLoader] = Registry(
+    "dataset", other_forms=(f"{FOLDER_PREFIX}PATH", f"{HUB_PREFIX}OWNER/NAME[@REVISION]"), error=DatasetError)
+"""The datasets `load_dataset` knows by name (the glyph variants, then the benchmarks)."""
+
+
+def _photo_settings(image_size: int | None, normalization: str | None) -> tuple[int, str]:
+    """The side and normalization of a photo dataset: the defaults for None, a DatasetError for an unknown recipe."""
+    normalization = normalization or "imagenet"
+    if normalization not in PHOTO_NORMALIZATIONS:
+        raise DatasetError(f"unknown normalization {normalization!r}: use one of {', '.join(PHOTO_NORMALIZATIONS)}")
+    return image_size or PHOTO_IMAGE_SIZE, normalization
+
+
+def _load_glyph_variant(name, data_root, image_size, normalization, seed) -> DatasetSplits:
+    if normalization is not None:
+        raise DatasetError(
+            f"normalization={normalization!r} applies to photo datasets only; {name} uses its own mean and std "
+            "(pass normalization=None)"
+        )
+    return load_glyphs(name, image_size=image_size or GLYPH_IMAGE_SIZE, seed=seed)
+
+
+def _benchmark_loader(load) -> DatasetLoader:
+    """A registry loader for a benchmark loader `load(data_root, image_size, normalization, seed)`."""
+
+    def load_benchmark(name, data_root, image_size, normalization, seed) -> DatasetSplits:
+        return load(data_root, *_photo_settings(image_size, normalization), seed)
+
+    return load_benchmark
+
+
+for _variant in GLYPH_VARIANTS:
+    DATASET_REGISTRY.register(_variant)(_load_glyph_variant)
+for _benchmark, _load in (("cub200", load_cub200), ("cars196", load_cars196), ("sop", load_sop)):
+    DATASET_REGISTRY.register(_benchmark)(_benchmark_loader(_load))
+
+DATASET_NAMES = DATASET_REGISTRY.names()
 
 
 def _check_arguments(name, image_size, seed) -> None:
@@ -60,17 +104,9 @@ def load_dataset(
     if (image_column or label_column) and not name.startswith(HUB_PREFIX):
         raise DatasetError(f"image_column and label_column (--image-column, --label-column) name the columns of a "
                            f"Hub dataset (hf:OWNER/NAME); {name!r} has none: leave them out")
-    if name in GLYPH_VARIANTS:
-        if normalization is not None:
-            raise DatasetError(
-                f"normalization={normalization!r} applies to photo datasets only; {name} uses its own mean and std "
-                "(pass normalization=None)"
-            )
-        return load_glyphs(name, image_size=image_size or GLYPH_IMAGE_SIZE, seed=seed)
-    normalization = normalization or "imagenet"
-    if normalization not in PHOTO_NORMALIZATIONS:
-        raise DatasetError(f"unknown normalization {normalization!r}: use one of {', '.join(PHOTO_NORMALIZATIONS)}")
-    photo_size = image_size or PHOTO_IMAGE_SIZE
+    if not name.startswith((FOLDER_PREFIX, HUB_PREFIX)):
+        return DATASET_REGISTRY.get(name)(name, data_root, image_size, normalization, seed)
+    photo_size, normalization = _photo_settings(image_size, normalization)
     if name.startswith(FOLDER_PREFIX):
         folder = Path(name.removeprefix(FOLDER_PREFIX)).expanduser()
         if not folder.parts:
@@ -78,9 +114,4 @@ def load_dataset(
         if data_root is not None and not folder.is_absolute():
             folder = Path(data_root).expanduser() / folder
         return load_folder(folder, photo_size, normalization, seed)
-    if name.startswith(HUB_PREFIX):
-        return load_hub_dataset(name, photo_size, normalization, seed, image_column, label_column)
-    if name in _BENCHMARK_LOADERS:
-        return _BENCHMARK_LOADERS[name](data_root, photo_size, normalization, seed)
-    raise DatasetError(f"unknown dataset {name!r}: use one of {', '.join(DATASET_NAMES)}, folder:PATH or "
-                       "hf:OWNER/NAME[@REVISION]")
+    return load_hub_dataset(name, photo_size, normalization, seed, image_column, label_column)

@@ -19,6 +19,7 @@ import torch
 import torchvision
 from torch import nn
 
+from memvir._registry import Registry
 from memvir.models import timm_backbones
 
 
@@ -34,24 +35,19 @@ class PretrainedWeightsUnavailable(OSError):
 
 
 BackboneBuilder = Callable[[int, bool], Backbone]
-_BACKBONES: dict[str, BackboneBuilder] = {}
+BACKBONE_REGISTRY: Registry[BackboneBuilder] = Registry(
+    "backbone", other_forms=("timm:NAME for a timm model (timm:resnet50.a1_in1k, say)",))
+"""The backbones `build_backbone` builds by name, besides `timm:NAME`."""
 
 
 def register_backbone(name: str) -> Callable[[BackboneBuilder], BackboneBuilder]:
-    """Decorator: register `builder(in_channels, pretrained) -> Backbone` under `name`."""
-
-    def decorator(builder: BackboneBuilder) -> BackboneBuilder:
-        if name in _BACKBONES:
-            raise ValueError(f"backbone {name!r} is already registered; pick another name")
-        _BACKBONES[name] = builder
-        return builder
-
-    return decorator
+    """Decorator: register `builder(in_channels, pretrained) -> Backbone` under `name`; ValueError if it is taken."""
+    return BACKBONE_REGISTRY.register(name)
 
 
 def available_backbones() -> tuple[str, ...]:
     """Names accepted by `build_backbone` and `EmbeddingModel(backbone=...)`, sorted."""
-    return tuple(sorted(_BACKBONES))
+    return tuple(sorted(BACKBONE_REGISTRY.names()))
 
 
 def check_backbone(name: str, pretrained: bool = False) -> None:
@@ -59,9 +55,8 @@ def check_backbone(name: str, pretrained: bool = False) -> None:
     `pretrained`, one with weights). Builds and downloads nothing."""
     if timm_backbones.timm_model_name(name) is not None:
         timm_backbones.check_timm_backbone(name, pretrained)
-    elif name not in _BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; choose one of {', '.join(available_backbones())}, or "
-                         "timm:NAME for a timm model (timm:resnet50.a1_in1k, say)")
+    elif name not in BACKBONE_REGISTRY:
+        raise ValueError(BACKBONE_REGISTRY.refusal(name))
 
 
 def build_backbone(name: str, in_channels: int = 3, pretrained: bool = False,
@@ -73,7 +68,7 @@ def build_backbone(name: str, in_channels: int = 3, pretrained: bool = False,
     if in_channels < 1:
         raise ValueError(f"in_channels must be at least 1, got {in_channels}")
     if timm_backbones.timm_model_name(name) is None:
-        return _BACKBONES[name](in_channels, pretrained)
+        return BACKBONE_REGISTRY.get(name)(in_channels, pretrained)
     try:
         model = timm_backbones.create_timm_model(name, in_channels, pretrained, image_size)
     except timm_backbones.WEIGHT_DOWNLOAD_ERRORS as error:

@@ -12,6 +12,13 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from memvir.checkpoint import TRAIN_CONFIG
+from memvir.data import load_dataset
+from memvir.hub import load_model
+from memvir.models.preprocessing import read_for_model
+from memvir.retrieval.index import GalleryIndex
+from memvir.retrieval.metrics import retrieval_metrics
+
 # SOP's classes hold a few images each, so its Recall@K is read at 1, 10, 100, 1000 (the paper's); 1, 2, 4, 8 else.
 _KS = {"sop": (1, 10, 100, 1000)}
 _DEFAULT_KS = (1, 2, 4, 8)
@@ -60,8 +67,6 @@ def embed(model: torch.nn.Module, split, indices: Sequence[int] | None = None, b
 
 def score(embeddings: torch.Tensor, labels: torch.Tensor, dataset_name: str) -> dict[str, float]:
     """Retrieval metrics of embeddings with their labels, at the dataset's K values."""
-    from memvir.retrieval.metrics import retrieval_metrics
-
     return retrieval_metrics(embeddings, labels, ks=retrieval_ks(dataset_name, len(labels)))
 
 
@@ -75,8 +80,6 @@ def evaluate(model: torch.nn.Module, split, dataset_name: str, batch_size: int =
 def build_index(model: torch.nn.Module, split, items: Sequence[str] | None = None, batch_size: int = 256,
                 progress: bool = False):
     """A GalleryIndex of a split's embeddings and labels (`items`: an identifier per image, e.g. a path)."""
-    from memvir.retrieval.index import GalleryIndex
-
     embeddings, labels = embed(model, split, batch_size=batch_size, progress=progress)
     return GalleryIndex.build(embeddings, labels=labels, items=items)
 
@@ -86,10 +89,6 @@ def load_model_and_split(model_ref: str, dataset: str | None = None, data_root: 
     """(model, dataset name, split) for a run folder, checkpoint folder or Hub repo id, and a split of the dataset
     it was trained on (or of `dataset`), at the model's own input size, its images prepared as the model prepares a
     query (its mean, std and resizing: a timm backbone's may differ from the dataset's own)."""
-    from memvir.data import load_dataset
-    from memvir.hub import load_model
-    from memvir.models.preprocessing import read_for_model
-
     model = load_model(model_ref)
     config = dict(model.config)
     name = dataset or config.get("dataset")
@@ -105,8 +104,6 @@ def _trained_columns(model_ref: str) -> dict:
     run's own dataset is read as it was trained on; {} elsewhere (a repo id, a checkpoint folder: the defaults)."""
     import json
     from pathlib import Path
-
-    from memvir.checkpoint import TRAIN_CONFIG
 
     path = Path(model_ref).expanduser() / TRAIN_CONFIG
     try:

@@ -32,6 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+from memvir.models.embedding_model import EmbeddingModel
+from memvir.retrieval import evaluation
+from memvir.retrieval.diagnosis.ranking import QueryRankings, rank_gallery
+from memvir.retrieval.diagnosis.verification import PairSimilarities, pair_similarities
+from memvir.retrieval.index import GalleryIndex
+
 GALLERY_DIR = "gallery"
 STAMP_FILE = "checkpoint.json"
 _STAMPED_FILES = ("config.json", "model.safetensors")
@@ -47,7 +53,7 @@ _CHUNK_BYTES = 1024**2
 class CheckpointGallery:
     """The GalleryIndex of a checkpoint's test split (rows in split order, labels beside) and the split's metrics."""
 
-    index: object  # memvir.retrieval.index.GalleryIndex
+    index: GalleryIndex
     metrics: dict[str, float]
 
 
@@ -89,8 +95,6 @@ def staleness(checkpoint_dir: str | Path, split) -> str | None:
 
 def load(checkpoint_dir: str | Path, split) -> CheckpointGallery | None:
     """The checkpoint's saved gallery of `split`; None when there is none or it is stale (see `staleness`)."""
-    from memvir.retrieval.index import GalleryIndex
-
     if staleness(checkpoint_dir, split) is not None:
         return None
     folder = Path(checkpoint_dir) / GALLERY_DIR
@@ -112,10 +116,6 @@ def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save
     Nothing is saved when the checkpoint's files change while it is embedded (a run still writing): the index would
     belong to neither version. `progress` / `on_progress`: as in `memvir.retrieval.evaluation.embed`.
     """
-    from memvir.models.embedding_model import EmbeddingModel
-    from memvir.retrieval import evaluation
-    from memvir.retrieval.index import GalleryIndex
-
     checkpoint_dir = Path(checkpoint_dir)
     digest = checkpoint_digest(checkpoint_dir)
     model = model if model is not None else EmbeddingModel.from_pretrained(checkpoint_dir)
@@ -207,9 +207,6 @@ def build_views(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, mis
     """Rank the saved index's items against one another and compare all its pairs (as the app's views do), and save
     both beside it. Returns (QueryRankings, PairSimilarities). ValueError when the index is missing or stale (build
     it first), or when the gallery has no class with two items (nothing to rank)."""
-    from memvir.retrieval.diagnosis.ranking import rank_gallery
-    from memvir.retrieval.diagnosis.verification import pair_similarities
-
     checkpoint_dir = Path(checkpoint_dir)
     gallery = load(checkpoint_dir, split)
     if gallery is None:
@@ -279,8 +276,6 @@ def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, m
     """The saved QueryRankings of the split's items (neighbours, scores and correct marks kept up to max(k, R));
     None, with a log line saying why, when the views' figures are missing, stale or damaged (see
     `views_staleness`)."""
-    from memvir.retrieval.diagnosis.ranking import QueryRankings
-
     arrays = _read_views(checkpoint_dir, split, RANKINGS_FILE, ranked_k, missed, max_fmr)
     if arrays is None:
         return None
@@ -294,8 +289,6 @@ def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, m
 def load_pairs(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
                max_fmr: float = MAX_FMR):
     """The saved PairSimilarities of the split's items; None, with a log line saying why, as `load_rankings`."""
-    from memvir.retrieval.diagnosis.verification import PairSimilarities
-
     arrays = _read_views(checkpoint_dir, split, PAIRS_FILE, ranked_k, missed, max_fmr)
     if arrays is None:
         return None

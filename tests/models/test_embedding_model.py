@@ -80,7 +80,7 @@ def test_every_backbone_gives_unit_norm_embeddings(backbone, channels):
 
 
 def test_a_registered_backbone_is_buildable_by_name(monkeypatch):
-    monkeypatch.setattr(backbones, "_BACKBONES", dict(backbones._BACKBONES))  # leave the real registry untouched
+    monkeypatch.setattr(backbones, "BACKBONE_REGISTRY", backbones.BACKBONE_REGISTRY.copy())  # the real one untouched
 
     @register_backbone("flat-test")
     def build_flat(in_channels, pretrained):
@@ -97,8 +97,11 @@ def test_registering_a_taken_name_is_refused():
 
 
 def test_unknown_backbone_is_named_with_the_choices():
-    with pytest.raises(ValueError, match=r"unknown backbone 'vit'.*convnet, convnet-gn, googlenet, resnet18, resnet50"):
+    with pytest.raises(ValueError, match=r"unknown backbone 'vit': use one of convnet, convnet-gn, resnet18, resnet50, "
+                                         r"googlenet or timm:NAME"):
         EmbeddingModel(backbone="vit")
+    with pytest.raises(ValueError, match=r"unknown backbone 'convnet_gn' \(did you mean 'convnet-gn'\?\)"):
+        EmbeddingModel(backbone="convnet_gn")
 
 
 def test_convnet_has_no_pretrained_weights():

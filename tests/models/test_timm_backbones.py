@@ -80,7 +80,7 @@ def test_unknown_names_and_missing_weights_are_refused_in_words(timm, monkeypatc
     TrainConfig(backbone=f"timm:{without_weights}")  # from scratch is fine
     with pytest.raises(ValueError, match=f"timm has no pretrained weights for {without_weights}"):
         TrainConfig(backbone=f"timm:{without_weights}", pretrained=True)
-    with pytest.raises(ValueError, match="unknown backbone 'resnet5'; choose one of .*timm:NAME"):
+    with pytest.raises(ValueError, match=r"unknown backbone 'resnet5' \(did you mean 'resnet50'\?\): .*timm:NAME"):
         TrainConfig(backbone="resnet5")
     monkeypatch.setitem(sys.modules, "timm", None)  # as on a machine without timm
     with pytest.raises(ValueError, match=r"need the timm package.*pip install timm==1\.0\.31"):
