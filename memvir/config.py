@@ -40,6 +40,16 @@ _MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed +
 _MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
 
 
+def _need(condition, message: str) -> None:
+    if not condition:
+        raise ValueError(f"TrainConfig: {message}")
+
+
+def _need_choice(config, name: str, choices: tuple) -> None:
+    value = getattr(config, name)
+    _need(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def _setting(default=None, help: str = "", *, factory=None, flag: str | None = None, cli: bool = True,
              live: bool = False, resumable: bool = False, choices: tuple | None = None, item_type=None):
     """A TrainConfig field with what the command line and the app need to offer it.
@@ -161,102 +171,121 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        """ValueError naming the first setting that is out of range."""
-        def need(condition, message):
-            if not condition:
-                raise ValueError(f"TrainConfig: {message}")
+        """ValueError naming the first setting that is out of range. The whole numbers come first: the checks of
+        each group after them (optimiser, MemVir, data, model, reporting) compute with them."""
+        self._check_whole_numbers()
+        self._check_optimiser()
+        self._check_memvir()
+        self._check_data()
+        self._check_model()
+        self._check_reporting()
 
+    def _check_whole_numbers(self) -> None:
         for name in ("memvir_n", "memvir_m", "loss_scale_schedule", "num_workers", "eval_every", "log_every",
                      "snapshot_every", "seed", "val_classes", "val_fold"):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                 f"{name} must be an integer >= 0, got {value!r}")
+            _need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                  f"{name} must be an integer >= 0, got {value!r}")
         for name in ("epochs", "batch_size", "embedding_dim", "samples_per_class", "checkpoint_every", "probe_classes"):
             value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                 f"{name} must be an integer >= 1, got {value!r}")
-        need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
-        need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
-             f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
-        need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
-             f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
-        for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
-            value = getattr(self, name)
-            need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
-                 f"{name} must be > 0 and finite, got {value!r}")
-        need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
-             f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
+            _need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                  f"{name} must be an integer >= 1, got {value!r}")
+        _need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
+        _need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
+              f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
         from memvir.models.embedding_model import MAX_EMBEDDING_DIM
 
-        need(self.embedding_dim <= MAX_EMBEDDING_DIM,
-             f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
-        need(self.loss in LOSSES, LOSS_REGISTRY.refusal(self.loss))
-        for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
-                              ("sampler", SAMPLERS), ("memvir_reduction", REDUCTIONS), ("lr_decay", LR_DECAYS),
-                              ("memvir_labels", MEMORY_LABELS)):
-            need(getattr(self, name) in choices,
-                 f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
-             and len(set(self.focus_classes)) == len(self.focus_classes) and all(
-                 isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
-             f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
-             f"got {self.focus_classes!r}")
-        need(isinstance(self.lr_decay_epochs, list | tuple) and all(
+        _need(self.embedding_dim <= MAX_EMBEDDING_DIM,
+              f"embedding_dim must be at most {MAX_EMBEDDING_DIM:,}, got {self.embedding_dim:,}")
+
+    def _check_optimiser(self) -> None:
+        """The learning rates, Adam's settings and their decay."""
+        for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
+            value = getattr(self, name)
+            _need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
+                  f"{name} must be > 0 and finite, got {value!r}")
+        _need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
+              f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
+        _need_choice(self, "lr_decay", LR_DECAYS)
+        _need(isinstance(self.lr_decay_epochs, list | tuple) and all(
             isinstance(e, int) and not isinstance(e, bool) and e >= 1 for e in self.lr_decay_epochs),
             f"lr_decay_epochs must be a list of epochs >= 1, got {self.lr_decay_epochs!r}")
-        need(self.lr_decay != "step" or self.lr_decay_epochs,
-             "lr_decay 'step' needs lr_decay_epochs, the epochs at whose start the learning rates drop")
-        need(isinstance(self.lr_decay_rate, int | float) and not isinstance(self.lr_decay_rate, bool)
-             and 0 < self.lr_decay_rate <= 1, f"lr_decay_rate must be in (0, 1], got {self.lr_decay_rate!r}")
-        need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
-             f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
-             "for the balanced sampler")
-        need(self.memvir_labels != "seen" or self.memvir_reduction == "official",
-             "memvir_labels 'seen' keeps every row in the seen classes, so there are no sets for the balanced "
-             "reduction to average apart; use the official reduction with it")
-        need(self.loss_scale_schedule == 0 or self.memvir_n == 0,
-             f"loss_scale_schedule {self.loss_scale_schedule} is the baseline's control (balanced MemVir's step "
-             f"schedule without its virtual rows); use it with memvir_n 0, not {self.memvir_n}")
-        need(self.loss_scale_schedule == 0 or self.memvir_schedule == "curriculum",
-             "loss_scale_schedule follows the curriculum's staircase; use it with memvir_schedule 'curriculum'")
-        need(self.val_fold == 0 or self.val_classes > 0,
-             f"val_fold {self.val_fold} needs val_classes, the size of each fold")
+        _need(self.lr_decay != "step" or self.lr_decay_epochs,
+              "lr_decay 'step' needs lr_decay_epochs, the epochs at whose start the learning rates drop")
+        _need(isinstance(self.lr_decay_rate, int | float) and not isinstance(self.lr_decay_rate, bool)
+              and 0 < self.lr_decay_rate <= 1, f"lr_decay_rate must be in (0, 1], got {self.lr_decay_rate!r}")
+
+    def _check_memvir(self) -> None:
+        """MemVir's warm-up, memory, schedule and loss, and the ablations that go with some of them only."""
+        _need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
+              f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
+        for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
+                              ("memvir_reduction", REDUCTIONS), ("memvir_labels", MEMORY_LABELS)):
+            _need_choice(self, name, choices)
+        _need(self.memvir_labels != "seen" or self.memvir_reduction == "official",
+              "memvir_labels 'seen' keeps every row in the seen classes, so there are no sets for the balanced "
+              "reduction to average apart; use the official reduction with it")
+        _need(self.loss_scale_schedule == 0 or self.memvir_n == 0,
+              f"loss_scale_schedule {self.loss_scale_schedule} is the baseline's control (balanced MemVir's step "
+              f"schedule without its virtual rows); use it with memvir_n 0, not {self.memvir_n}")
+        _need(self.loss_scale_schedule == 0 or self.memvir_schedule == "curriculum",
+              "loss_scale_schedule follows the curriculum's staircase; use it with memvir_schedule 'curriculum'")
+
+    def _check_data(self) -> None:
+        """The batches, the validation classes, the snapshots' few classes and a Hub dataset's columns."""
+        _need_choice(self, "sampler", SAMPLERS)
+        _need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
+              f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
+              "for the balanced sampler")
+        _need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
+              and len(set(self.focus_classes)) == len(self.focus_classes) and all(
+                  isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
+              f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
+              f"got {self.focus_classes!r}")
+        _need(self.val_fold == 0 or self.val_classes > 0,
+              f"val_fold {self.val_fold} needs val_classes, the size of each fold")
         for name in ("image_column", "label_column"):
             value = getattr(self, name)
-            need(value is None or (isinstance(value, str) and value.strip() != ""),
-                 f"{name} must be None or a column name, got {value!r}")
-            need(value is None or self.dataset.startswith("hf:"),
-                 f"{name} names a column of a Hub dataset (hf:OWNER/NAME); dataset {self.dataset!r} has no columns")
-        need(self.init_from is None or (isinstance(self.init_from, str) and self.init_from.strip() != ""),
-             f"init_from must be None or a checkpoint folder's path, got {self.init_from!r}")
-        need(not (self.pretrained and self.init_from),
-             "pretrained (ImageNet weights) and init_from (a checkpoint folder) both choose the starting weights; "
-             "pass one of them")
-        need(self.report_to in REPORT_TO,
-             f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
-        need(isinstance(self.report_project, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.report_project),
-             f"report_project must be a name of letters, digits, '.', '_' or '-', got {self.report_project!r}")
-        for name in ("report_space", "report_bucket"):
-            value = getattr(self, name)
-            need(value is None or (isinstance(value, str) and _HUB_NAME.fullmatch(value)),
-                 f"{name} must be a Hugging Face id such as your-name/memvir-runs, got {value!r}")
-        need(self.report_space is None or self.report_to == "trackio",
-             f"report_space {self.report_space!r} is where trackio sends the run; add report_to trackio (it is "
-             f"{self.report_to!r})")
-        need(self.report_bucket is None or self.report_space is not None,
-             f"report_bucket {self.report_bucket!r} keeps a trackio Space's metrics; name the Space too "
-             "(report_space)")
-        need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
+            _need(value is None or (isinstance(value, str) and value.strip() != ""),
+                  f"{name} must be None or a column name, got {value!r}")
+            _need(value is None or self.dataset.startswith("hf:"),
+                  f"{name} names a column of a Hub dataset (hf:OWNER/NAME); dataset {self.dataset!r} has no columns")
+
+    def _check_model(self) -> None:
+        """The switches, the loss and its hyper-parameters, the backbone and where its weights start."""
         for name in ("compile", "freeze_bn", "pretrained", "augment", "eval_at_start"):
-            need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
+            _need(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")
+        _need(self.loss in LOSSES, LOSS_REGISTRY.refusal(self.loss))
+        _need(isinstance(self.loss_params, dict), "loss_params must be a dict such as {'scale': 23}")
         build_loss(self.loss, **self.loss_params)  # bad loss hyper-parameters fail here, in the loss's words
-        need(isinstance(self.backbone, str), f"backbone must be a name such as 'convnet', got {self.backbone!r}")
+        _need(self.init_from is None or (isinstance(self.init_from, str) and self.init_from.strip() != ""),
+              f"init_from must be None or a checkpoint folder's path, got {self.init_from!r}")
+        _need(not (self.pretrained and self.init_from),
+              "pretrained (ImageNet weights) and init_from (a checkpoint folder) both choose the starting weights; "
+              "pass one of them")
+        _need(isinstance(self.backbone, str), f"backbone must be a name such as 'convnet', got {self.backbone!r}")
         from memvir.models.backbones import check_backbone
 
         try:  # a timm name is checked against timm's registry (no download): a typo fails before any data loads
             check_backbone(self.backbone, self.pretrained)
         except ValueError as error:
-            need(False, str(error))
+            _need(False, str(error))
+
+    def _check_reporting(self) -> None:
+        """Where the metrics are also sent."""
+        _need_choice(self, "report_to", REPORT_TO)
+        _need(isinstance(self.report_project, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", self.report_project),
+              f"report_project must be a name of letters, digits, '.', '_' or '-', got {self.report_project!r}")
+        for name in ("report_space", "report_bucket"):
+            value = getattr(self, name)
+            _need(value is None or (isinstance(value, str) and _HUB_NAME.fullmatch(value)),
+                  f"{name} must be a Hugging Face id such as your-name/memvir-runs, got {value!r}")
+        _need(self.report_space is None or self.report_to == "trackio",
+              f"report_space {self.report_space!r} is where trackio sends the run; add report_to trackio (it is "
+              f"{self.report_to!r})")
+        _need(self.report_bucket is None or self.report_space is not None,
+              f"report_bucket {self.report_bucket!r} keeps a trackio Space's metrics; name the Space too "
+              "(report_space)")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
