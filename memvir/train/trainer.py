@@ -31,13 +31,17 @@ from memvir import checkpoint
 from memvir.analysis.snapshots import SnapshotMaker
 from memvir.analysis.spread import class_weight_spread, virtual_spread
 from memvir.config import LIVE_SETTINGS, TrainConfig, resume_changes
+from memvir.data import load_dataset
 from memvir.data.batches import TrainingBatches
+from memvir.data.splits import without_augmentation
+from memvir.data.validation import hold_out_validation
 from memvir.events import ControlEvent, ControlRefused, EvalEvent, SnapshotEvent, StatusEvent, StepEvent
 from memvir.losses import build_loss
 from memvir.memory.checks import NonFiniteError
 from memvir.memory.size import STORE_DTYPES
 from memvir.memory.virtual_classes import MemVir, virtual_sets_at
 from memvir.models.card import changes_summary, live_changes, memvir_summary, started_with
+from memvir.models.embedding_model import EmbeddingModel
 from memvir.models.initialisation import initialise_from_checkpoint
 from memvir.models.preprocessing import backbone_input_size, model_input, read_for_model
 from memvir.retrieval import evaluation
@@ -46,6 +50,7 @@ from memvir.train.checks import TrainingDiverged, UncheckedLosses, check_labels
 from memvir.train.devices import pick_device, place_model, training_network
 from memvir.train.distributed import World
 from memvir.train.host_memory import keep_freed_memory
+from memvir.train.reporting import reporter_for
 from memvir.train.state import STATE_FORMAT, stored_config
 
 # What MemVir.set_hparams takes: a change of one of them may re-allocate the memory.
@@ -68,10 +73,6 @@ def training_data(config: TrainConfig):
 
     A backbone that says how its images are prepared (a timm model's pretrained config) sets the default size and
     the normalisation and resizing (memvir.models.preprocessing): the splits are read as its model takes queries."""
-    from memvir.data import load_dataset
-    from memvir.data.splits import without_augmentation
-    from memvir.data.validation import hold_out_validation
-
     image_size = config.image_size or backbone_input_size(config.backbone)
     data = load_dataset(config.dataset, data_root=config.data_root, image_size=image_size, seed=config.seed,
                         image_column=config.image_column, label_column=config.label_column)
@@ -102,8 +103,6 @@ class Trainer:
         max_memory_bytes: the largest MemVir memory this run may allocate (memvir.memory.size.memory_limit; None:
         MEMVIR_MAX_MEMORY_BYTES, else 16 GiB), e.g. what the process that trains it measured it may take. N and M
         past it are refused, at the start and live, before anything is allocated (MemoryLimitError)."""
-        from memvir.models.embedding_model import EmbeddingModel
-
         self.config = config
         self.world = World.from_environment()
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
@@ -112,8 +111,7 @@ class Trainer:
         if self.device.type == "cpu":
             keep_freed_memory()  # a step's memory mapped once, not at every step (memvir.train.host_memory)
         self._listeners = list(listeners)
-        if config.report_to != "none":  # its module, and the tracker's package, only when asked for
-            from memvir.train.reporting import reporter_for
+        if config.report_to != "none":  # the tracker's package is imported only when asked for
 
             reporter = reporter_for(config, self.out_dir, self.world)
             if reporter is not None:
