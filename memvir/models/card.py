@@ -13,6 +13,7 @@ from huggingface_hub import EvalResult, ModelCardData
 
 from memvir.data.hub.names import HUB_PREFIX, parse_hub_name
 from memvir.data.registry import FOLDER_PREFIX
+from memvir.events import ControlEvent
 
 CARD_TAGS = ("metric-learning", "memvir", "image-retrieval")
 """Tags every card carries in its front matter: what the Hub lists and filters models by."""
@@ -112,8 +113,6 @@ def live_changes(history) -> list[tuple[int, str, Any, Any]]:
     """(the first step trained with it, setting, old value, new value) of each live change a run's records
     (metrics.jsonl, memvir.events.ControlEvent's records) hold, in order; records written before they carried the
     values they replaced are left out."""
-    from memvir.events import ControlEvent
-
     changes = []
     for record in history or ():
         if record.get("type") == "control":

@@ -16,6 +16,7 @@ import torch
 
 from memvir import checkpoint
 from memvir.checkpoint import CheckpointError
+from memvir.models.embedding_model import EmbeddingModel
 
 PRETRAINED_GLYPHS_BACKBONE = "checkpoints/glyphs-pretrain-convnet"
 """The bundled backbone pretrained on glyphs-pretrain (`make pretrained`), relative to the repository's root: what a
@@ -72,8 +73,6 @@ def initialise_from_checkpoint(model, folder: str | Path, dataset: str = "the ru
     statistics come with the backbone: they are part of what pretraining learnt. `dataset` names the run's data in
     that message; `flag` is how the caller's users name the folder.
     """
-    from memvir.models.embedding_model import EmbeddingModel
-
     config = read_checkpoint_config(folder, flag)
     folder = Path(folder).expanduser()
     wanted = model.config
