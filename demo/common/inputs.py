@@ -74,6 +74,18 @@ def whole_number(value, name: str, minimum: int, maximum: int = MAX_WHOLE_NUMBER
     return int(number)
 
 
+def box_number(value, name: str) -> int | float:
+    """The number a box holds, for the library to judge (memvir's TrainConfig is the policy for the settings it owns):
+    a whole one as an int (a slider sends 3 as 3.0), any other as a float. InputRefused naming `name` only for what is
+    no number: an empty box, text, or a number past what a box holds exactly (MAX_WHOLE_NUMBER, either sign)."""
+    if value is None or value == "":
+        raise InputRefused(f"{name} is empty: enter a number")
+    number = _as_float(check_text(value, name))
+    if math.isnan(number) or abs(number) > MAX_WHOLE_NUMBER:
+        raise InputRefused(f"{name} must be a number from -{MAX_WHOLE_NUMBER:,} to {MAX_WHOLE_NUMBER:,}, "
+                           f"got {shown(value)}")
+    return int(number) if number.is_integer() else number
+
 def positive_number(value, name: str, maximum: float = MAX_NUMBER) -> float:
     """`value` as a float when it is a number above 0 and at most `maximum`; else InputRefused naming `name`."""
     number = _as_float(check_text(value, name)) if value not in (None, "") else math.nan

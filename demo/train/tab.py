@@ -10,6 +10,7 @@ classes), except where it names a reason below.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import gradio as gr
 from demo.common.allowed_paths import dataset_folder
 from demo.common.handlers import reporting, visitor_key
 from demo.common.hub_access import ANONYMOUS, sign_in_offered, visitor_token
-from demo.common.inputs import positive_number, shown, whole_number, whole_numbers
+from demo.common.inputs import box_number, positive_number, shown, whole_number, whole_numbers
 from demo.common.shims import refuse_outside_choices
 from demo.common.upload_store import discard
 from demo.common.uploads import display_name, unpack_upload
@@ -146,11 +147,13 @@ class TrainHandlers:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {shown(value)}")
         if memvir_reduction and memvir_reduction not in REDUCTIONS:
             raise ValueError(f"the MemVir loss reduction is one of {', '.join(REDUCTIONS)}, got {memvir_reduction}")
-        # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip.
+        # Every number is checked before the dataset: a refused setting never costs the unpacking of a zip. N and M
+        # are only read off their sliders here: TrainConfig judges them (below), in the words of a live change's
+        # refusal, and MemVir their memory.
         numbers = dict(
             batch_size=whole_number(batch_size, "batch size", 1), epochs=whole_number(epochs, "epochs", 1),
             lr=positive_number(lr, "learning rate"), seed=whole_number(seed, "seed", 0),
-            memvir_n=whole_number(memvir_n, "N", 0), memvir_m=whole_number(memvir_m, "M", 0),
+            memvir_n=box_number(memvir_n, "N"), memvir_m=box_number(memvir_m, "M"),
             warmup_epochs=float(warmup_epochs or 0),
             val_classes=whole_number(val_classes or 0, "validation classes", 0),
             snapshot_every=whole_number(snapshot_every, "snapshot every", 0),
@@ -167,9 +170,11 @@ class TrainHandlers:
         loss_params = {"scale": positive_number(loss_scale, "loss scale")} if takes_scale and loss_scale else {}
         chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
                   "memvir_reduction": memvir_reduction}
+        # the settings judged on the library's default dataset, then on the dataset chosen
+        settings = TrainConfig(backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
+                               **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
         named = dataset_name(self.runs, dataset, folder_path, zip_file, hub_dataset)
-        config = TrainConfig(dataset=named, backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
-                             **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
+        config = dataclasses.replace(settings, dataset=named)
         try:
             run = self.runs.start(config, visitor)
         except ValueError as error:
@@ -340,6 +345,168 @@ class TrainTab:
     sliders: tuple  # N, M and warm-up (LIVE_SLIDERS), which a re-attached page sets to its run's values
 
 
+@dataclass(frozen=True)
+class RunButtons:
+    """Start, Pause, Resume, Stop, Reset and Compare with baseline: what acts on the run shown."""
+
+    start: gr.Button
+    pause: gr.Button
+    resume: gr.Button
+    stop: gr.Button
+    reset: gr.Button
+    baseline: gr.Button
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings above MemVir's: the line that sums them up, the dataset (and its folder, zip or Hub id), the
+    backbone, the loss and the optimiser's basics."""
+
+    first_screen: gr.Markdown
+    dataset: gr.Dropdown
+    folder_path: gr.Textbox
+    zip_file: gr.File
+    hub_dataset: gr.Textbox
+    backbone: gr.Dropdown
+    loss: gr.Dropdown
+    batch_size: gr.Number
+    epochs: gr.Number
+    lr: gr.Number
+    seed: gr.Number
+
+
+@dataclass(frozen=True)
+class LiveControls:
+    """MemVir's N, M and warm-up sliders (LIVE_SLIDERS, which steer a training run) and the answer beside them."""
+
+    memvir_n: gr.Slider
+    memvir_m: gr.Slider
+    warmup: gr.Slider
+    notice: gr.Markdown
+
+    @property
+    def sliders(self) -> tuple:
+        return self.memvir_n, self.memvir_m, self.warmup
+
+
+@dataclass(frozen=True)
+class AdvancedSettings:
+    """The Advanced accordion: the views' cadences, MemVir's settings that apply at Start, and the optimiser's rest."""
+
+    snapshot_every: gr.Number
+    eval_every: gr.Number
+    schedule: gr.Radio
+    val_classes: gr.Number
+    store_dtype: gr.Radio
+    reduction: gr.Radio
+    class_lr: gr.Number
+    adam_eps: gr.Number
+    loss_scale: gr.Number
+
+
+@dataclass(frozen=True)
+class PushControls:
+    """The accordion that pushes the run to the Hugging Face Hub."""
+
+    repo_id: gr.Textbox
+    button: gr.Button
+    note: gr.Markdown
+
+
+def _run_buttons() -> RunButtons:
+    # The run's buttons above the settings, and kept in sight while the visitor scrolls through them (page.css): Start
+    # is on the first screen beside the status line, whatever the settings' height.
+    with gr.Column(elem_id="run-buttons"):
+        with gr.Row(elem_id="start-row"):
+            start = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
+            pause = gr.Button("Pause", min_width=80, elem_id="pause")
+            resume = gr.Button("Resume", min_width=80, elem_id="resume")
+        with gr.Row():
+            stop = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
+            reset = gr.Button("Reset", min_width=80, elem_id="reset")
+        baseline = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
+    return RunButtons(start, pause, resume, stop, reset, baseline)
+
+
+def _run_settings() -> RunSettings:
+    # the settings in one line and what Start does, on every first screen (a phone's too: page.css)
+    first_screen = gr.Markdown(words.first_screen(*(DEFAULTS[name] for name in (
+        "dataset", "loss", "batch_size", "epochs", "memvir_n", "memvir_m", "warmup_epochs"))),
+        elem_id="first-screen", elem_classes="small-note", padding=True)
+    dataset = refuse_outside_choices(gr.Dropdown(
+        DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
+        info=words.DATASET_INFO), "the dataset")
+    folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
+                             info="One sub-folder of images per class; the first half of the classes (by name) "
+                                  "trains, the rest tests.")
+    zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False, file_types=[".zip"])
+    hub_dataset = gr.Textbox("", label="Hub dataset", placeholder="OWNER/NAME or OWNER/NAME@REVISION",
+                             visible=False, info=words.HUB_DATASET_INFO)
+    # one per row: side by side, the names sat under the dropdowns' arrows
+    backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
+                                                  label="Backbone"), "the backbone")
+    loss = refuse_outside_choices(gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss"), "the loss")
+    with gr.Row():
+        # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
+        batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
+        epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
+    with gr.Row():
+        lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
+        seed = gr.Number(DEFAULTS["seed"], label="Seed")
+    return RunSettings(first_screen, dataset, folder_path, zip_file, hub_dataset, backbone, loss, batch_size, epochs,
+                       lr, seed)
+
+
+def _live_controls() -> LiveControls:
+    # the id on a column: gradio 6.31 writes a gr.Group's elem_id on two nested elements of it
+    with gr.Column(elem_id="memvir-controls"), gr.Group():
+        gr.Markdown(words.MEMVIR_NOTE, elem_classes="small-note", padding=True)
+        memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1, info=words.N_INFO,
+                             label="N: past steps used as virtual classes (0 = baseline)")
+        memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1, info=words.M_INFO,
+                             label="M: steps between the past steps used")
+        warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5, info=words.WARMUP_INFO,
+                           label="Warm-up (epochs) before virtual classes")
+        # a live change's answer beside the sliders that sent it, not at the top of the page
+        notice = gr.Markdown("", elem_id="memvir-notice", elem_classes="small-note", padding=True)
+    return LiveControls(memvir_n, memvir_m, warmup, notice)
+
+
+def _advanced_settings() -> AdvancedSettings:
+    with gr.Accordion("Advanced", open=False, elem_classes="train-later"):
+        gr.Markdown(words.REGIME_NOTE, elem_id="regime-note", elem_classes="small-note", padding=True)
+        snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
+        eval_every = gr.Number(DEFAULTS["eval_every"], label="Recall@1 evaluation every (epochs; 0 = at the end)")
+        schedule = refuse_outside_choices(gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
+                                                   label="Virtual-class schedule (applies at Start)"), "the schedule")
+        val_classes = gr.Number(DEFAULTS["val_classes"], label="Validation classes held out of training (0 = none)",
+                                info="Scored as validation R@1 (dashed) beside the test classes: choose N and M on "
+                                     "these, not on the test classes.")
+        store_dtype = refuse_outside_choices(gr.Radio(
+            STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
+            label="MemVir memory precision (applies at Start)"), "the memory precision")
+        reduction = refuse_outside_choices(gr.Radio(
+            REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"], label="MemVir loss reduction (applies at Start)",
+            info=words.REDUCTION_INFO, elem_id="reduction"), "the loss reduction")
+        with gr.Row():
+            class_lr = gr.Number(DEFAULTS["class_lr"], label="Class-weight learning rate")
+            adam_eps = gr.Number(DEFAULTS["adam_eps"], label="Adam eps")
+        loss_scale = gr.Number(DEFAULTS["loss_params"]["scale"], label="Loss scale", info=words.SCALE_INFO,
+                               elem_id="loss-scale")
+    return AdvancedSettings(snapshot_every, eval_every, schedule, val_classes, store_dtype, reduction, class_lr,
+                            adam_eps, loss_scale)
+
+
+def _push_controls() -> PushControls:
+    with gr.Accordion("Push the run to the Hugging Face Hub", open=False, elem_classes="train-later"):
+        if sign_in_offered():  # a Space's visitors push as themselves (demo.common.hub_access)
+            gr.LoginButton(size="sm")
+        repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
+        button = gr.Button("Push to Hub", interactive=False, size="sm")
+        note = gr.Markdown("", elem_classes="small-note")
+    return PushControls(repo_id, button, note)
+
+
 def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, timer: gr.Timer) -> TrainTab:
     """The Train tab, inside the page's gr.Tabs, with its events; `timer` drives its live view."""
     handlers = TrainHandlers(runs)
@@ -351,126 +518,61 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
         # The classes and #run-buttons place the status line and the loss chart under Start on a phone (page.css).
         with gr.Row(equal_height=False, elem_classes="train-layout"):
             with gr.Column(scale=1, min_width=320, elem_classes="train-controls", elem_id="train-controls"):
-                # The run's buttons above the settings, and kept in sight while the visitor scrolls through them
-                # (page.css): Start is on the first screen beside the status line, whatever the settings' height.
-                with gr.Column(elem_id="run-buttons"):
-                    with gr.Row(elem_id="start-row"):
-                        start_button = gr.Button("Start", variant="primary", min_width=80, elem_id="start")
-                        pause_button = gr.Button("Pause", min_width=80, elem_id="pause")
-                        resume_button = gr.Button("Resume", min_width=80, elem_id="resume")
-                    with gr.Row():
-                        stop_button = gr.Button("Stop", variant="stop", min_width=80, elem_id="stop")
-                        reset_button = gr.Button("Reset", min_width=80, elem_id="reset")
-                    baseline_button = gr.Button("Compare with baseline (N = 0)", size="sm", elem_id="baseline")
-                # the settings in one line and what Start does, on every first screen (a phone's too: page.css)
-                first_screen = gr.Markdown(words.first_screen(*(DEFAULTS[name] for name in (
-                    "dataset", "loss", "batch_size", "epochs", "memvir_n", "memvir_m", "warmup_epochs"))),
-                    elem_id="first-screen", elem_classes="small-note", padding=True)
-                dataset = refuse_outside_choices(gr.Dropdown(
-                    DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
-                    info=words.DATASET_INFO), "the dataset")
-                folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
-                                         info="One sub-folder of images per class; the first half of the "
-                                              "classes (by name) trains, the rest tests.")
-                zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False,
-                                   file_types=[".zip"])
-                hub_dataset = gr.Textbox("", label="Hub dataset", placeholder="OWNER/NAME or OWNER/NAME@REVISION",
-                                         visible=False, info=words.HUB_DATASET_INFO)
-                # one per row: side by side, the names sat under the dropdowns' arrows
-                backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
-                                                              label="Backbone"), "the backbone")
-                loss = refuse_outside_choices(gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss"),
-                                              "the loss")
-                with gr.Row():
-                    # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
-                    batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
-                    epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
-                with gr.Row():
-                    lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
-                    seed = gr.Number(DEFAULTS["seed"], label="Seed")
-                # the id on a column: gradio 6.31 writes a gr.Group's elem_id on two nested elements of it
-                with gr.Column(elem_id="memvir-controls"), gr.Group():
-                    gr.Markdown(words.MEMVIR_NOTE, elem_classes="small-note", padding=True)
-                    memvir_n = gr.Slider(0, 50, value=DEFAULTS["memvir_n"], step=1, info=words.N_INFO,
-                                         label="N: past steps used as virtual classes (0 = baseline)")
-                    memvir_m = gr.Slider(0, 200, value=DEFAULTS["memvir_m"], step=1, info=words.M_INFO,
-                                         label="M: steps between the past steps used")
-                    warmup = gr.Slider(0, 10, value=DEFAULTS["warmup_epochs"], step=0.5, info=words.WARMUP_INFO,
-                                       label="Warm-up (epochs) before virtual classes")
-                    # a live change's answer beside the sliders that sent it, not at the top of the page
-                    memvir_notice = gr.Markdown("", elem_id="memvir-notice", elem_classes="small-note", padding=True)
-                with gr.Accordion("Advanced", open=False, elem_classes="train-later"):
-                    gr.Markdown(words.REGIME_NOTE, elem_id="regime-note", elem_classes="small-note", padding=True)
-                    snapshot_every = gr.Number(LIVE_SNAPSHOT_EVERY, label="Embedding snapshot every (steps; 0 = none)")
-                    eval_every = gr.Number(DEFAULTS["eval_every"],
-                                           label="Recall@1 evaluation every (epochs; 0 = at the end)")
-                    schedule = refuse_outside_choices(gr.Radio(SCHEDULE_CHOICES, value=DEFAULTS["memvir_schedule"],
-                                                               label="Virtual-class schedule (applies at Start)"),
-                                                      "the schedule")
-                    val_classes = gr.Number(DEFAULTS["val_classes"],
-                                            label="Validation classes held out of training (0 = none)",
-                                            info="Scored as validation R@1 (dashed) beside the test "
-                                                 "classes: choose N and M on these, not on the test classes.")
-                    store_dtype = refuse_outside_choices(gr.Radio(
-                        STORE_DTYPE_CHOICES, value=DEFAULTS["memvir_store_dtype"],
-                        label="MemVir memory precision (applies at Start)"), "the memory precision")
-                    reduction = refuse_outside_choices(gr.Radio(
-                        REDUCTION_CHOICES, value=DEFAULTS["memvir_reduction"],
-                        label="MemVir loss reduction (applies at Start)", info=words.REDUCTION_INFO,
-                        elem_id="reduction"), "the loss reduction")
-                    with gr.Row():
-                        class_lr = gr.Number(DEFAULTS["class_lr"], label="Class-weight learning rate")
-                        adam_eps = gr.Number(DEFAULTS["adam_eps"], label="Adam eps")
-                    loss_scale = gr.Number(DEFAULTS["loss_params"]["scale"], label="Loss scale",
-                                           info=words.SCALE_INFO, elem_id="loss-scale")
-                with gr.Accordion("Push the run to the Hugging Face Hub", open=False, elem_classes="train-later"):
-                    if sign_in_offered():  # a Space's visitors push as themselves (demo.common.hub_access)
-                        gr.LoginButton(size="sm")
-                    repo_id = gr.Textbox(label="Repo id", placeholder="your-name/memvir-glyphs")
-                    push_button = gr.Button("Push to Hub", interactive=False, size="sm")
-                    push_note = gr.Markdown("", elem_classes="small-note")
+                buttons, basics = _run_buttons(), _run_settings()
+                live, advanced, push = _live_controls(), _advanced_settings(), _push_controls()
             with gr.Column(scale=3, elem_classes="train-view"):
-                views = train_views.build(runs, figures, state, visitor, timer,
-                                          (memvir_notice, memvir_n, memvir_m, warmup))
+                views = train_views.build(runs, figures, state, visitor, timer, (live.notice, *live.sliders))
+    _wire_suggestions(basics, live, advanced, views.notice)
+    _wire_run_buttons(handlers, buttons, basics, live, advanced, views, state, visitor)
+    for slider, setting, name in zip(live.sliders, LIVE_SLIDERS, ("update_n", "update_m", "update_warmup"),
+                                     strict=True):
+        # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
+        # own events; a client calls the client API's /update_run.
+        slider.release(handlers.update, [state, live_setting[setting], slider, visitor], [live.notice],
+                       api_name=name, api_visibility="private", show_progress="hidden",
+                       trigger_mode="always_last")
+    push.button.click(handlers.push_to_hub, [state, push.repo_id, visitor], [push.note], api_name="push_to_hub",
+                      api_visibility="private")
+    return TrainTab(state, push.button, push.note, live.sliders)
 
-    notice = views.notice
-    settings = [dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup, snapshot_every,
-                eval_every, folder_path, zip_file, schedule, val_classes, store_dtype, reduction, views.focus_classes,
-                class_lr, adam_eps, loss_scale, hub_dataset]
+
+def _wire_suggestions(basics: RunSettings, live: LiveControls, advanced: AdvancedSettings, notice: gr.Markdown):
+    """What a dataset or loss just chosen fills in, and the first screen's line that sums the settings up."""
     # Not queued (queue=False: one HTTP request each, answered at once): they only look up what a dataset suggests,
     # and the browser fires the dropdown's input twice, so an answer that waited for the queue's next look (0.1 s,
     # demo.page.QUEUE_IDLE_CHECK_S) could come after the visitor had typed over the suggestion.
-    dataset.change(dataset_inputs, [dataset], [folder_path, zip_file, hub_dataset], api_name="dataset_choice",
-                   api_visibility="private", show_progress="hidden", queue=False)
-    dataset.input(suggest_settings, [dataset], [batch_size, epochs, memvir_n, memvir_m, warmup, reduction, lr,
-                                                class_lr, adam_eps, loss, loss_scale, notice],
-                  api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
-    loss.input(loss_scale_for, [dataset, loss], [loss_scale], api_name="loss_scale", api_visibility="private",
-               show_progress="hidden", queue=False)
-    summarised = [dataset, loss, batch_size, epochs, memvir_n, memvir_m, warmup]
-    gr.on([control.change for control in summarised], words.first_screen, summarised, [first_screen],
+    basics.dataset.change(dataset_inputs, [basics.dataset], [basics.folder_path, basics.zip_file, basics.hub_dataset],
+                          api_name="dataset_choice", api_visibility="private", show_progress="hidden", queue=False)
+    basics.dataset.input(suggest_settings, [basics.dataset],
+                         [basics.batch_size, basics.epochs, *live.sliders, advanced.reduction, basics.lr,
+                          advanced.class_lr, advanced.adam_eps, basics.loss, advanced.loss_scale, notice],
+                         api_name="suggest_settings", api_visibility="private", show_progress="hidden", queue=False)
+    basics.loss.input(loss_scale_for, [basics.dataset, basics.loss], [advanced.loss_scale], api_name="loss_scale",
+                      api_visibility="private", show_progress="hidden", queue=False)
+    summarised = [basics.dataset, basics.loss, basics.batch_size, basics.epochs, *live.sliders]
+    gr.on([control.change for control in summarised], words.first_screen, summarised, [basics.first_screen],
           api_name="first_screen", api_visibility="private", show_progress="hidden", queue=False)
-    start_button.click(handlers.start, [*settings, visitor], [state, notice], api_name="start",
-                       api_visibility="private")
-    stop_button.click(handlers.stop, [state, visitor], [notice], api_name="stop", api_visibility="private")
-    pause_button.click(handlers.pause, [state, visitor], [notice], api_name="pause", api_visibility="private")
-    resume_button.click(handlers.resume, [state, visitor], [notice, views.follow], api_name="resume",
+
+
+def _wire_run_buttons(handlers: TrainHandlers, buttons: RunButtons, basics: RunSettings, live: LiveControls,
+                      advanced: AdvancedSettings, views: train_views.Views, state: gr.State, visitor: gr.BrowserState):
+    """Start (with every setting, in `TrainHandlers.start`'s order), Stop, Pause, Resume, Compare and Reset."""
+    settings = [basics.dataset, basics.backbone, basics.loss, basics.batch_size, basics.epochs, basics.lr, basics.seed,
+                *live.sliders, advanced.snapshot_every, advanced.eval_every, basics.folder_path, basics.zip_file,
+                advanced.schedule, advanced.val_classes, advanced.store_dtype, advanced.reduction, views.focus_classes,
+                advanced.class_lr, advanced.adam_eps, advanced.loss_scale, basics.hub_dataset]
+    notice = views.notice
+    buttons.start.click(handlers.start, [*settings, visitor], [state, notice], api_name="start",
                         api_visibility="private")
-    baseline_button.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline",
-                          api_visibility="private")
-    reset_button.click(handlers.reset, [state, visitor], [state, notice, memvir_n, memvir_m, warmup, batch_size,
-                                                          epochs, lr, seed, schedule, val_classes, store_dtype,
-                                                          reduction, class_lr, adam_eps, loss, loss_scale,
-                                                          views.focus_classes, memvir_notice,
-                                                          views.classes_notice],
-                       api_name="reset", api_visibility="private")
-    events = ("update_n", "update_m", "update_warmup")
-    for slider, setting, name in zip((memvir_n, memvir_m, warmup), LIVE_SLIDERS, events, strict=True):
-        # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
-        # own events; a client calls the client API's /update_run.
-        slider.release(handlers.update, [state, live_setting[setting], slider, visitor], [memvir_notice],
-                       api_name=name, api_visibility="private", show_progress="hidden",
-                       trigger_mode="always_last")
-    push_button.click(handlers.push_to_hub, [state, repo_id, visitor], [push_note], api_name="push_to_hub",
-                      api_visibility="private")
-    return TrainTab(state, push_button, push_note, (memvir_n, memvir_m, warmup))
+    buttons.stop.click(handlers.stop, [state, visitor], [notice], api_name="stop", api_visibility="private")
+    buttons.pause.click(handlers.pause, [state, visitor], [notice], api_name="pause", api_visibility="private")
+    buttons.resume.click(handlers.resume, [state, visitor], [notice, views.follow], api_name="resume",
+                         api_visibility="private")
+    buttons.baseline.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline",
+                           api_visibility="private")
+    # RESET_SETTINGS's controls in its order, then the loss scale, the classes shown and the answers beside them
+    buttons.reset.click(handlers.reset, [state, visitor], [
+        state, notice, *live.sliders, basics.batch_size, basics.epochs, basics.lr, basics.seed, advanced.schedule,
+        advanced.val_classes, advanced.store_dtype, advanced.reduction, advanced.class_lr, advanced.adam_eps,
+        basics.loss, advanced.loss_scale, views.focus_classes, live.notice, views.classes_notice],
+        api_name="reset", api_visibility="private")
