@@ -96,6 +96,10 @@ class RunFolder:
     def config_file(self) -> Path:
         return self.path / TRAIN_CONFIG
 
+    @property
+    def weights_file(self) -> Path:
+        return self.path / WEIGHTS_FILE
+
     def is_run(self) -> bool:
         """Whether `memvir train` wrote here (a file only it writes is present)."""
         return any((self.path / marker).exists() for marker in RUN_MARKERS)
@@ -104,9 +108,10 @@ class RunFolder:
         """Whether the folder holds a trainer state to resume from."""
         return self.state_file.is_file()
 
-    def has_model(self) -> bool:
-        """Whether the folder holds a model that loads (config.json and model.safetensors)."""
-        return all((self.path / name).is_file() for name in MODEL_FILES)
+    def has_model(self, weights: bool = True) -> bool:
+        """Whether the folder holds a model that loads (config.json and model.safetensors); with `weights` False,
+        whether it holds a model's config.json (its weights may be fetched later)."""
+        return all((self.path / name).is_file() for name in (MODEL_FILES if weights else (CONFIG_FILE,)))
 
     def config_dict(self) -> dict:
         """The run's settings as train_config.json holds them (`memvir.config.TrainConfig.from_run_folder` makes a
@@ -133,14 +138,13 @@ class RunFolder:
                 records.append(record)
         return records
 
-    def state(self, records: list[dict] | None = None) -> str | None:
-        """The run's last status ('running', 'stopped', 'finished', 'failed'...), None before any. `records`: those
-        already read, to spare reading the file again."""
-        statuses = [r for r in (self.records() if records is None else records) if r.get("type") == "status"]
+    def status(self) -> str | None:
+        """The state its last status record names ('running', 'stopped', 'finished', 'failed'...), None before any."""
+        statuses = [r for r in self.records() if r.get("type") == "status"]
         return statuses[-1].get("state") if statuses else None
 
     def is_finished(self) -> bool:
-        return self.state() == "finished"
+        return self.status() == "finished"
 
     def final_metrics(self) -> dict:
         """The metrics of the run's last evaluation (test, and val_* where validation classes were held out)."""

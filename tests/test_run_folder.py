@@ -20,13 +20,13 @@ def test_records_skip_a_cut_line_and_give_the_state_and_final_metrics(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(text)
     run = RunFolder(tmp_path)
     assert run.records() == lines
-    assert run.state() == "finished" and run.is_finished()
+    assert run.status() == "finished" and run.is_finished()
     assert run.final_metrics() == {"recall@1": 0.75, "val_map@r": 0.5}
 
 
 def test_a_folder_without_records_is_no_run_and_has_no_state(tmp_path):
     run = RunFolder(tmp_path / "nothing")
-    assert run.records() == [] and run.state() is None and not run.is_finished() and run.final_metrics() == {}
+    assert run.records() == [] and run.status() is None and not run.is_finished() and run.final_metrics() == {}
     assert not run.is_run() and not run.has_model() and not run.has_state()
 
 

@@ -16,6 +16,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundEr
 from demo.common.allowed_paths import checkpoint_source
 from demo.common.hub_access import ANONYMOUS
 from demo.common.settings import AppSettings
+from memvir.checkpoint import RunFolder
 from memvir.hub import pull
 from memvir.models.embedding_model import EmbeddingModel
 
@@ -76,7 +77,7 @@ class LruCache(OrderedDict):
 
 def folder_key(folder: Path) -> str:
     """A checkpoint folder's identity: its path and when its weights were last written."""
-    weights = folder / "model.safetensors"
+    weights = RunFolder(folder).weights_file
     return f"{folder.resolve()}@{weights.stat().st_mtime_ns}"
 
 
@@ -84,8 +85,7 @@ def checkpoint_folders(root: Path, need_weights: bool) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(
-        (path for path in root.iterdir()
-         if (path / "config.json").is_file() and (not need_weights or (path / "model.safetensors").is_file())),
+        (path for path in root.iterdir() if RunFolder(path).has_model(weights=need_weights)),
         key=lambda path: path.name,
     )
 

@@ -88,12 +88,11 @@ def _memory_budget(spec: LaunchSpec, config):
     """What MemVir's memory may take in this process (demo.runs.memory_budget), measured here, where the run trains:
     on a GPU the device's free memory is asked for by the process that holds the device, never by the server.
     `config`: the run's TrainConfig, None for a resume (its folder's)."""
-    from memvir import checkpoint
     from memvir.config import TrainConfig
     from memvir.train.devices import pick_device
 
     if config is None:
-        config = TrainConfig.from_json((Path(spec.folder) / checkpoint.TRAIN_CONFIG).read_text(encoding="utf-8"))
+        config = TrainConfig.from_run_folder(spec.folder)
     return memory_budget(spec.memory_budget, pick_device(config.device))
 
 

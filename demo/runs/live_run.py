@@ -17,7 +17,6 @@ the newest of each before its next step; the run only notes which are `pending` 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ import numpy as np
 from demo.runs import live_changes
 from demo.runs.focus_track import FocusTrack
 from demo.runs.messages import Ready
+from memvir.checkpoint import RunFolder
 from memvir.config import LIVE_SETTINGS
 
 log = logging.getLogger(__name__)
@@ -122,10 +122,8 @@ class LiveRun:
 
     @property
     def can_resume(self) -> bool:
-        from memvir.checkpoint import TRAINER_STATE
-
         resting = self.state == "stopped" or (self.state == "failed" and self.resumable_failure)
-        return not self.training and resting and (self.folder / TRAINER_STATE).is_file()
+        return not self.training and resting and RunFolder(self.folder).has_state()
 
     def snapshot_at(self, step: int | None) -> SnapshotView | None:
         """The last snapshot taken at or before `step` (the latest when None; the first when all are later)."""
@@ -303,10 +301,8 @@ class LiveRun:
     @classmethod
     def from_folder(cls, folder: Path, owner: str, config, kind: str) -> LiveRun:
         """A finished run read back from its folder (records only), e.g. a baseline trained earlier."""
-        from memvir.checkpoint import METRICS_LOG
-
         run = cls(folder.name, owner, folder, config, kind)
-        run.records = read_records(folder / METRICS_LOG)
+        run.records = RunFolder(folder).records()
         run.changes = live_changes.record_changes(run.records)
         for change in run.changes:  # where its live changes left it
             run.live_values[change.setting] = change.new
@@ -314,16 +310,3 @@ class LiveRun:
         # finished: it trained every step it had, the last one its records name
         run.total_steps = max((record["step"] for record in run.records if record.get("type") == "step"), default=0)
         return run
-
-
-def read_records(path: Path) -> list[dict]:
-    """The records of a metrics.jsonl; none when it is missing."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut off by a crash: the rest still draws
-    return records

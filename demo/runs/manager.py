@@ -10,7 +10,6 @@ that training neither slows the server nor, when it dies, takes the server with 
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -22,9 +21,10 @@ from demo.common.cores import training_threads
 from demo.common.settings import AppSettings
 from demo.runs import persist
 from demo.runs.audience import Audience
-from demo.runs.live_run import LiveRun, read_records
+from demo.runs.live_run import LiveRun
 from demo.runs.messages import LaunchSpec
 from demo.runs.process import RunProcess, TrainingRefused
+from memvir.checkpoint import CheckpointError, RunFolder
 from memvir.config import LIVE_SETTINGS
 from memvir.data.registry import FOLDER_PREFIX
 
@@ -51,7 +51,6 @@ class NotRunOwner(RunError):
 def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
     """A run folder whose configuration equals `config_dict` (up to settings that change nothing) and that
     finished, newest first."""
-    from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG
     from memvir.config import TrainConfig
 
     wanted = {k: v for k, v in config_dict.items() if k not in _NEUTRAL_SETTINGS}
@@ -60,13 +59,12 @@ def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
     for folder in sorted(runs_dir.iterdir(), reverse=True):
         try:
             # through TrainConfig: a setting added since the folder was written reads as its default there
-            saved = TrainConfig.from_dict(json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8"))).to_dict()
-        except (OSError, ValueError, TypeError):
+            saved = TrainConfig.from_run_folder(folder).to_dict()
+        except CheckpointError:
             continue
         if {k: v for k, v in saved.items() if k not in _NEUTRAL_SETTINGS} != wanted:
             continue
-        statuses = [r for r in read_records(folder / METRICS_LOG) if r.get("type") == "status"]
-        if statuses and statuses[-1].get("state") == "finished":
+        if RunFolder(folder).is_finished():
             return folder
     return None
 
@@ -79,20 +77,18 @@ _INTERRUPTED_STATES = ("running", "paused", "stopped")
 def _interrupted_runs(runs_dir: Path, most: int) -> list[LiveRun]:
     """The newest `most` main runs that a previous server left unfinished in `runs_dir`, each with its checkpoint, as
     stopped runs that any visitor may resume (owner None: who started them was the previous server's to know)."""
-    from memvir.checkpoint import METRICS_LOG, TRAIN_CONFIG, TRAINER_STATE
     from memvir.config import TrainConfig
 
     found = []
     for folder in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else ():
-        if "-baseline-" in folder.name or not (folder / TRAINER_STATE).is_file():
+        if "-baseline-" in folder.name or not RunFolder(folder).has_state():
             continue  # a baseline is found again by Compare (`_finished_run_with`); no checkpoint: nothing to resume
-        statuses = [r for r in read_records(folder / METRICS_LOG) if r.get("type") == "status"]
-        if not statuses or statuses[-1].get("state") not in _INTERRUPTED_STATES:
+        if RunFolder(folder).status() not in _INTERRUPTED_STATES:
             continue
         try:
-            config = TrainConfig.from_dict(json.loads((folder / TRAIN_CONFIG).read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError) as error:
-            log.warning("run folder %s not listed again: its %s cannot be read (%s)", folder, TRAIN_CONFIG, error)
+            config = TrainConfig.from_run_folder(folder)
+        except CheckpointError as error:
+            log.warning("run folder %s not listed again: %s", folder, error)
             continue
         run = LiveRun.from_folder(folder, None, config, "main")
         steps = [r["step"] for r in run.records if r.get("type") == "step"]

@@ -276,7 +276,7 @@ class RunProcess:
             self._report_failure()
 
     def _report_failure(self) -> None:
-        from memvir.checkpoint import METRICS_LOG, TRAINER_STATE, CheckpointError, append_record
+        from memvir.checkpoint import CheckpointError, RunFolder, append_record
         from memvir.events import StatusEvent
 
         crash = self._crash
@@ -286,17 +286,18 @@ class RunProcess:
             reason = f"the run failed at step {self._last_step}: {crash.error}"
         else:
             reason = f"the training process {self._exit_reason()} at step {self._last_step}"
-        saved = _checkpoint_step(self._folder / TRAINER_STATE)
+        run_folder = RunFolder(self._folder)
+        saved = _checkpoint_step(run_folder.state_file)
         if saved is None:
             message = f"{reason}; it had saved no checkpoint yet"
         else:
             message = f"{reason}; its last checkpoint, at step {saved}, is kept"
         # the checkpoint it names makes the failed run resumable (LiveRun.resumable_failure)
         event = StatusEvent("failed", self._last_step, message,
-                            checkpoint=None if saved is None else str(self._folder / TRAINER_STATE))
+                            checkpoint=None if saved is None else str(run_folder.state_file))
         if self._folder.is_dir():
             try:  # the Trainer would have logged it: the run folder tells how it ended, as the page does
-                append_record(event.record(), self._folder / METRICS_LOG)
+                append_record(event.record(), run_folder.records_file)
             except (OSError, CheckpointError) as error:
                 log.warning("run folder %s: the failure was not logged: %s", self._folder, error)
         self._tell(event)
