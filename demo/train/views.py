@@ -99,11 +99,37 @@ class Views:
     classes_notice: gr.Markdown  # the answer to the classes box, beside it
 
 
-def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
-          timer: gr.Timer, controls: tuple) -> Views:
-    """The views, inside the tab's right-hand column, with their events. `controls`: the note beside the live
-    controls and the controls (demo.train.poll.LIVE_SLIDERS), which the poll keeps at the run's values."""
-    live, handlers, clicks = PollHandlers(runs, figures), ViewsHandlers(runs, figures), NeighbourHandlers(runs)
+@dataclass(frozen=True)
+class Charts:
+    """The run's status line, the notice, the results table and the charts above the snapshot picture."""
+
+    status: gr.Markdown
+    notice: gr.Markdown
+    results: gr.Markdown
+    curves: SharedPlot  # loss and Recall@1
+    classes: SharedPlot  # classes in use s(i)
+    cosine: SharedPlot  # mean cos(x, W_y)
+    drift: SharedPlot  # virtual classes against the live ones
+    spread: SharedPlot  # how the real classes spread
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    """The embedding snapshot and what steers it: the picture chosen, following or scrubbing the snapshots, the
+    few-class view's classes, and the neighbours of an image clicked in it."""
+
+    plot: SharedPlot
+    color_by: gr.Radio
+    follow: gr.Checkbox
+    step: gr.Slider
+    focus_classes: gr.Textbox
+    caption: gr.Markdown
+    classes_notice: gr.Markdown
+    neighbours_caption: gr.Markdown
+    neighbours_gallery: gr.Gallery
+
+
+def _charts() -> Charts:
     status = gr.Markdown(live_view.status_markdown(None, ""), elem_id="run-status")
     notice = gr.Markdown("", elem_id="notice")
     results = gr.Markdown("", elem_id="results-table")
@@ -121,6 +147,10 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
         spread_plot = SharedPlot(empty_spread[1], label="How the real classes spread", show_label=False,
                                  elem_id="spread-plot")
     gr.Markdown(words.SPREAD_HELP, elem_classes="small-note", padding=True)
+    return Charts(status, notice, results, curves_plot, classes_plot, cosine_plot, drift_plot, spread_plot)
+
+
+def _snapshot_view() -> SnapshotView:
     with gr.Group():
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
@@ -148,6 +178,16 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
             neighbours_gallery = gr.Gallery(label="The image clicked and its nearest neighbours", columns=3,
                                             height="auto", object_fit="contain", allow_preview=True,
                                             elem_id="neighbours-gallery")
+    return SnapshotView(embedding_plot, color_by, follow, snapshot_step, focus_classes, snapshot_caption,
+                        classes_notice, neighbours_caption, neighbours_gallery)
+
+
+def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
+          timer: gr.Timer, controls: tuple) -> Views:
+    """The views, inside the tab's right-hand column, with their events. `controls`: the note beside the live
+    controls and the controls (demo.train.poll.LIVE_SLIDERS), which the poll keeps at the run's values."""
+    live, handlers, clicks = PollHandlers(runs, figures), ViewsHandlers(runs, figures), NeighbourHandlers(runs)
+    charts, snapshot = _charts(), _snapshot_view()
     # A click on an image's point, as the page's script sends it (demo/static/page.js): out of sight
     picked_point = gr.Textbox("", visible="hidden", elem_id="snapshot-pick")
     show_picked = gr.Button("Show the clicked image's neighbours", visible="hidden", elem_id="snapshot-pick-go")
@@ -158,9 +198,9 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # through gradio's queue, which takes a join request and an event stream per call and the queue's own rounds:
     # the polls come every second while a run trains, and on a small machine the server's every wake-up is taken
     # from the run (docs/benchmarks.md). Nothing to queue for: a poll only reads, and answers in a millisecond.
-    polled = timer.tick(live.poll, [state, color_by, follow, visitor],
-                        [state, status, *controls, curves_plot, classes_plot, cosine_plot, embedding_plot,
-                         snapshot_caption, snapshot_step, timer, views_due], api_name="poll", api_visibility="private",
+    polled = timer.tick(live.poll, [state, snapshot.color_by, snapshot.follow, visitor],
+                        [state, charts.status, *controls, charts.curves, charts.classes, charts.cosine, snapshot.plot,
+                         snapshot.caption, snapshot.step, timer, views_due], api_name="poll", api_visibility="private",
                         show_progress="hidden", queue=False)
     # Each answer heard, noted in the browser: a page that stops hearing them says so until they come again (page.js)
     polled.success(None, None, None, js="() => { window.memvirHeard && window.memvirHeard(); }")
@@ -168,22 +208,30 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # snapshots), never while a page rests, rather than after every poll. The timer stopped, then the second poll.
     views_due.tick(stopped, None, [views_due], api_name="views_due", api_visibility="private", show_progress="hidden",
                    queue=False).then(
-        handlers.poll_views, [state, views_sent, visitor], [views_sent, drift_plot, spread_plot, results],
+        handlers.poll_views, [state, views_sent, visitor], [views_sent, charts.drift, charts.spread, charts.results],
         api_name="poll_views", api_visibility="private", show_progress="hidden", queue=False)
-    snapshot_step.release(live.show_snapshot, [state, snapshot_step, color_by],
-                          [state, embedding_plot, snapshot_caption, follow], api_name="show_snapshot",
-                          api_visibility="private", show_progress="hidden")
+    _wire_snapshot(live, handlers, snapshot, state, visitor)
+    show_picked.click(clicks.show_neighbours, [state, picked_point, snapshot.color_by],
+                      [state, snapshot.neighbours_gallery, snapshot.neighbours_caption, snapshot.plot,
+                       snapshot.follow, snapshot.step],
+                      api_name="snapshot_neighbours", api_visibility="private", show_progress="hidden")
+    snapshot.focus_classes.submit(handlers.show_classes, [state, snapshot.focus_classes, visitor],
+                                  [snapshot.classes_notice], api_name="show_classes", api_visibility="private",
+                                  show_progress="hidden")
+    return Views(charts.status, charts.notice, snapshot.follow, snapshot.focus_classes, snapshot.classes_notice)
+
+
+def _wire_snapshot(live: PollHandlers, handlers: ViewsHandlers, snapshot: SnapshotView, state: gr.State,
+                   visitor: gr.BrowserState) -> None:
+    """Scrubbing the snapshots, the picture chosen and following the latest one."""
+    view = [snapshot.plot, snapshot.caption]
+    snapshot.step.release(live.show_snapshot, [state, snapshot.step, snapshot.color_by],
+                          [state, *view, snapshot.follow], api_name="show_snapshot", api_visibility="private",
+                          show_progress="hidden")
     # A drag unticks "follow" at its first move, in the browser: otherwise a poll that brings a new snapshot moves the
     # thumb back to the newest step under the visitor's pointer, and the release shows the newest again.
-    snapshot_step.input(None, None, [follow], js="() => false")
-    color_by.change(live.recolor, [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
-                    api_name="color_snapshot", api_visibility="private", show_progress="hidden")
-    follow.input(live.recolor, [state, follow, color_by, snapshot_step], [embedding_plot, snapshot_caption],
-                 api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
-    show_picked.click(clicks.show_neighbours, [state, picked_point, color_by],
-                      [state, neighbours_gallery, neighbours_caption, embedding_plot, follow, snapshot_step],
-                      api_name="snapshot_neighbours", api_visibility="private", show_progress="hidden")
-    focus_classes.submit(handlers.show_classes, [state, focus_classes, visitor], [classes_notice],
-                         api_name="show_classes", api_visibility="private", show_progress="hidden")
-    return Views(status, notice, follow, focus_classes, classes_notice)
-
+    snapshot.step.input(None, None, [snapshot.follow], js="() => false")
+    snapshot.color_by.change(live.recolor, [state, snapshot.follow, snapshot.color_by, snapshot.step], view,
+                             api_name="color_snapshot", api_visibility="private", show_progress="hidden")
+    snapshot.follow.input(live.recolor, [state, snapshot.follow, snapshot.color_by, snapshot.step], view,
+                          api_name="follow_snapshots", api_visibility="private", show_progress="hidden")
