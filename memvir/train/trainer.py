@@ -124,16 +124,8 @@ class Trainer:
         self.state = "ready"
 
         torch.manual_seed(config.seed)
-        self.data, self.validation = training_data(config)
+        self._load_data(config)
         info = self.data.info
-        self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
-                                       sampler=config.sampler, samples_per_class=config.samples_per_class,
-                                       num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
-                                       name=config.dataset)
-        self.steps_per_epoch = self.batches.steps_per_epoch
-        self.total_steps = config.epochs * self.steps_per_epoch
-        if config.max_steps is not None:
-            self.total_steps = min(self.total_steps, config.max_steps)
         # a GPU checks its steps' values in batches, not at every step (memvir.train.checks)
         self._checks_every_step = self.device.type != "cuda"
         # MemVir first: told the steps it will store (the gathered global batch, float32), it refuses an N and M
@@ -142,7 +134,34 @@ class Trainer:
                              store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
                              max_memory_bytes=max_memory_bytes, check_values=self._checks_every_step,
                              expected_steps=(config.batch_size, info.num_train_classes, config.embedding_dim))
+        self._build_model(config, load_init)
+        self._build_loss(config)
+        self.step = 0
+        self._set_learning_rates()
+        self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
+        self.last_metrics: dict = {}
+        self.snapshots = SnapshotMaker(self.data, config.seed, config.probe_classes, config.focus_classes,
+                                       config.dataset)
+        self._speed = None
+        self.command: str | None = None  # the command line that started the run, for the model card
+        self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
 
+    def _load_data(self, config: TrainConfig) -> None:
+        """The splits (training_data), this rank's batches of them and the run's length in steps."""
+        self.data, self.validation = training_data(config)
+        self.batches = TrainingBatches(self.data.train, config.batch_size, config.seed, rows=self._local_rows,
+                                       sampler=config.sampler, samples_per_class=config.samples_per_class,
+                                       num_workers=config.num_workers, pin_memory=self.device.type == "cuda",
+                                       name=config.dataset)
+        self.steps_per_epoch = self.batches.steps_per_epoch
+        self.total_steps = config.epochs * self.steps_per_epoch
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+
+    def _build_model(self, config: TrainConfig, load_init: bool) -> None:
+        """The model on its device (from `config.init_from` where `load_init`), the network that trains it, and the
+        training classes' weights, drawn with the run's seed + 1."""
+        info = self.data.info
         self.model = place_model(EmbeddingModel(
             backbone=config.backbone, embedding_dim=config.embedding_dim, pretrained=config.pretrained,
             **model_input(config.backbone, info),  # the input the splits were read for (training_data)
@@ -151,10 +170,12 @@ class Trainer:
         if config.init_from and load_init:
             self.initialisation = initialise_from_checkpoint(self.model, config.init_from, f"dataset {info.name}")
         self._network = training_network(self.model, self.device, self.world, config.compile)
-        num_classes = info.num_train_classes
         init = torch.Generator().manual_seed(config.seed + 1)
-        weights = torch.randn(num_classes, config.embedding_dim, generator=init) / math.sqrt(config.embedding_dim)
-        self.class_weights = nn.Parameter(weights.to(self.device))
+        weights = torch.randn(info.num_train_classes, config.embedding_dim, generator=init)
+        self.class_weights = nn.Parameter((weights / math.sqrt(config.embedding_dim)).to(self.device))
+
+    def _build_loss(self, config: TrainConfig) -> None:
+        """The loss and the optimiser of the model and the class weights."""
         self._unchecked = UncheckedLosses()
         self.loss_fn = build_loss(config.loss, **config.loss_params).to(self.device)
         self.loss_fn.check_values = self._checks_every_step
@@ -165,15 +186,6 @@ class Trainer:
              {"params": [self.class_weights], "lr": config.class_lr}],
             eps=config.adam_eps, weight_decay=config.weight_decay,
         )
-        self.step = 0
-        self._set_learning_rates()
-        self.history: list[dict] = []  # records of metrics.jsonl, also kept in checkpoints
-        self.last_metrics: dict = {}
-        self.snapshots = SnapshotMaker(self.data, config.seed, config.probe_classes, config.focus_classes,
-                                       config.dataset)
-        self._speed = None
-        self.command: str | None = None  # the command line that started the run, for the model card
-        self.resume_changes: dict = {}  # {setting: (old, new)} that `resume` changed, for callers to report
 
     # -------------------------------------------------------------------------------------- construction helpers
     @classmethod
