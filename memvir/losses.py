@@ -29,10 +29,20 @@ moves the logits at every call. The kept pairs are dropped when the memory's ide
 change of N or M, a move), when the loss's settings, dtype or device change, and when a step leaves the memory; they
 are not saved (a resumed run computes them again). A plain ``(B, C)`` computes every stored block at every call.
 
+Shares (docs/distributed.md): passing ``share=(part, parts)`` computes one of ``parts`` shares of the loss, whose
+values and gradients summed over the parts are the whole loss's; under torchrun each rank computes share (rank, world
+size) on the same gathered inputs, so each rank's logits are 1/G of the whole. A share holds a consecutive piece of
+the live rows and one of each virtual set's rows (of all stored rows where the sets are unknown), against every
+class; the reductions still divide by the counts of every row of the call (every share has all the labels), and
+CurricularFace's t moves by the mean over every row, the same in every share. A set's piece is the same at every
+call, so a share keeps the pairs of its own rows. Proxy-Anchor, whose terms are logs of sums over all rows rather
+than sums over rows, computes the whole loss in every share and returns its ``parts``-th.
+
 ``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
 ``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
 """
 
+import copy
 import functools
 import inspect
 import itertools
@@ -120,6 +130,23 @@ def _check_live(live, num_rows: int, num_classes: int) -> tuple[int, int]:
     return sizes
 
 
+def _check_share(share) -> tuple[int, int]:
+    """(part, parts) from ``share`` (None: the whole loss, (0, 1)), or a ValueError that says what it must be."""
+    if share is None:
+        return 0, 1
+    sizes = tuple(share) if isinstance(share, (tuple, list)) else ()
+    valid = len(sizes) == 2 and all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
+    if not valid or not 0 <= sizes[0] < sizes[1]:
+        raise ValueError(f"share must be (part, parts) with 0 <= part < parts, under torchrun (rank, world size), "
+                         f"got {share!r}")
+    return sizes
+
+
+def _part(total: int, part: int, parts: int) -> slice:
+    """Piece ``part`` of range(total) cut into ``parts`` consecutive pieces whose sizes differ by one at most."""
+    return slice(total * part // parts, total * (part + 1) // parts)
+
+
 class _Blocks:
     """One call's inputs split at ``live`` = (B, C): the first B rows and C weight rows, which may carry gradient,
     and the rest (MemVir's memory), detached. For the losses that compare cosines the rows are L2-normalised here,
@@ -141,6 +168,37 @@ class _Blocks:
             # F.normalize's divisor, max(norm, eps)
             self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
         self.stored_sets = stored_sets if len(self.stored_columns) else None
+        # every row's blocks, and which share of the rows these are (``share``)
+        self.whole, self.part = self, (0, 1)
+
+    @property
+    def num_all_rows(self) -> int:
+        """The rows of the whole call, over every share: the official mean's divisor."""
+        return self.whole.labels.shape[0]
+
+    def share(self, part: int, parts: int) -> "_Blocks":
+        """These blocks with share ``part`` of ``parts`` of the rows (module docstring, "Shares") against every class:
+        a consecutive piece of the live rows and one of each virtual set's rows (of all stored rows where the sets are
+        unknown), so that a set's piece, and what is kept of it between calls, is the same at every call. The blocks
+        themselves for one part."""
+        if parts == 1:
+            return self
+        share = copy.copy(self)
+        share.whole, share.part = self, (part, parts)
+        live = _part(self.num_live_rows, part, parts)
+        share.num_live_rows = live.stop - live.start
+        share.live_rows, share.live_labels = self.live_rows[live], self.live_labels[live]
+        if self.stored_sets is None:
+            pieces = [_part(self.stored_rows.shape[0], part, parts)]
+        else:
+            set_rows = self.stored_set_rows()
+            pieces = [slice(rows.start + piece.start, rows.start + piece.stop)
+                      for rows in set_rows for piece in [_part(rows.stop - rows.start, part, parts)]]
+            share.stored_sets = self.stored_sets._replace(rows=tuple(piece.stop - piece.start for piece in pieces))
+        share.stored_rows = torch.cat([self.stored_rows[piece] for piece in pieces])
+        share.stored_labels = torch.cat([self.stored_labels[piece] for piece in pieces])
+        share.labels = torch.cat([share.live_labels, share.stored_labels])
+        return share
 
     def stored_set_rows(self) -> list[slice]:
         """Each virtual set's rows among the stored rows, j = 1..k."""
@@ -315,23 +373,31 @@ class MetricLoss(nn.Module, ABC):
     # Whether the stored x stored block is a fixed function of the stored data and the loss's settings, so that its
     # per-pair constants may be kept between calls (module docstring, "Cache").
     keeps_stored_pairs: bool = True
+    # Whether a share of the loss (``share``) computes its piece of the rows only; else it computes the whole loss and
+    # returns its equal part.
+    splits_rows: bool = True
 
     def __init__(self):
         super().__init__()
         self._stored_pairs = _StoredPairs()
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                classes_per_set: int | None = None, *, live: tuple[int, int] | None = None) -> torch.Tensor:
+                classes_per_set: int | None = None, *, live: tuple[int, int] | None = None,
+                share: tuple[int, int] | None = None) -> torch.Tensor:
         """Loss of ``embeddings`` [B, D] with integer ``labels`` [B] in [0, C) against ``class_weights`` [C, D].
 
         ``classes_per_set``: None for the mean over all rows; C (a divisor of the number of weight rows) for the
         balanced reduction over MemVir's sets (module docstring).
         ``live``: (rows, classes), how many of the first rows and weight rows may carry a gradient; the rest are
         constants, and the loss spends no gradient work on them (module docstring, "Blocks"). None: all of them.
+        ``share``: (part, parts), under torchrun (rank, world size): this call computes share ``part`` of the loss;
+        the ``parts`` shares' values and gradients sum to the whole loss's (module docstring, "Shares"). None: the
+        whole loss, as (0, 1).
         """
         _validate.check_inputs(embeddings, labels, class_weights, self.check_values)
         if classes_per_set is not None:
             _validate.check_classes_per_set(classes_per_set, class_weights.shape[0])
+        part, parts = _check_share(share)
         stored_sets = getattr(live, "stored_sets", None) if self.keeps_stored_pairs else None
         live = _check_live(live, embeddings.shape[0], class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
@@ -341,8 +407,13 @@ class MetricLoss(nn.Module, ABC):
                          stored_sets)
         if blocks.stored_sets is not None:
             self._check_stored_sets(blocks)
+        if self.splits_rows:
+            blocks = blocks.share(part, parts)
+        if blocks.stored_sets is not None:
             self._stored_pairs.begin_call(blocks.stored_sets, self._pair_settings(blocks))
-        return self.compute(blocks, classes_per_set)
+        loss = self.compute(blocks, classes_per_set)
+        # a loss that does not split computes the whole loss in every share: each share is its equal part
+        return loss if self.splits_rows else loss / parts
 
     def _check_stored_sets(self, blocks: _Blocks) -> None:
         """ValueError unless the stored rows and weight rows are the sets ``live.stored_sets`` names, each row's label
@@ -369,7 +440,7 @@ class MetricLoss(nn.Module, ABC):
         control may change them), the compute dtype and device."""
         names = _hyper_parameter_names(type(self))
         return (type(self), tuple(getattr(self, name) for name in names), blocks.stored_rows.dtype,
-                blocks.stored_rows.device)
+                blocks.stored_rows.device, blocks.part)
 
     @abstractmethod
     def compute(self, blocks: _Blocks, classes_per_set: int | None) -> torch.Tensor:
@@ -394,12 +465,13 @@ class _CrossEntropyLoss(MetricLoss):
         """[R, K] the logits of a block of similarities as classes other than the row's own (where a row's own class
         lies in the block, that entry is replaced by its target logit afterwards)."""
 
-    def update_statistics(self, target_similarities: torch.Tensor) -> None:
-        """Once per call, before any logit is made: where a loss moves a running statistic (CurricularFace's t)."""
+    def update_statistics(self, blocks: _Blocks, target_similarities: torch.Tensor) -> None:
+        """Once per call, before any logit is made: where a loss moves a running statistic (CurricularFace's t).
+        ``target_similarities``: those of the rows of ``blocks``, which may be a share of the call's rows."""
 
     def compute(self, blocks, classes_per_set):
         similarities = blocks.target_similarities(self._kept_own_similarities(blocks))
-        self.update_statistics(similarities)
+        self.update_statistics(blocks, similarities)
         targets = self.target_logits(similarities)
         live = slice(None, blocks.num_live_rows)
         stored = slice(blocks.num_live_rows, None)
@@ -409,9 +481,11 @@ class _CrossEntropyLoss(MetricLoss):
                                   targets[stored], constant_stored_block=True),
         ])
         per_row = log_normalisers - targets
+        # the divisors count every row of the call, not only this share's (module docstring, "Shares")
         if classes_per_set is None:
-            return per_row.mean()
-        return _sum_of_set_means(per_row, blocks.labels // classes_per_set, blocks.num_classes // classes_per_set)
+            return per_row.sum() / blocks.num_all_rows
+        return _sum_of_set_means(per_row, blocks.labels // classes_per_set, blocks.num_classes // classes_per_set,
+                                 blocks.whole.labels // classes_per_set)
 
     def _kept_own_similarities(self, blocks):
         """[kB] the stored rows' similarities to their own classes, kept a step at a time (module docstring,
@@ -493,12 +567,14 @@ class _CrossEntropyLoss(MetricLoss):
             return torch.logsumexp(per_row_and_set, dim=1)
 
 
-def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int) -> torch.Tensor:
-    """The sum over sets of the mean of ``values`` within each set (``sets``: each entry's set index); a set with no
-    entry adds nothing. Shapes only, no host sync, so it costs a training step no wait on a GPU."""
+def _sum_of_set_means(values: torch.Tensor, sets: torch.Tensor, num_sets: int,
+                      all_sets: torch.Tensor) -> torch.Tensor:
+    """The sum over sets of the mean of ``values`` within each set (``sets``: each entry's set index), each set's
+    count taken over ``all_sets`` (the set index of every row of the call, of which ``values`` may be a share); a set
+    with no entry adds nothing. Shapes only, no host sync, so it costs a training step no wait on a GPU."""
     totals = values.new_zeros(num_sets).index_add(0, sets, values)
     # not torch.bincount: on a GPU it reads the largest index back to the host to size its output
-    counts = values.new_zeros(num_sets).index_add_(0, sets, torch.ones_like(values))
+    counts = values.new_zeros(num_sets).index_add_(0, all_sets, values.new_ones(all_sets.shape))
     return (totals / counts.clamp_min(1)).sum()
 
 
@@ -601,9 +677,11 @@ class CurricularFaceLoss(_CrossEntropyLoss):
     def extra_repr(self) -> str:
         return f"scale={self.scale}, margin={self.margin}"
 
-    def update_statistics(self, target_similarities):
+    def update_statistics(self, blocks, target_similarities):
         if self.training:
             with torch.no_grad():
+                if blocks.whole is not blocks:  # a share: t moves by every row's mean, the same in every share
+                    target_similarities = blocks.whole.target_similarities()
                 self.t.copy_(0.01 * target_similarities.mean() + 0.99 * self.t.to(target_similarities.dtype))
 
     def target_logits(self, target_similarities):
@@ -660,6 +738,9 @@ class ProxyAnchorLoss(MetricLoss):
     constants (made without autograd a chunk of rows at a time, the extra zero term among them) and only its sums over
     the live rows carry a gradient.
     """
+
+    # each proxy's terms are logs of sums over all rows, not sums over rows: a share computes the whole loss
+    splits_rows = False
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
         super().__init__()

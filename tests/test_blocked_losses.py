@@ -447,3 +447,59 @@ def test_kept_pairs_over_a_run_with_live_changes_and_a_resume(name, reduction, l
         first = next(s for s in range(step, 40) if sets[s])
         assert computed[first] == sets[first] ** 2, (step, record)
     assert computed[39] == 2 * sets[39] - 1
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Shares (memvir.losses, "Shares"): the rows split over the ranks of a torchrun run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("labels_mode,reduction", [("virtual", "official"), ("virtual", "balanced"),
+                                                   ("seen", "official")])
+@pytest.mark.parametrize("name", LOSSES)
+def test_the_shares_of_a_loss_sum_to_the_plain_loss(name, reduction, labels_mode):
+    """Parts 0..G-1 of G = 2 and 3, each its own loss (a rank's, keeping its own pairs), through a real MemVir(3, 1)
+    over 14 steps of batches of 6, 4 and 3 rows (sets of fewer rows than parts among them): at every step the
+    shares' values and gradients summed equal the plain computation, and CurricularFace's t is the plain one in
+    every part. The pairs are kept (and served) in every part."""
+    classes_per_set = NUM_CLASSES if reduction == "balanced" else None
+    for parts in (2, 3):
+        mv = MemVir(3, 1)
+        generator = torch.Generator().manual_seed(len(name) + parts)
+        losses = [blocked_loss(name, chunk_rows=2) for _ in range(parts)]
+        for step in range(14):
+            batch = (6, 4, 3)[step % 3]
+            x = torch.randn(batch, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+            w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+            out = mv(x, torch.randint(0, NUM_CLASSES, (batch,), generator=generator), w)
+            embeddings, labels, weights = out
+            if labels_mode == "seen":
+                labels, weights = labels % NUM_CLASSES, w
+            t_before = losses[0].t.item() if name == "curricularface" else 0.0
+            shares = [value_and_grads(loss(embeddings, labels, weights, classes_per_set, live=out.live,
+                                           share=(part, parts)), (x, w)) for part, loss in enumerate(losses)]
+            value, t = plain_loss(name, embeddings, labels, weights, classes_per_set, t_before=t_before)
+            assert_all_close([sum(quantity) for quantity in zip(*shares, strict=True)],
+                             value_and_grads(value, (x, w)))
+            if t is not None:
+                assert all(loss.t.item() == pytest.approx(t, abs=1e-10) for loss in losses)
+        if name in KEEPS_PAIRS and labels_mode == "virtual":
+            assert all(loss._stored_pairs.computed == 2 * mv.num_virtual_sets - 1 for loss in losses)
+
+
+@pytest.mark.parametrize("name", ["norm-softmax", "curricularface"])
+def test_a_share_computes_its_rows_only(name):
+    """A row-split loss's share sees its piece of the rows: a gradient reaches no live row outside it."""
+    x, w, (embeddings, labels, weights, live) = augmented_inputs(11, 3)
+    for part, rows in ((0, slice(0, 2)), (1, slice(2, 4)), (2, slice(4, 6))):
+        loss = blocked_loss(name, chunk_rows=2)(embeddings, labels, weights, live=live, share=(part, 3))
+        (gradient,) = torch.autograd.grad(loss, x)
+        outside = torch.ones(BATCH, dtype=torch.bool).index_fill_(0, torch.arange(BATCH)[rows], False)
+        assert gradient[outside].abs().max() == 0 and gradient[rows].abs().min() > 0
+
+
+@pytest.mark.parametrize("share", [(2, 2), (-1, 2), (0, 0), (0.0, 1), (0,), "0,1", (True, 2)])
+def test_share_must_be_a_part_of_parts(share):
+    _, _, (embeddings, labels, weights, live) = augmented_inputs(1, 1)
+    with pytest.raises(ValueError, match=r"share must be \(part, parts\) with 0 <= part < parts"):
+        build_loss("norm-softmax")(embeddings, labels, weights, live=live, share=share)

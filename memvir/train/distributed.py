@@ -10,13 +10,20 @@ How the ranks share one MemVir step (docs/distributed.md has the user's view):
   [r*B/G, (r+1)*B/G) of each (`batch_rows`): the pieces in rank order are the single-process batch.
 - MemVir needs the whole batch. `gather_with_grad` all-gathers the embeddings with autograd (`_GatherRows`), whose
   backward hands each rank the gradient of its own rows, summed over the ranks; labels are gathered plainly. Every
-  rank then holds the same global batch, computes the same loss and stores the same memory.
-- Gradient scaling: each rank computes the same loss L on the same global batch, so the gather's backward (a sum
-  over ranks) gives rank r the gradient G * dL/dx_r for its rows; DistributedDataParallel averages the network's
-  parameter gradients over the G ranks, which cancels the factor G: the network gets exactly the single-process
-  gradient sum_r dL/dx_r dx_r/dtheta. The class weights are not in DDP: every rank computes their full-batch
-  gradient itself, already the single-process one, and rank 0's copy is broadcast so that kernels that are not
-  bit-deterministic (atomics on a GPU) can never let the replicas drift apart.
+  rank then holds the same global batch, runs the same MemVir step and stores the same memory.
+- The loss's rows are split (memvir.losses, "Shares"): rank r computes share `loss_share` = (r, G) of the loss, its
+  piece of the live rows and of each virtual set's rows against every class, and the reductions divide by the
+  counts of all rows (every rank holds every label), so the G shares sum to the single-process loss, and so do their
+  gradients. Each rank's logits are 1/G of the whole. The step's loss is the sum of the shares (`sum`), the same on
+  every rank. Proxy-Anchor, whose terms are logs of sums over all rows, computes the whole loss on every rank and
+  returns its G-th.
+- Gradient scaling: each rank backpropagates G times its share, so that the mean over the ranks of what they
+  backpropagate is the loss L. The gather's backward sums the ranks' gradients, which gives rank r G * dL/dx_r for
+  its own rows, and DistributedDataParallel averages the network's parameter gradients over the G ranks, which
+  cancels the factor G: the network gets exactly the single-process gradient sum_r dL/dx_r dx_r/dtheta. The class
+  weights are not in DDP: each rank holds G times its share's gradient, and `average_` (an all-reduce, then / G)
+  gives every rank the sum of the shares', the single-process gradient, with the same bits on every rank, so that
+  the replicas never drift apart.
 """
 
 from __future__ import annotations
@@ -151,10 +158,24 @@ class World:
         parts = self.gather(padded).to(tensor.device).split(max(sizes))
         return torch.cat([part[:size] for part, size in zip(parts, sizes, strict=True)])
 
-    def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Overwrite `tensor` in place with rank 0's."""
+    @property
+    def loss_share(self) -> tuple[int, int]:
+        """This rank's share of the loss, the keyword ``share`` of a memvir.losses loss: (rank, world size)."""
+        return self.rank, self.world_size
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The sum of every rank's `tensor` (same shape on every rank), no gradient; the same on every rank."""
+        if not self.is_distributed:
+            return tensor
+        total = tensor.detach().clone()  # the collective works in place
+        dist.all_reduce(total)
+        return total
+
+    def average_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Overwrite `tensor` in place with the mean of every rank's: the same on every rank."""
         if self.is_distributed:
-            dist.broadcast(tensor, src=0)
+            dist.all_reduce(tensor)
+            tensor.div_(self.world_size)
         return tensor
 
     def agree(self, value):

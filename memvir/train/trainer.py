@@ -366,10 +366,12 @@ class Trainer:
         started = time.perf_counter()
         embeddings, labels = self._embed(images, labels)
         after_warmup = self.step >= self.memvir.warmup_steps  # this step's MemVir call is past the warm-up
-        augmented, loss, num_loss_classes = self._memvir_loss(embeddings, labels)
+        augmented, loss_share, num_loss_classes = self._memvir_loss(embeddings, labels)
+        # every rank's share summed: the step's loss, the same on every rank (so is a NaN in any share)
+        loss = self.world.sum(loss_share)
         # the values logged (a GPU syncs for them only at the steps that report, memvir.train.checks)
         loss_value, cosine_value = self._observe(embeddings, labels, loss)
-        loss_scale = self._update(loss, after_warmup)
+        loss_scale = self._update(loss_share, after_warmup)
         self._report(epoch, started, labels.shape[0], augmented, num_loss_classes, loss_value, cosine_value,
                      loss_scale)
 
@@ -393,8 +395,9 @@ class Trainer:
 
     def _memvir_loss(self, embeddings: torch.Tensor, labels: torch.Tensor):
         """The paper's step (docs/method.md, "Algorithm"): the live rows and classes extended with the memory's past
-        steps as virtual classes, then the loss, unchanged, over all of them. Returns (the memory's output, the loss,
-        the number of classes the loss saw)."""
+        steps as virtual classes, then the loss, unchanged, over all of them. Returns (the memory's output, this
+        rank's share of the loss (memvir.train.distributed; the loss itself in one process), the number of classes
+        the loss saw)."""
         try:
             augmented = self.memvir(embeddings, labels, self.class_weights)
         except NonFiniteError:  # refused, so the memory stays clean
@@ -411,8 +414,10 @@ class Trainer:
             # (memvir.losses, "Cache"); the seen control's labels and weights are not that output
             seen = self.config.memvir_labels == "seen"
             options["live"] = (augmented.num_live_rows, num_classes) if seen else augmented.live
-        loss = self.loss_fn(all_embeddings, all_labels, all_weights, **options)
-        return augmented, loss, all_weights.shape[0]
+        if self.world.is_distributed:  # this rank's rows of the loss; one process computes the whole, share (0, 1)
+            options["share"] = self.world.loss_share
+        loss_share = self.loss_fn(all_embeddings, all_labels, all_weights, **options)
+        return augmented, loss_share, all_weights.shape[0]
 
     def _observe(self, embeddings: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor):
         """Queue the step's loss and mean cos(x, W_y) (the paper's Fig. 5) for checking; (loss, cosine) as floats
@@ -433,14 +438,17 @@ class Trainer:
                                          self.memvir.warmup_steps)
         return scale
 
-    def _update(self, loss: torch.Tensor, after_warmup: bool) -> float:
-        """The backward and the optimiser's step; returns the factor the loss was multiplied by."""
+    def _update(self, loss_share: torch.Tensor, after_warmup: bool) -> float:
+        """The backward of this rank's share of the loss and the optimiser's step; returns the factor the loss was
+        multiplied by."""
         scale = self.loss_scale(after_warmup)
-        if scale != 1.0:
-            loss = loss * scale  # the ablations; the logged loss stays unscaled
+        # G times the share, so that the mean over the ranks is the loss: DDP averages the network's gradients and the
+        # class weights' are averaged below (memvir.train.distributed, "Gradient scaling"); the ablations' scale too
+        factor = scale * self.world.world_size
+        loss = loss_share * factor if factor != 1.0 else loss_share  # the logged loss stays unscaled
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP averages the network's gradients over the ranks here
-        self.world.broadcast_(self.class_weights.grad)  # equal on every rank already; rank 0's keeps them bit-equal
+        self.world.average_(self.class_weights.grad)  # not in DDP; also keeps the ranks' copies bit-equal
         self.optimizer.step()
         self.step += 1
         if self.config.lr_decay != "none":
