@@ -125,3 +125,31 @@ def test_a_private_third_party_name_appears_in_its_shim_module_only(private):
     sources = [*ROOT.glob("*.py"), *(path for top in ("memvir", "demo") for path in (ROOT / top).rglob("*.py"))]
     users = sorted(str(path.relative_to(ROOT)) for path in sources if re.search(private, path.read_text()))
     assert users == [PRIVATE_USES[private]]
+
+
+# What a reader takes in at a glance (DEVELOPERS.md: split by concept, and each part small enough to read whole): a
+# class of the app's, a function anywhere. Counted from the `def` or `class` line (decorators not) to the last line.
+MAX_APP_CLASS_LINES = 300
+MAX_FUNCTION_LINES = 80
+
+
+def _longer_than(tops: tuple[str, ...], kinds: tuple[type, ...], most: int) -> list[str]:
+    """`path:line name (N lines)` for each definition of `kinds` in the .py files under `tops` (folders of ROOT, or
+    files) that spans more than `most` lines."""
+    paths = [path for top in tops for path in ([ROOT / top] if top.endswith(".py") else (ROOT / top).rglob("*.py"))]
+    found = []
+    for path in sorted(paths):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, kinds) and node.end_lineno - node.lineno + 1 > most:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} "
+                             f"({node.end_lineno - node.lineno + 1} lines)")
+    return found
+
+
+def test_no_class_of_the_app_is_over_300_lines():
+    assert _longer_than(("demo",), (ast.ClassDef,), MAX_APP_CLASS_LINES) == []
+
+
+def test_no_function_is_over_80_lines():
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    assert _longer_than(("memvir", "demo", "app.py"), kinds, MAX_FUNCTION_LINES) == []
