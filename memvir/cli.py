@@ -21,14 +21,27 @@ progress and prints the result.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from memvir.config import TrainConfig
+import numpy as np
+
+from memvir._hub_settings import turn_off_side_requests
+from memvir.checkpoint import RUN_MARKERS, TRAINER_STATE
+from memvir.config import RESUMABLE, ResumeConflict, TrainConfig
+from memvir.events import EvalEvent, StatusEvent, StepEvent
+from memvir.memory.size import format_bytes
+from memvir.retrieval.metrics import per_query_metrics
+from memvir.train import distributed
+from memvir.train.checks import TrainingDiverged
+
+# The parser needs TrainConfig only; a command imports what it runs (the trainer, the evaluation path, the Hub) in its
+# own function, after the command line is parsed: those bring torchvision, huggingface_hub and the data loaders,
+# seconds that `python -m memvir --help` and a refused command line should not wait for.
 
 _UNTYPED = object()
 """The default of every train option in `build_parser(mark_untyped=True)`: what the user did not type."""
@@ -45,18 +58,12 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 
 def _setting_fields():
     """The TrainConfig fields offered on the command line, each with its flag."""
-    import dataclasses
-
-    from memvir.config import TrainConfig
-
     return [(f, f.metadata["flag"] or "--" + f.name.replace("_", "-"))
             for f in dataclasses.fields(TrainConfig) if f.metadata["cli"]]
 
 
 def _add_setting_options(train: argparse.ArgumentParser) -> None:
     """One option per TrainConfig setting, from the setting's own default, type and help (memvir.config)."""
-    import dataclasses
-
     for setting, flag in _setting_fields():
         default = setting.default_factory() if setting.default_factory is not dataclasses.MISSING else setting.default
         help_text = setting.metadata["help"]
@@ -138,8 +145,6 @@ def build_parser(mark_untyped: bool = False) -> argparse.ArgumentParser:
 
 
 def _train(args) -> int:
-    from memvir.train import distributed
-
     try:
         return _train_run(args)
     finally:
@@ -149,9 +154,7 @@ def _train(args) -> int:
 def _train_run(args) -> int:
     from tqdm.auto import tqdm
 
-    from memvir.events import EvalEvent, StatusEvent, StepEvent
-    from memvir.train.checks import TrainingDiverged
-    from memvir.train.trainer import Trainer
+    from memvir.train.trainer import Trainer  # parse first, import later (see the imports above)
 
     if args.resume:
         if args.config is not None:
@@ -225,10 +228,6 @@ def train_config(argv: list[str]) -> TrainConfig:
         ValueError: a setting out of range (TrainConfig's words), or a --config file that is missing, is not JSON or
             YAML, holds no mapping, or names an unknown setting (the message names the file).
     """
-    import dataclasses
-
-    from memvir.config import TrainConfig
-
     args = build_parser().parse_args(argv)
     if args.command != "train":
         raise ValueError(f"a TrainConfig comes from a train command line, not {args.command!r}")
@@ -250,11 +249,6 @@ def train_config(argv: list[str]) -> TrainConfig:
 def _read_config_file(path: Path) -> TrainConfig:
     """The TrainConfig in a JSON or YAML file (settings it leaves out keep their defaults); ValueError naming the file
     for anything that keeps it from being one."""
-    import dataclasses
-    import difflib
-
-    from memvir.config import TrainConfig
-
     what = "pass a run's train_config.json, or a JSON or YAML file of TrainConfig settings"
     if path.is_dir():
         raise ValueError(f"--config {path} is a folder; pass a file, e.g. {path / 'train_config.json'}")
@@ -289,10 +283,6 @@ def _read_config_file(path: Path) -> TrainConfig:
 
 
 def _parse_yaml(text: str, path: Path):
-    import dataclasses
-
-    from memvir.config import TrainConfig
-
     try:
         import yaml
     except ImportError:
@@ -318,8 +308,7 @@ def _parse_yaml(text: str, path: Path):
 
 def _resume(args):
     """Trainer.from_run_folder with the settings typed on the command line; says which changed, or which may not."""
-    from memvir.config import RESUMABLE, ResumeConflict
-    from memvir.train.trainer import Trainer
+    from memvir.train.trainer import Trainer  # parse first, import later (see the imports above)
 
     typed = _typed_options(args.argv) - _NOT_SETTINGS
     settings = {dest: getattr(args, dest) for dest in sorted(typed - set(_LOSS_FLAGS))}
@@ -361,8 +350,6 @@ def _flags_of(setting: str) -> str:
 def _check_new_run_folder(out: Path, overwrite: bool) -> None:
     """A new run writes config.json, README.md and more into `out`: refuse a folder holding another run, a file,
     or a non-empty folder that is not a run (unless --overwrite), so that nothing of the user's is replaced."""
-    from memvir.checkpoint import RUN_MARKERS, TRAINER_STATE
-
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder; choose another --out")
     if (out / TRAINER_STATE).exists():
@@ -380,23 +367,19 @@ def _check_new_run_folder(out: Path, overwrite: bool) -> None:
 
 
 def _eval(args) -> int:
-    from memvir.retrieval import evaluation
+    from memvir.retrieval import evaluation  # parse first, import later (see the imports above)
 
     model, dataset, split = evaluation.load_model_and_split(args.model, args.dataset, args.data_root, "test")
     embeddings, labels = evaluation.embed(model, split, batch_size=args.batch_size, progress=True)
     metrics = evaluation.score(embeddings, labels, dataset)
     if args.per_query:
-        import numpy as np
-
-        from memvir.retrieval.metrics import per_query_metrics
-
         np.savez(args.per_query, **per_query_metrics(embeddings, labels))
     print(json.dumps({"dataset": dataset, "items": len(split), **metrics}))
     return 0
 
 
 def _index(args) -> int:
-    from memvir.retrieval import evaluation
+    from memvir.retrieval import evaluation  # parse first, import later (see the imports above)
 
     if args.out is None:
         return _index_beside(args.model, args.force)
@@ -414,8 +397,7 @@ def _index(args) -> int:
 def _index_beside(folders: list[str], force: bool) -> int:
     """Each checkpoint folder's gallery/ (memvir.retrieval.shipped_gallery), built where missing or stale, then the
     figures of the app's views of it."""
-    from memvir.memory.size import format_bytes
-    from memvir.retrieval import evaluation, shipped_gallery
+    from memvir.retrieval import evaluation, shipped_gallery  # parse first, import later (see the imports above)
 
     for folder in map(Path, folders):
         model, dataset, split = evaluation.load_model_and_split(str(folder))
@@ -447,6 +429,7 @@ def _index_beside(folders: list[str], force: bool) -> int:
 
 
 def _search(args) -> int:
+    # parse first, import later (see the imports above)
     from memvir.hub import load_model
     from memvir.retrieval import evaluation, index_folder, open_image, search_image, shipped_gallery
 
@@ -472,7 +455,7 @@ def _search(args) -> int:
 
 
 def _push(args) -> int:
-    from memvir.hub import push
+    from memvir.hub import push  # parse first, import later (see the imports above)
 
     url = push(args.run, args.repo_id, token=args.token, private=args.private)
     print(url)
@@ -480,8 +463,6 @@ def _push(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memvir._hub_settings import turn_off_side_requests
-
     turn_off_side_requests()  # before the commands import huggingface_hub: no look-up the user did not ask for
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
