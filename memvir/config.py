@@ -193,6 +193,7 @@ class TrainConfig:
         _need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
         _need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
               f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
+        # imported here: `python -m memvir --help` reads this module, and the models bring torchvision
         from memvir.models.embedding_model import MAX_EMBEDDING_DIM
 
         _need(self.embedding_dim <= MAX_EMBEDDING_DIM,
@@ -264,6 +265,7 @@ class TrainConfig:
               "pretrained (ImageNet weights) and init_from (a checkpoint folder) both choose the starting weights; "
               "pass one of them")
         _need(isinstance(self.backbone, str), f"backbone must be a name such as 'convnet', got {self.backbone!r}")
+        # imported here: `python -m memvir --help` reads this module, and the models bring torchvision
         from memvir.models.backbones import check_backbone
 
         try:  # a timm name is checked against timm's registry (no download): a typo fails before any data loads
