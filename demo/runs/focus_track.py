@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 if TYPE_CHECKING:  # memvir.analysis.projection loads torch: imported where a snapshot is projected, not with the page
     from memvir.analysis.projection import FocusPoints, FocusProjection
 
@@ -28,7 +26,6 @@ log = logging.getLogger(__name__)
 # While training, the newest UMAP is shown if it is at most this many kept snapshots behind the newest one; further
 # behind, UMAP cannot keep up and the newest snapshot's PCA is shown instead.
 UMAP_LAG = 5
-_PADDING = 0.08  # of the extent on each side: points at the edge stay whole
 
 
 @dataclass
@@ -42,7 +39,7 @@ class FocusEntry:
 
 @dataclass(frozen=True)
 class FocusView:
-    """What the page draws: a projection, the fixed axis ranges of its method and classes, and where it sits."""
+    """What the page draws: a projection, the axis ranges that frame its points, and where it sits."""
 
     projection: FocusProjection
     x_range: tuple[float, float]
@@ -136,28 +133,11 @@ class FocusTrack:
             index = earlier[-1] if earlier else 0
         entry = entries[index]
         projection = (entry.umap if umap else None) or entry.pca
-        x_range, y_range = _extent(entries, projection)
+        from memvir.analysis.projection import zoomed_extent  # here, as in `add`: it loads torch
+
+        x_range, y_range = zoomed_extent(projection)
         return FocusView(projection, x_range, y_range, index + 1, len(entries), entries[-1].step)
 
     def steps(self) -> list[int]:
         with self._lock:
             return [entry.step for entry in self._entries]
-
-
-def _extent(entries: list[FocusEntry], shown: FocusProjection) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Square axis ranges. In PCA they hold every kept projection of the same classes: the axes stay put while
-    scrubbing or following, and grow only when the points spread further. A UMAP layout is framed on its own: its
-    scale means nothing from one layout to the next (each is only turned onto the one before), and one early layout
-    with a class far out would shrink every later one to a speck."""
-    if shown.method == "umap":
-        candidates = [shown]
-    else:
-        candidates = [entry.pca for entry in entries if np.array_equal(entry.pca.classes, shown.classes)]
-    blocks = []
-    for projection in candidates:
-        blocks += [projection.embedding_xy, projection.weight_xy, projection.memory_xy]
-    points = np.concatenate([block for block in blocks if len(block)])
-    low, high = points.min(axis=0), points.max(axis=0)
-    # equal spans on both axes: the figure keeps equal units, so a square extent fills it without a jump
-    middle, half = (low + high) / 2, max(float((high - low).max()), 1e-6) * (0.5 + _PADDING)
-    return (middle[0] - half, middle[0] + half), (middle[1] - half, middle[1] + half)

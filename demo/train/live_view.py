@@ -28,10 +28,11 @@ def _figures():
 
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
-# What the picture shows: "few" and "few-umap" are the few-class view in PCA or UMAP (demo.train.figures.focus); "age"
-# and "class" show all classes, coloured by age or by class (demo.train.figures.embeddings.embedding_figure).
-FEW_CLASSES, FEW_CLASSES_UMAP = "few", "few-umap"
-PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, "age", "class")
+# What the picture shows: "few" and "few-umap" are the few-class map in PCA or UMAP, "few-drift" its stored class
+# weights around their live ones (demo.train.figures.focus); "age" and "class" show all classes, coloured by age or by
+# class (demo.train.figures.embeddings.embedding_figure).
+FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT = "few", "few-umap", "few-drift"
+PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT, "age", "class")
 
 STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}
@@ -334,8 +335,8 @@ def _curves_key(run: LiveRun, kind: str) -> tuple | None:
 
 def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     """(figure, caption) of the snapshot at `step` (the latest when None), as `color_by` (one of PICTURES) shows it."""
-    if color_by in (FEW_CLASSES, FEW_CLASSES_UMAP):
-        return few_class_view(run, step, umap=color_by == FEW_CLASSES_UMAP)
+    if color_by in (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT):
+        return few_class_view(run, step, umap=color_by == FEW_CLASSES_UMAP, drift=color_by == FEW_CLASSES_DRIFT)
     view = None if run is None else run.snapshot_at(step)
     if view is None:
         return _no_snapshot_figure(color_by), "No snapshot yet."
@@ -364,13 +365,15 @@ def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
     return first, max(last, first + 1)
 
 
-def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False):
-    """(figure, caption) of the few-class view at `step` (the newest when None), in PCA or, `umap`, in UMAP."""
-    from demo.train.figures.focus import few_class_figure
+def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, drift: bool = False):
+    """(figure, caption) of the few-class view at `step` (the newest when None): its map in PCA or, `umap`, in UMAP,
+    or, `drift`, its stored class weights around their live ones."""
+    from demo.train.figures.focus import few_class_drift_figure, few_class_figure
 
+    draw = few_class_drift_figure if drift else few_class_figure
     view = None if run is None else run.focus.view(step, umap)
     if view is None:
-        return few_class_figure(None), "No few-class snapshot yet."
+        return draw(None), "No few-class snapshot yet."
     projection = view.projection
     method = projection.method.upper()
     note = ""
@@ -382,6 +385,7 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False):
         else:
             note = " · UMAP on its way" if run.resting else " · UMAP not laid out for it: training comes first"
     classes = ", ".join(str(int(label)) for label in projection.classes)
-    caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {method}{note} · "
+    shown = "true angles" if drift else f"{method}{note}"
+    caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {shown} · "
                f"training classes {classes}")
-    return few_class_figure(view), caption
+    return draw(view), caption

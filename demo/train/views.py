@@ -34,7 +34,8 @@ from memvir.config import MAX_FOCUS_CLASSES
 VIEWS_DUE_S = 0.1
 # live_view.PICTURES, in words (tests/app/test_app_pieces.py checks that they agree)
 PICTURE_CHOICES = [("a few classes, PCA", "few"), ("a few classes, UMAP", "few-umap"),
-                   ("all classes by age", "age"), ("all classes by class", "class")]
+                   ("a few classes, drift", "few-drift"), ("all classes by age", "age"),
+                   ("all classes by class", "class")]
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,3 @@ def drift_offsets(live: np.ndarray, stored: np.ndarray) -> np.ndarray:
     # orthogonal to the plane) lies along the first axis.
     bearings = np.where(norms[:, None] > _TINY, in_plane / np.maximum(norms, _TINY)[:, None], [1.0, 0.0])
     return bearings * angles[:, None]
-
-
-def turned_towards(offsets: np.ndarray, direction: np.ndarray) -> np.ndarray:
-    """`offsets` [k, 2] rotated about the centre so that their sum points along `direction` [2] (unchanged when
-    either is zero). A rotation keeps every distance from the centre and every angle between two offsets."""
-    total = offsets.sum(axis=0)
-    if np.linalg.norm(total) <= _TINY or np.linalg.norm(direction) <= _TINY:
-        return offsets
-    turn = np.arctan2(direction[1], direction[0]) - np.arctan2(total[1], total[0])
-    rotation = np.array([[np.cos(turn), -np.sin(turn)], [np.sin(turn), np.cos(turn)]])
-    return offsets @ rotation.T

@@ -15,12 +15,12 @@ Two methods:
 The few-class view (``focus_points``, ``project_focus``) takes only the snapshot's focus classes: the current
 embeddings of their clean training images, their live class weights, and each virtual set's stored weights and
 embeddings of those classes. A few hundred points: cheap enough for UMAP at every snapshot, and few enough classes
-that each virtual set shows beside its live class (the paper's Fig. 7; docs/method.md, "What the app shows"). Its map
-holds the embeddings (current and stored) and the live weights. Its PCA axes are those of the focus embeddings alone,
-the directions in which the classes' images spread most (with the weights in the fit, the first axis would only tell
-weights from images); it is aligned on the focus embeddings, the same images every snapshot. The stored weights are
-not placed by the map, which would put them on their live weight: each is drawn around its class's live weight in the
-class's own frame (memvir.analysis.drift_frame), at DRIFT_SCALE map units per degree of its angle to the live weight.
+that each virtual set shows beside its live class (the paper's Fig. 7; docs/method.md, "What the app shows"). One map
+places them all, so that a virtual class sits where it lies among the others; PCA's axes are fitted on all of them,
+and the picture is aligned on the focus embeddings, the same images every snapshot. A stored weight differs from its
+live one by a few degrees, mostly in directions a map of the whole view leaves out; each class weight's place in its
+class's own frame (memvir.analysis.drift_frame), at its true angle from the live weight, comes with the map for a
+picture of that drift. ``zoomed_extent`` frames a map on its points.
 
 This module is library code: no gradio, no plotly; ``umap`` is imported only where UMAP runs.
 """
@@ -207,17 +207,14 @@ class FocusPoints:
     weight_count: int
 
 
-# Stored weights are drawn around their class's live weight at this many map units per degree of their angle to it. A
-# PCA map's unit is the unit sphere's (a map of a few classes spans one or two), so a weight 5 degrees from the live
-# one (cos 0.996, a virtual set soon after it arrives) lies a tenth of a unit from it, clear of the live weight's mark;
-# UMAP maps are scaled to the PCA map's size to match.
-DRIFT_SCALE = 0.02
 # UMAP of the few-class view: a few hundred points of a few classes. With umap-learn's 15 neighbours, each point's
 # neighbourhood holds only its own class, every class is a component of its own, and UMAP packs each into a speck far
 # from the others (one mark per class in the picture). With half the points as neighbours, neighbourhoods reach other
 # classes, so the layout keeps where the classes lie beside one another; the largest min_dist below umap-learn's
 # spread (1) keeps a class's own points from piling onto one another.
 FOCUS_UMAP_MIN_DIST = 0.99
+# The view of a map: the points' extent and this share of it on each side, so that the marks at the edge stay whole.
+ZOOM_MARGIN = 0.05
 
 
 def focus_umap_neighbours(count: int) -> int:
@@ -227,10 +224,11 @@ def focus_umap_neighbours(count: int) -> int:
 
 @dataclass(frozen=True)
 class FocusProjection:
-    """2-D coordinates of a snapshot's few-class view, on shared axes, and each point's angle to its class's live
-    weight. The embeddings and the live weights lie where the map (PCA or UMAP) put them; each stored weight lies
-    around its class's live weight at ``drift_scale`` map units per degree of its angle to it
-    (memvir.analysis.drift_frame), so that its distance from the live weight is true to that scale."""
+    """2-D coordinates of a snapshot's few-class view: every point where one map (PCA or UMAP of all of them together)
+    put it, so that a virtual class lies where the map places its stored weight and embeddings. Beside them, each
+    point's angle to its class's live weight, and each class weight in its class's drift frame
+    (memvir.analysis.drift_frame), where a stored weight lies at its true angle from the live one: a map of the whole
+    view shortens those few degrees to almost nothing."""
 
     step: int
     margin: int  # M, so that age j can be shown as "j(M+1) steps ago"
@@ -248,7 +246,8 @@ class FocusProjection:
     embedding_angles: np.ndarray  # [q]
     weight_angles: np.ndarray  # [w]
     memory_angles: np.ndarray  # [m]
-    drift_scale: float = DRIFT_SCALE  # map units per degree, at which the stored weights are drawn
+    # [w, 2] degrees: each class weight in its class's drift frame, centred on the live weight (whose row is 0, 0)
+    weight_drift: np.ndarray | None = None
 
 
 def focus_points(snapshot: SnapshotEvent) -> FocusPoints:
@@ -289,34 +288,21 @@ def _embeddings_correspond(reference: FocusProjection, points: FocusPoints) -> b
     return len(reference.embedding_labels) == len(labels) >= 2 and np.array_equal(reference.embedding_labels, labels)
 
 
-def map_rows(points: FocusPoints) -> np.ndarray:
-    """The rows of ``points`` that a map (PCA or UMAP) lays out, in their order: the current embeddings, the live
-    weights, the stored embeddings; the stored weights are drawn around their live weight instead (``layout_focus``)."""
-    ages = points.ages
-    rows = np.arange(len(points.points))
-    is_weight = (rows >= points.embedding_count) & (rows < points.embedding_count + points.weight_count)
-    return rows[~is_weight | (ages == 0)]
-
-
 def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
                  reference: FocusProjection | None = None) -> FocusProjection:
-    """The projection of ``points`` whose map rows (``map_rows``) a map laid out at ``xy`` ([len(map_rows), 2]),
-    turned onto ``reference`` (the previous projection, same method) by an orthogonal Procrustes fit on the focus
-    embeddings when they are the same images. Each stored weight is then placed around its class's live weight
-    (memvir.analysis.drift_frame), turned so that the class's stored weights point away from the middle of the
-    images, where they cover fewer points. ValueError for a focus class without its live weight."""
+    """The projection of ``points`` that a map laid out at ``xy`` ([n, 2], one position per point), turned onto
+    ``reference`` (the previous projection, same method) by an orthogonal Procrustes fit on the focus embeddings when
+    they are the same images; with each point's angle to its class's live weight and each class weight's place in
+    its class's drift frame (memvir.analysis.drift_frame). ValueError for a focus class without its live weight."""
     if method not in METHODS:
         raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
-    laid_out = map_rows(points)
-    if xy.shape != (len(laid_out), 2):
-        raise ValueError(f"the layout must hold one 2-D position per map point (the embeddings and the live weights), "
-                         f"shape ({len(laid_out)}, 2); got {xy.shape}")
+    if xy.shape != (len(points.points), 2):
+        raise ValueError(f"the layout must hold one 2-D position per point of the few-class view, shape "
+                         f"({len(points.points)}, 2); got {xy.shape}")
     end_embeddings = points.embedding_count
     end_weights = end_embeddings + points.weight_count
     if reference is not None and reference.method == method and _embeddings_correspond(reference, points):
         xy = procrustes_align(xy, xy[:end_embeddings], reference.embedding_xy)
-    placed = np.full((len(points.points), 2), np.nan)
-    placed[laid_out] = xy
 
     labels, ages = points.labels, points.ages
     live_rows = {int(labels[row]): row for row in range(end_embeddings, end_weights) if ages[row] == 0}
@@ -325,47 +311,53 @@ def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
         raise ValueError(f"the few-class view needs each class's live weight; classes {missing} have none")
     live_of_each = np.array([live_rows[int(label)] for label in labels])
     angles = drift_frame.angles_degrees(points.points, points.points[live_of_each])
-    middle = placed[:end_embeddings].mean(axis=0)
+    drift = np.zeros((points.weight_count, 2))
+    weight_labels, weight_ages = labels[end_embeddings:end_weights], ages[end_embeddings:end_weights]
     for label, live in live_rows.items():
-        stored = np.flatnonzero((labels == label) & (ages > 0))
-        stored = stored[(stored >= end_embeddings) & (stored < end_weights)]
-        offsets = drift_frame.drift_offsets(points.points[live], points.points[stored])
-        offsets = drift_frame.turned_towards(offsets, placed[live] - middle)
-        placed[stored] = placed[live] + DRIFT_SCALE * offsets
+        stored = np.flatnonzero((weight_labels == label) & (weight_ages > 0))
+        drift[stored] = drift_frame.drift_offsets(points.points[live], points.points[end_embeddings + stored])
     return FocusProjection(
         step=points.step, margin=points.margin, method=method, classes=points.classes,
-        embedding_xy=placed[:end_embeddings], embedding_labels=labels[:end_embeddings],
-        weight_xy=placed[end_embeddings:end_weights], weight_labels=labels[end_embeddings:end_weights],
-        weight_ages=ages[end_embeddings:end_weights],
-        memory_xy=placed[end_weights:], memory_labels=labels[end_weights:], memory_ages=ages[end_weights:],
+        embedding_xy=xy[:end_embeddings], embedding_labels=labels[:end_embeddings],
+        weight_xy=xy[end_embeddings:end_weights], weight_labels=weight_labels, weight_ages=weight_ages,
+        memory_xy=xy[end_weights:], memory_labels=labels[end_weights:], memory_ages=ages[end_weights:],
         embedding_angles=angles[:end_embeddings], weight_angles=angles[end_embeddings:end_weights],
-        memory_angles=angles[end_weights:], drift_scale=DRIFT_SCALE,
+        memory_angles=angles[end_weights:], weight_drift=drift,
     )
 
 
 def project_focus(points: FocusPoints, method: str = "pca", reference: FocusProjection | None = None,
                   seed: int = 0, layout: Callable[..., np.ndarray] | None = None) -> FocusProjection:
-    """The few-class view in 2-D: a map of its embeddings and live weights (``map_rows``), by PCA on the axes of the
-    focus embeddings (milliseconds) or by UMAP started from that PCA picture and scaled to its size, with the stored
-    weights around their live weights (``layout_focus``); aligned to ``reference`` either way. From UMAP's own start
-    (a spectral layout) the weights, which sit apart from the images, took the picture and packed every class's images
-    into one corner; from the PCA picture each class starts where its images spread, as in the PCA view.
-    ``layout(points, seed, init, n_neighbors=, min_dist=)`` replaces ``umap_layout`` (the app runs it in another
-    process)."""
+    """The few-class view in 2-D: every point (images, live and stored weights, stored embeddings) on one map, by PCA
+    fitted on all of them (milliseconds) or by UMAP started from that PCA picture and scaled to its size
+    (``layout_focus``); aligned to ``reference`` either way. From UMAP's own start (a spectral layout) the weights,
+    which sit apart from the images, took the picture and packed every class's images into one corner; from the PCA
+    picture each class starts where its images spread, as in the PCA view. ``layout(points, seed, init,
+    n_neighbors=, min_dist=)`` replaces ``umap_layout`` (the app runs it in another process)."""
     if method not in METHODS:
         raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
-    mapped = points.points[map_rows(points)]
-    pca = pca_2d(torch.from_numpy(mapped), fit_rows=points.embedding_count)
+    pca = pca_2d(torch.from_numpy(points.points))
     if method == "pca":
         return layout_focus(points, pca, method, reference)
-    xy = (layout or umap_layout)(mapped, seed, pca, n_neighbors=focus_umap_neighbours(len(mapped)),
+    xy = (layout or umap_layout)(points.points, seed, pca, n_neighbors=focus_umap_neighbours(len(points.points)),
                                  min_dist=FOCUS_UMAP_MIN_DIST)
-    # UMAP's units mean nothing: scaled to the PCA picture's, so that DRIFT_SCALE draws the stored weights alike in both
+    # UMAP's units mean nothing: scaled so that the images span what they span in the PCA picture
     images = slice(0, points.embedding_count)
     span = float(np.ptp(xy[images], axis=0).max())
     if span > 0:
         xy = xy * (float(np.ptp(pca[images], axis=0).max()) / span)
     return layout_focus(points, xy, method, reference)
+
+
+def zoomed_extent(projection: FocusProjection, margin: float = ZOOM_MARGIN,
+                  ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((x low, x high), (y low, y high)): the extent of every point of ``projection``, widened by ``margin`` of its
+    larger span on each side of both axes (equal widening, for a picture with equal units on its axes)."""
+    blocks = [block for block in (projection.embedding_xy, projection.weight_xy, projection.memory_xy) if len(block)]
+    points = np.concatenate(blocks)
+    low, high = points.min(axis=0), points.max(axis=0)
+    pad = margin * max(float((high - low).max()), 1e-6)
+    return (float(low[0] - pad), float(high[0] + pad)), (float(low[1] - pad), float(high[1] + pad))
 
 
 class UmapWorker:

@@ -1,11 +1,11 @@
 """A class's stored weights around its live weight (memvir.analysis.drift_frame) against sphere geometry written out
 here: each at its true angle from the centre, in its true direction within the plane of the stored weights (exact for
-two), and turned without changing either."""
+two)."""
 
 import numpy as np
 import pytest
 
-from memvir.analysis.drift_frame import angles_degrees, drift_offsets, turned_towards
+from memvir.analysis.drift_frame import angles_degrees, drift_offsets
 
 
 def on_sphere(degrees, direction):
@@ -54,12 +54,3 @@ def test_a_copy_of_the_live_weight_lies_on_it_and_no_stored_weight_is_no_offset(
                                atol=1e-9)
     assert drift_offsets(LIVE, np.zeros((0, 5))).shape == (0, 2)
 
-
-def test_turning_points_the_sum_along_the_direction_and_keeps_lengths_and_angles():
-    offsets = np.array([[3.0, 0.0], [0.0, 4.0]])
-    turned = turned_towards(offsets, np.array([-1.0, 0.0]))
-    total = turned.sum(axis=0)
-    assert total[1] == pytest.approx(0, abs=1e-12) and total[0] < 0
-    np.testing.assert_allclose(np.linalg.norm(turned, axis=1), [3, 4])
-    assert angle_between(*turned) == pytest.approx(90)
-    np.testing.assert_array_equal(turned_towards(offsets, np.zeros(2)), offsets)

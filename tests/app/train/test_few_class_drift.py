@@ -1,9 +1,10 @@
-"""The few-class picture of a real glyphs-mini run (its preset: N = 3, M = 10, warm-up 1 epoch; sets arrive at steps
-21, 32 and 43) shows each virtual class's drift as a length: read from the plotly figure the page draws, every stored
-class weight's distance from its class's live weight is its true angle to it at the scale the bar states, so it grows
-with 1 - cos, and no two of a class's weights share one point. In PCA always; in UMAP (real umap-learn, which also keeps
-each class's images apart from one another) in the opt-in slow test. The expectations come from the snapshots' own
-tensors, computed here."""
+"""The few-class pictures of a real glyphs-mini run (its preset: N = 3, M = 10, warm-up 1 epoch; sets arrive at steps
+21, 32 and 43), read from the plotly figures the page draws. The map places every point as a PCA of them all does: the
+distance between any two class weights on it is the one a numpy PCA of the snapshot's own tensors gives (alignment
+turns the picture, it changes no distance). The drift picture shows each virtual class's drift as a length: every
+stored class weight lies at its true angle in degrees from its class's live weight, so the length grows with 1 - cos.
+In UMAP (real umap-learn, in the opt-in slow test) each class's images stay apart from one another. The expectations
+come from the snapshots' own tensors, computed here."""
 
 import os
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from demo.runs.focus_track import FocusTrack
-from demo.train.figures.focus import SCALE_BAR_DEGREES, few_class_figure
+from demo.train.figures.focus import few_class_drift_figure, few_class_figure
 from demo.train.presets import PRESETS
 from memvir.config import TrainConfig
 from memvir.events import SnapshotEvent
@@ -61,11 +62,6 @@ def drawn_weights(figure) -> dict[tuple[int, int], np.ndarray]:
     return drawn
 
 
-def units_per_degree(figure) -> float:
-    bar, = figure.layout.shapes
-    return (bar.x1 - bar.x0) / SCALE_BAR_DEGREES
-
-
 def rank_correlation(a, b) -> float:
     """Spearman's rank correlation of two samples without ties."""
     ranks = [np.argsort(np.argsort(values)) for values in (a, b)]
@@ -73,12 +69,11 @@ def rank_correlation(a, b) -> float:
 
 
 def check_drift_is_drawn_true(figures: dict, snapshots: dict, least_pairs: int) -> dict:
-    """The figures' (step -> figure) stored weights, at least `least_pairs` of them, against the snapshots' cosines;
-    what was measured, for the messages."""
+    """The drift figures' (step -> figure) stored weights, at least `least_pairs` of them, against the snapshots'
+    cosines; what was measured, for the messages."""
     one_minus_cos, distances, ratios, closest = [], [], [], []
     for step, figure in figures.items():
         drawn = drawn_weights(figure)
-        scale = units_per_degree(figure)
         span = figure.layout.xaxis.range[1] - figure.layout.xaxis.range[0]
         for (label, age), cosine in true_cosines(snapshots[step]).items():
             if (label, age) not in drawn:  # not a focus class
@@ -86,34 +81,67 @@ def check_drift_is_drawn_true(figures: dict, snapshots: dict, least_pairs: int) 
             distance = np.linalg.norm(drawn[label, age] - drawn[label, 0])
             one_minus_cos.append(1 - cosine)
             distances.append(distance)
-            ratios.append(distance / scale / np.degrees(np.arccos(min(cosine, 1.0))))
+            ratios.append(distance / np.degrees(np.arccos(min(cosine, 1.0))))
         for label in {label for label, _ in drawn}:
             points = np.array([xy for (other, _), xy in drawn.items() if other == label])
             gaps = np.linalg.norm(points[:, None] - points[None], axis=2)[~np.eye(len(points), dtype=bool)]
             closest.append(gaps.min() / span if len(gaps) else np.inf)
     measured = {"pairs": len(distances), "rank correlation": rank_correlation(distances, one_minus_cos),
-                "closest ages / axis span": min(closest), "distance / (scale x angle)": (min(ratios), max(ratios))}
+                "closest ages / panel span": min(closest), "distance / angle": (min(ratios), max(ratios))}
     assert measured["pairs"] >= least_pairs, measured
     assert measured["rank correlation"] > 0.9, measured
-    # lengths true to the bar: the distance is the angle in degrees at the bar's units per degree
+    # lengths true: the distance from the live weight, in the panel's degrees, is the angle
     np.testing.assert_allclose(ratios, 1.0, rtol=1e-6, err_msg=str(measured))
-    # no two of a class's weights (its live one and each stored one) on one point: at least 0.5% of the axis apart
-    assert measured["closest ages / axis span"] > 0.005, measured
+    # no two of a class's weights (its live one and each stored one) on one point: at least 0.5% of a panel apart
+    assert measured["closest ages / panel span"] > 0.005, measured
     return measured
 
 
-def test_in_pca_each_stored_weight_lies_at_its_true_angle_from_its_live_weight(run):
+def weight_distances_of_a_pca_of_all(snapshot: SnapshotEvent) -> dict[tuple[int, int, int, int], float]:
+    """(class, age, class, age) -> the distance between those two class weights in a numpy PCA of every point of
+    the snapshot's few-class view (its focus images, their classes' weights, their stored rows), written out here."""
+    focus = set(snapshot.focus_classes.tolist())
+    normalize = torch.nn.functional.normalize
+    weight_rows = [row for row, label in enumerate(snapshot.class_weight_labels.tolist()) if label in focus]
+    stored_rows = [row for row, (label, age) in enumerate(zip(snapshot.labels.tolist(), snapshot.ages.tolist(),
+                                                              strict=True)) if label in focus and age >= 1]
+    points = torch.cat([normalize(snapshot.focus_embeddings.double(), dim=1),
+                        normalize(snapshot.class_weights[weight_rows].double(), dim=1),
+                        normalize(snapshot.embeddings[stored_rows].double(), dim=1)]).numpy()
+    centred = points - points.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    xy = centred @ vt[:2].T
+    weights = xy[len(snapshot.focus_labels):len(snapshot.focus_labels) + len(weight_rows)]
+    keys = [(snapshot.class_weight_labels[row].item(), snapshot.class_weight_ages[row].item()) for row in weight_rows]
+    return {(*a, *b): float(np.linalg.norm(weights[i] - weights[j])) for i, a in enumerate(keys)
+            for j, b in enumerate(keys) if i < j}
+
+
+def test_the_map_places_every_class_weight_where_a_pca_of_all_the_points_does(run):
     snapshots, track = run
-    figures = {step: few_class_figure(track.view(step)) for step in track.steps()
+    compared = 0
+    for step in [step for step in track.steps() if step in snapshots][-4:]:
+        drawn = drawn_weights(few_class_figure(track.view(step)))
+        assert {age for _, age in drawn} == {0, 1, 2, 3}
+        for (label, age, other, other_age), expected in weight_distances_of_a_pca_of_all(snapshots[step]).items():
+            on_map = np.linalg.norm(drawn[label, age] - drawn[other, other_age])
+            assert on_map == pytest.approx(expected, abs=1e-6)
+            compared += 1
+    assert compared >= 4 * 496  # 32 weights a snapshot (8 classes, 4 ages): 496 pairs
+
+
+def test_in_the_drift_picture_each_stored_weight_lies_at_its_true_angle_from_its_live_weight(run):
+    snapshots, track = run
+    figures = {step: few_class_drift_figure(track.view(step)) for step in track.steps()
                if step in snapshots and snapshots[step].class_weight_ages.max() > 0}
     assert len(figures) >= 10  # from step 21 on, a snapshot every 3 steps
     assert {trace.meta["age"] for trace in figures[max(figures)].data if trace.meta} == {0, 1, 2, 3}
     # 8 classes in 12 snapshots with 1 to 3 stored weights each
-    print("PCA:", check_drift_is_drawn_true(figures, snapshots, least_pairs=150))
+    print("drift:", check_drift_is_drawn_true(figures, snapshots, least_pairs=150))
 
 
 @pytest.mark.skipif(os.environ.get("MEMVIR_SLOW") != "1", reason="real UMAP (numba compiles ~15 s); set MEMVIR_SLOW=1")
-def test_in_umap_too_and_no_class_collapses_onto_one_point(run):
+def test_in_umap_no_class_collapses_onto_one_point(run):
     from memvir.analysis.projection import focus_points, project_focus
 
     snapshots, track = run
@@ -125,12 +153,11 @@ def test_in_umap_too_and_no_class_collapses_onto_one_point(run):
         reference = projection
         figures[step] = few_class_figure(track.view(step, umap=True))
     assert all(", UMAP<br>" in figure.layout.title.text for figure in figures.values())
-    print("UMAP:", check_drift_is_drawn_true(figures, snapshots, least_pairs=40))
     # each class's images spread over the picture, not onto one mark (with umap-learn's 15 neighbours and every point
     # laid out, the smallest class spanned 1.2 to 2.5% of the picture in such a run)
     for step, figure in figures.items():
         span = figure.layout.xaxis.range[1] - figure.layout.xaxis.range[0]
-        images, = [trace for trace in figure.data if trace.meta == {"kind": "embeddings", "age": 0}]
+        images, = [trace for trace in figure.data if trace.meta == {"kind": "embeddings", "age": 0, "pick": "focus"}]
         xy, labels = np.column_stack([images.x, images.y]), images.customdata[:, 0]
         extents = [np.ptp(xy[labels == label], axis=0).max() / span for label in np.unique(labels)]
         print(f"UMAP step {step}: smallest class extent / axis span {min(extents):.3f}")

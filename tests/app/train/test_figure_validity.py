@@ -15,7 +15,7 @@ import pytest
 from demo.runs.focus_track import FocusView
 from demo.train.figures.curves import class_count_figure, curves_figure, target_cosine_figure
 from demo.train.figures.embeddings import embedding_figure
-from demo.train.figures.focus import few_class_figure
+from demo.train.figures.focus import few_class_drift_figure, few_class_figure
 from demo.train.figures.spread import class_spread_figure, drift_figure
 from demo.train.figures.style import built, scatter
 from memvir.analysis.projection import FocusProjection, ProjectedSnapshot
@@ -63,7 +63,8 @@ def focus_view() -> FocusView:
         weight_xy=np.arange(12.0).reshape(6, 2), weight_labels=np.array([3, 7] * 3),
         weight_ages=np.repeat([0, 1, 2], 2), memory_xy=np.ones((3, 2)), memory_labels=np.array([3, 7, 3]),
         memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
-        weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]))
+        weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]),
+        weight_drift=np.array([[0.0, 0.0], [0.0, 0.0], [7.0, 0.0], [0.0, 7.5], [14.0, 0.0], [9.0, 12.0]]))
     return FocusView(projection, (-1.0, 12.0), (-1.0, 12.0), 3, 5, 70)
 
 
@@ -79,6 +80,8 @@ FIGURES = {
     "embeddings by class": lambda: embedding_figure(projected(), "class"),
     "few classes": lambda: few_class_figure(focus_view()),
     "few classes, none yet": lambda: few_class_figure(None),
+    "few classes' drift": lambda: few_class_drift_figure(focus_view()),
+    "few classes' drift, none yet": lambda: few_class_drift_figure(None),
 }
 
 

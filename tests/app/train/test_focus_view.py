@@ -1,6 +1,7 @@
 """The few-class view as the page keeps and draws it: FocusTrack (PCA at once, UMAP when the UMAP process hands it
-back, which snapshot it asks for while training or at rest, fixed axes) and few_class_figure (what each trace is,
-colours that stay with their class, shades by age, lines from stored to live weights). Expectations written out."""
+back, which snapshot it asks for while training or at rest, axes framed on the points), few_class_figure (what each
+trace is, where it is, colours that stay with their class, shades by age, a legend of one entry per kind) and
+few_class_drift_figure (a panel per class, each stored weight at its true angle). Expectations written out."""
 
 import dataclasses
 
@@ -9,7 +10,15 @@ import pytest
 import torch
 
 from demo.runs.focus_track import UMAP_LAG, FocusTrack, FocusView
-from demo.train.figures.focus import LEGEND_GREY, class_colors, few_class_figure, shade
+from demo.train.figures.focus import (
+    LEGEND_GREY,
+    _panel_domains,
+    class_colors,
+    drift_guide,
+    few_class_drift_figure,
+    few_class_figure,
+    shade,
+)
 from memvir.analysis.projection import FocusProjection
 from memvir.events import SnapshotEvent
 
@@ -104,25 +113,7 @@ def test_following_in_umap_shows_the_newest_layout_unless_it_lags_too_far():
     assert track.view(None, umap=True).projection.step == 500
 
 
-def test_the_axes_hold_every_kept_picture_of_the_same_classes_and_method():
-    track = FocusTrack()
-    track.add(snapshot(10), 60)
-    track.add(snapshot(20), 60)
-    first, second = track.view(10), track.view(20)
-    assert first.x_range == second.x_range and first.y_range == second.y_range
-    for view in (first, second):
-        projection = view.projection
-        points = np.concatenate([projection.embedding_xy, projection.weight_xy, projection.memory_xy])
-        assert view.x_range[0] < points[:, 0].min() and points[:, 0].max() < view.x_range[1]
-        assert view.y_range[0] < points[:, 1].min() and points[:, 1].max() < view.y_range[1]
-    # square: the picture keeps equal units
-    assert np.isclose(np.diff(first.x_range), np.diff(first.y_range))
-    # other classes chosen: their own axes
-    track.add(snapshot(30, classes=(0, 1)), 60)
-    assert track.view(30).x_range != track.view(20).x_range
-
-
-def test_a_umap_layout_is_framed_on_its_own():
+def test_each_picture_is_framed_on_its_own_points_with_a_small_margin():
     track = FocusTrack(lambda: True)
     for step in (10, 20):
         track.add(snapshot(step), 60)
@@ -133,11 +124,16 @@ def test_a_umap_layout_is_framed_on_its_own():
             weight_xy=stretch * projection.weight_xy, memory_xy=stretch * projection.memory_xy))
     wide, narrow = track.view(10, umap=True), track.view(20, umap=True)
     assert np.diff(wide.x_range)[0] > 20 * np.diff(narrow.x_range)[0]
-    points = np.concatenate([narrow.projection.embedding_xy, narrow.projection.weight_xy])
-    assert narrow.x_range[0] < points[:, 0].min() and points[:, 0].max() < narrow.x_range[1]
+    for view in (track.view(10), track.view(20), wide, narrow):
+        projection = view.projection
+        points = np.concatenate([projection.embedding_xy, projection.weight_xy, projection.memory_xy])
+        low, high = points.min(axis=0), points.max(axis=0)
+        pad = 0.05 * (high - low).max()  # 5% of the larger span on every side: zoomed to the data
+        np.testing.assert_allclose([view.x_range, view.y_range], [(low[0] - pad, high[0] + pad),
+                                                                 (low[1] - pad, high[1] + pad)], rtol=1e-9)
 
 
-# ---------------------------------------------------------------------------------------------- the figure
+# ---------------------------------------------------------------------------------------------- the figures
 def hand_view(margin=10):
     """Two classes (3 and 7); images now, live weights, one stored weight per class at ages 1 and 2, stored rows."""
     projection = FocusProjection(
@@ -148,7 +144,7 @@ def hand_view(margin=10):
         memory_xy=np.array([[0.3, 0.1], [0.9, 0.8], [0.4, 0.2]]), memory_labels=np.array([3, 7, 3]),
         memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
         weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]),
-        drift_scale=0.02)
+        weight_drift=np.array([[0.0, 0.0], [0.0, 0.0], [7.0, 0.0], [0.0, -7.5], [-14.0, 0.0], [9.0, 12.0]]))
     return FocusView(projection, (-1.0, 2.0), (-1.0, 2.0), 3, 5, 120)
 
 
@@ -156,39 +152,45 @@ def data_traces(figure):
     return {(trace.meta["kind"], trace.meta["age"]): trace for trace in figure.data if trace.meta}
 
 
-def test_each_kind_and_age_is_one_trace_in_plain_words():
+def test_the_map_draws_each_kind_and_age_as_one_trace_at_the_map_s_positions():
     figure = few_class_figure(hand_view())
     traces = data_traces(figure)
     assert {key: trace.name for key, trace in traces.items()} == {
-        ("embeddings", 0): "embeddings now (the classes' training images)",
-        ("embeddings", 1): "embeddings from 11 steps ago", ("embeddings", 2): "embeddings from 22 steps ago",
-        ("weights", 0): "class weights now", ("weights", 1): "class weights from 11 steps ago",
-        ("weights", 2): "class weights from 22 steps ago"}
+        ("embeddings", 0): "image embedded now",
+        ("embeddings", 1): "image stored from 11 steps ago", ("embeddings", 2): "image stored from 22 steps ago",
+        ("weights", 0): "class weight now", ("weights", 1): "class weight from 11 steps ago",
+        ("weights", 2): "class weight from 22 steps ago"}
+    # every point where the projection put it: the stored weights too, not around their live weight
+    np.testing.assert_array_equal(traces["weights", 0].x, [0.0, 1.0])
     np.testing.assert_array_equal(traces["weights", 1].x, [0.1, 1.1])
+    np.testing.assert_array_equal(traces["weights", 2].y, [0.7, 1.3])
     np.testing.assert_array_equal(traces["embeddings", 2].y, [0.2])
+    np.testing.assert_array_equal(traces["embeddings", 0].x, [0.0, 0.1, 1.0])
     # each point's class, its angle to its class's live weight, that angle's cosine (the hover text), its row
     np.testing.assert_allclose(traces["embeddings", 0].customdata,
                                [[3, 50, np.cos(np.radians(50)), 0], [3, 55, np.cos(np.radians(55)), 1],
                                 [7, 60, np.cos(np.radians(60)), 2]])
     assert traces["embeddings", 0].meta["pick"] == "focus" and "pick" not in traces["embeddings", 1].meta
     np.testing.assert_allclose(traces["weights", 2].customdata[:, 1], [14.0, 15.0])
-    assert "%{customdata[1]:.1f}° from the class weight now" in traces["weights", 1].hovertemplate
+    assert "%{customdata[1]:.1f}° from its class weight now" in traces["weights", 1].hovertemplate
     assert "from its class weight now" in traces["embeddings", 1].hovertemplate
     assert "°" not in traces["weights", 0].hovertemplate
     assert traces["weights", 0].marker.symbol == "diamond" and traces["weights", 0].marker.line.width > 0
     assert traces["embeddings", 1].marker.symbol == "circle-open"
-    # the legend shows each kind once, in grey; the points wear their classes' colours
-    legend = [trace for trace in figure.data if trace.showlegend is not False and not trace.meta
-              and trace.mode == "markers"]
-    assert len(legend) == 6 and all(trace.x == (None,) for trace in legend)
-    assert legend[0].marker.color == LEGEND_GREY
-    # listed embeddings first, then weights, each from now back, whatever order they are drawn in
+    # the images are drawn last, over the weights, and their dots are smaller than the diamonds
+    assert figure.data[-1] is traces["embeddings", 0]
+    assert traces["embeddings", 0].marker.size < traces["weights", 1].marker.size < traces["weights", 0].marker.size
+    assert not [trace for trace in figure.data if trace.mode == "lines"]  # no spokes on the map
+    # the legend is folded: one grey entry per kind, whatever the number of ages, whose group holds every age
+    legend = [trace for trace in figure.data if trace.showlegend is not False and not trace.meta]
     assert [trace.name for trace in sorted(legend, key=lambda trace: trace.legendrank)] == [
-        "embeddings now (the classes' training images)", "embeddings from 11 steps ago",
-        "embeddings from 22 steps ago", "class weights now", "class weights from 11 steps ago",
-        "class weights from 22 steps ago"]
+        "images now", "stored images (virtual)", "class weights now", "stored class weights (virtual)"]
+    assert all(trace.x == (None,) and trace.marker.color == LEGEND_GREY for trace in legend)
+    assert {trace.legendgroup for trace in legend} == {trace.legendgroup for trace in traces.values()}
+    assert traces["weights", 1].legendgroup == traces["weights", 2].legendgroup != traces["weights", 0].legendgroup
     assert figure.layout.xaxis.range == (-1.0, 2.0) and figure.layout.yaxis.scaleanchor == "x"
     assert "2 classes at step 120, PCA" in figure.layout.title.text
+    assert "paler: older (11, 22 steps ago)" in figure.layout.title.text
 
 
 def test_a_class_keeps_its_colour_and_age_pales_it():
@@ -207,27 +209,61 @@ def test_a_class_keeps_its_colour_and_age_pales_it():
     assert lightness(colors[3]) < lightness(older[0]) < lightness(oldest[0]) < 3 * 255
 
 
-def test_a_line_joins_each_stored_weight_to_its_class_s_live_weight():
-    lines = [trace for trace in few_class_figure(hand_view()).data if trace.mode == "lines"]
-    assert len(lines) == 1
-    xs, ys = list(lines[0].x), list(lines[0].y)
-    segments = [((xs[i], ys[i]), (xs[i + 1], ys[i + 1])) for i in range(0, len(xs), 3)]
-    assert segments == [((0.1, 0.6), (0.0, 0.5)), ((1.1, 1.4), (1.0, 1.5)), ((0.2, 0.7), (0.0, 0.5)),
-                        ((1.2, 1.3), (1.0, 1.5))]
-    assert xs[2::3] == [None] * 4
+def drift_traces(figure):
+    return {(trace.meta["class"], trace.meta["age"]): trace for trace in figure.data if trace.meta}
 
 
-def test_a_bar_in_the_corner_states_the_drift_scale():
-    figure = few_class_figure(hand_view())
-    bar, = figure.layout.shapes
-    # 10 degrees at 0.02 map units a degree, 5% of the 3-unit span in from the lower left corner
-    assert (bar.type, bar.xref, bar.yref) == ("line", "x", "y")
-    assert (bar.x0, bar.x1, bar.y0, bar.y1) == pytest.approx((-0.85, -0.65, -0.85, -0.85))
-    words, = figure.layout.annotations
-    assert (words.x, words.y, words.xanchor) == (pytest.approx(-0.65), pytest.approx(-0.85), "left")
-    assert words.text == "10° (cos 0.985) between a stored and a live weight"
-    assert ("stored class weights drawn around their live weight to the bar's scale; the rest as the map places it"
-            in figure.layout.title.text)
+def test_the_drift_picture_has_one_panel_per_class_with_each_stored_weight_at_its_true_angle():
+    figure = few_class_drift_figure(hand_view())
+    traces = drift_traces(figure)
+    assert set(traces) == {(3, 0), (3, 1), (3, 2), (7, 0), (7, 1), (7, 2)}
+    # classes sorted: 3 in the first panel (axes x, y), 7 in the second (x2, y2)
+    assert {(trace.xaxis, trace.yaxis) for (label, _), trace in traces.items() if label == 3} == {("x", "y")}
+    assert {(trace.xaxis, trace.yaxis) for (label, _), trace in traces.items() if label == 7} == {("x2", "y2")}
+    # the live weight in the middle, each stored weight at its drift-frame position: its angle in degrees from it
+    assert (traces[3, 0].x, traces[3, 0].y) == ((0.0,), (0.0,))
+    assert (traces[3, 1].x, traces[3, 1].y) == ((7.0,), (0.0,))
+    assert (traces[7, 2].x, traces[7, 2].y) == ((9.0,), (12.0,))  # 15 degrees: 9, 12
+    np.testing.assert_allclose(traces[7, 2].customdata[0, :3], [7, 15, np.cos(np.radians(15))])
+    # one scale in every panel, a little beyond the farthest (15 degrees), equal units on both axes
+    for suffix in ("", "2"):
+        xaxis, yaxis = figure.layout[f"xaxis{suffix}"], figure.layout[f"yaxis{suffix}"]
+        assert xaxis.range == yaxis.range == pytest.approx((-15 * 1.15, 15 * 1.15))
+        assert yaxis.scaleanchor == f"x{suffix}"
+    # spokes from the live weight to each stored one, one trace per panel
+    spokes = [trace for trace in figure.data if trace.mode == "lines"]
+    assert [(trace.xaxis, list(trace.x), list(trace.y)) for trace in spokes] == [
+        ("x", [0.0, 7.0, None, 0.0, -14.0, None], [0.0, 0.0, None, 0.0, 0.0, None]),
+        ("x2", [0.0, 0.0, None, 0.0, 9.0, None], [0.0, -7.5, None, 0.0, 12.0, None])]
+    # a dotted guide circle of 10 degrees (the round angle within 15) in each panel, the classes named above them
+    circles = figure.layout.shapes
+    assert [(c.type, c.xref, c.x0, c.x1, c.y0, c.y1) for c in circles] == [
+        ("circle", "x", -10, 10, -10, 10), ("circle", "x2", -10, 10, -10, 10)]
+    assert [note.text for note in figure.layout.annotations] == ["class 3", "class 7"]
+    assert "dotted circle 10° (cos 0.985)" in figure.layout.title.text
+
+
+def test_the_drift_panels_fill_rows_of_four_from_the_top_left():
+    domains = _panel_domains(6)
+    assert len(domains) == 6
+    xs = [x for x, _ in domains]
+    ys = [y for _, y in domains]
+    assert xs[0][0] == 0 and xs[3][1] == 1 and xs[4] == xs[0]  # the fifth starts the second row
+    assert ys[0] == ys[3] and ys[0][1] == 1 and ys[4][0] == 0 and ys[4][1] < ys[0][0]
+    assert [drift_guide(angle) for angle in (0.3, 1, 4.9, 15, 200)] == [1, 1, 2, 10, 90]
+
+
+def test_the_drift_picture_before_the_first_virtual_set_says_so():
+    view = hand_view()
+    projection = view.projection
+    live = slice(0, 2)
+    young = dataclasses.replace(
+        projection, weight_xy=projection.weight_xy[live], weight_labels=projection.weight_labels[live],
+        weight_ages=projection.weight_ages[live], weight_angles=projection.weight_angles[live],
+        weight_drift=projection.weight_drift[live])
+    figure = few_class_drift_figure(dataclasses.replace(view, projection=young))
+    assert not figure.data and "no virtual set yet" in figure.layout.annotations[0].text
+    assert "No few-class snapshot yet" in few_class_drift_figure(None).layout.annotations[0].text
 
 
 def test_no_view_gives_a_message():

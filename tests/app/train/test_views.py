@@ -163,6 +163,11 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
     assert live.recolor(PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
     # UMAP asked for where the server runs none: said so
     assert "UMAP is off on this server" in live.recolor(state, True, "few-umap")[1]
+    # the drift of the same snapshot's stored weights: a panel per class
+    figure, caption = live.recolor(state, True, "few-drift")
+    assert re.fullmatch(r"Snapshot 6 of 6 kept · step 18 · true angles · training classes( \d+,){7} \d+", caption)
+    assert len(figure.layout.annotations) == 8
+    assert {trace.meta["age"] for trace in figure.data if trace.meta} == {0, 1, 2}
 
 
 def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
