@@ -13,7 +13,7 @@ import os
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home: the app works offline
 
-from memvir._hub_settings import turn_off_side_requests  # noqa: E402  (before anything imports huggingface_hub)
+from memvir._hub_shims import turn_off_side_requests  # noqa: E402  (before anything imports huggingface_hub)
 
 turn_off_side_requests()  # the Hub gets only the requests a visitor's pull or push makes
 

@@ -438,7 +438,7 @@ def read_run(run: Path, test: bool, curves: bool = True) -> dict:
     """The final evaluation's metrics (validation only where `test` is False), the evaluation curve (where `curves`),
     the training batches' mean cos(x, W_y) at each logged step (the paper's Fig. 5), and the mean share of Adam's
     parameters whose step grows with the gradient after the warm-up (memvir.train.adam_regime)."""
-    from memvir.run_folder import RunFolder
+    from memvir.checkpoint import RunFolder
 
     records = RunFolder(run).records()
     evals = [r for r in records if r["type"] == "eval"]
@@ -486,7 +486,7 @@ def _commit() -> str | None:
 
 def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: int, device: str) -> None:
     output = results.path.parent
-    from memvir.run_folder import RunFolder
+    from memvir.checkpoint import RunFolder
 
     out = runs / profile.name / job.name
     args = job.args(profile) + ["--out", str(out)]

@@ -47,7 +47,7 @@ from studies import (  # noqa: E402
     summary,
 )
 
-from memvir.run_folder import RunFolder  # noqa: E402
+from memvir.checkpoint import RunFolder  # noqa: E402
 
 CURVE = ("step", "recall@1", "map@r", "val_recall@1", "val_map@r")
 

@@ -8,8 +8,9 @@ metrics, the evaluation path), `analysis/` (what the paper's figures measure), `
 libraries' losses, such as pytorch-metric-learning's, imported only there); at the top `config` (TrainConfig),
 `events`, `losses`, `checkpoint` (the run folder on disk: its names, writers and `RunFolder`), `hub`, `cli`;
 `_validate` (the argument and tensor checks the parts share), `_registry` (the one registry shape: losses,
-backbones, datasets), `_hub_settings` (what the front ends tell huggingface_hub before using it) and `_lazy` (the
-lazy faces: this one and each package's, whose `__init__` exports the package's public names the same way).
+backbones, datasets), `_hub_shims` (every version-sensitive use of huggingface_hub: the telemetry switch, the Hub
+mixin's internals) and `_lazy` (the lazy faces: this one and each package's, whose `__init__` exports the package's
+public names the same way).
 """
 
 from memvir._lazy import lazy_exports

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memvir._hub_settings import turn_off_side_requests
+from memvir._hub_shims import turn_off_side_requests
 from memvir.checkpoint import RUN_MARKERS, TRAINER_STATE
 from memvir.config import RESUMABLE, ResumeConflict, TrainConfig
 from memvir.events import EvalEvent, StatusEvent, StepEvent

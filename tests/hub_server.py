@@ -860,7 +860,7 @@ def point_client_at(monkeypatch, endpoint: str, home) -> None:
 
     huggingface_hub reads HF_ENDPOINT, HF_HUB_OFFLINE and the rest once, at import (tests/conftest.py imports it
     offline), into `huggingface_hub.constants`, which the client reads at each call: so the test sets those. Also as
-    the CLI and the app run it (memvir._hub_settings: no telemetry, so no agent-harness look-up), and without Xet,
+    the CLI and the app run it (memvir._hub_shims: no telemetry, so no agent-harness look-up), and without Xet,
     which the loopback Hub does not serve (uploads go through LFS). No token unless the test sets HF_TOKEN.
     """
     import huggingface_hub.constants as constants

@@ -1,4 +1,4 @@
-"""The CLI and the app send the Hub only the requests they are asked for (memvir._hub_settings): no telemetry, so no
+"""The CLI and the app send the Hub only the requests they are asked for (memvir._hub_shims): no telemetry, so no
 agent-harness look-up with its own 3 s timeout before the first request, unless the user set HF_HUB_DISABLE_TELEMETRY.
 
 Each program runs in a process of its own, as a user starts it, since huggingface_hub reads the setting at import;
@@ -15,7 +15,7 @@ import huggingface_hub.constants
 import pytest
 from hub_server import client_environment
 
-from memvir._hub_settings import turn_off_side_requests
+from memvir._hub_shims import turn_off_side_requests
 from memvir.hub import DEFAULT_TIMEOUT_S
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,16 +1,17 @@
-"""memvir.models._hub_shims, memvir's one door to huggingface_hub's private parts: it fails loudly here when an
-upgrade moves them."""
+"""memvir._hub_shims, memvir's one door to huggingface_hub's private parts: it fails loudly here when an upgrade
+moves them, and the import-time check refuses a mixin without them in words."""
 
 import json
 from pathlib import Path
 
 import huggingface_hub
+import pytest
 from huggingface_hub import PyTorchModelHubMixin
 
-from memvir.models import _hub_shims
+from memvir import _hub_shims
 from memvir.models.embedding_model import EmbeddingModel
 
-REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
+REQUIREMENTS = Path(__file__).resolve().parents[1] / "requirements.txt"
 
 
 def test_huggingface_hub_is_the_pinned_version_with_the_private_names_the_shims_use():
@@ -29,3 +30,10 @@ def test_the_config_set_through_the_shim_is_what_save_pretrained_writes(tmp_path
     assert loaded.config == config
     for name, tensor in model.state_dict().items():
         assert tensor.equal(loaded.state_dict()[name]), name
+
+
+def test_a_mixin_without_the_private_loader_is_refused_in_words(monkeypatch):
+    _hub_shims.check_mixin_internals()  # the pinned version passes
+    monkeypatch.delattr(PyTorchModelHubMixin, "_load_as_safetensor")
+    with pytest.raises(ImportError, match=r"no PyTorchModelHubMixin\._load_as_safetensor.*pip install -r requirements"):
+        _hub_shims.check_mixin_internals()

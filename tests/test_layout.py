@@ -116,8 +116,8 @@ def test_no_package_imports_one_that_imports_it_back():
 # Third-party internals the code relies on, each allowed in its dependency's one shim module only: gradio's queue,
 # plotly's figure without validation, huggingface_hub's mixin config and safetensors loader.
 PRIVATE_USES = {r"\._queue\b": "demo/common/shims.py", r"\b_validate=": "demo/common/shims.py",
-                r"\b_hub_mixin_config\b": "memvir/models/_hub_shims.py",
-                r"\b_load_as_safetensor\b": "memvir/models/_hub_shims.py"}
+                r"\b_hub_mixin_config\b": "memvir/_hub_shims.py",
+                r"\b_load_as_safetensor\b": "memvir/_hub_shims.py"}
 
 
 @pytest.mark.parametrize("private", sorted(PRIVATE_USES))

@@ -9,7 +9,6 @@
 - `preprocessing`: a model's input preprocessing: the transform of its queries, and a dataset's splits read its way
   (`model_input`, `read_for_model`, `query_transform`).
 - `card`: the model card an `EmbeddingModel` saves as README.md.
-- `_hub_shims`: every use of huggingface_hub outside its documented API, checked against the pinned version.
 - `initialisation`: a model started from a saved checkpoint folder (the backbone, the head where it fits):
   `initialise_from_checkpoint`, which says what it loaded as an `Initialisation`.
 

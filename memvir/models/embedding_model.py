@@ -22,14 +22,15 @@ from safetensors import SafetensorError
 from torch import nn
 from torchvision.transforms import v2
 
-from memvir import checkpoint
+from memvir import _hub_shims, checkpoint
 from memvir.checkpoint import CheckpointError
 from memvir.data.registry import MAX_IMAGE_SIZE
-from memvir.models import _hub_shims
 from memvir.models.backbones import build_backbone
 from memvir.models.card import MODEL_CARD_TEMPLATE, card_cell, describe_for_the_hub, metric_rows
 from memvir.models.preprocessing import DEFAULT_INTERPOLATION, INTERPOLATIONS, query_transform
 from memvir.models.timm_backbones import timm_hub_id
+
+_hub_shims.check_mixin_internals()  # another huggingface_hub fails here, at import, saying what to install
 
 MAX_IN_CHANNELS = 256
 """Most input channels a model may take (1 grayscale, 3 RGB; multispectral images have tens)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from memvir.checkpoint import TRAIN_CONFIG
+from memvir.checkpoint import CheckpointError, RunFolder
 from memvir.data import load_dataset
 from memvir.hub import load_model
 from memvir.models.preprocessing import read_for_model
@@ -102,12 +102,8 @@ def load_model_and_split(model_ref: str, dataset: str | None = None, data_root: 
 def _trained_columns(model_ref: str) -> dict:
     """The Hub dataset columns (image_column, label_column) a run folder's train_config.json names, so that the
     run's own dataset is read as it was trained on; {} elsewhere (a repo id, a checkpoint folder: the defaults)."""
-    import json
-    from pathlib import Path
-
-    path = Path(model_ref).expanduser() / TRAIN_CONFIG
     try:
-        saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
+        saved = RunFolder(model_ref).config_dict()
+    except CheckpointError:  # no run folder, or a damaged config: the defaults
         return {}
     return {key: saved[key] for key in ("image_column", "label_column") if isinstance(saved.get(key), str)}
