@@ -82,7 +82,7 @@ class RunFolder:
     path: Path
 
     def __post_init__(self):
-        object.__setattr__(self, "path", Path(self.path).expanduser())
+        object.__setattr__(self, "path", Path(self.path))
 
     @property
     def records_file(self) -> Path:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from memvir._hub_shims import turn_off_side_requests
-from memvir.checkpoint import RUN_MARKERS, TRAINER_STATE
+from memvir.checkpoint import RunFolder
 from memvir.config import RESUMABLE, ResumeConflict, TrainConfig
 from memvir.events import EvalEvent, StatusEvent, StepEvent
 from memvir.memory.size import format_bytes
@@ -352,9 +352,10 @@ def _check_new_run_folder(out: Path, overwrite: bool) -> None:
     or a non-empty folder that is not a run (unless --overwrite), so that nothing of the user's is replaced."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file, not a folder; choose another --out")
-    if (out / TRAINER_STATE).exists():
+    run = RunFolder(out)
+    if run.state_file.exists():
         raise ValueError(f"{out} already holds a run; add --resume to continue it or choose another --out")
-    if overwrite or not out.is_dir() or any((out / marker).exists() for marker in RUN_MARKERS):
+    if overwrite or not out.is_dir() or run.is_run():
         return
     names = sorted(entry.name for entry in out.iterdir())
     if names:

@@ -8,6 +8,7 @@ the K values of the dataset (docs/method.md, "Evaluation").
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -103,7 +104,7 @@ def _trained_columns(model_ref: str) -> dict:
     """The Hub dataset columns (image_column, label_column) a run folder's train_config.json names, so that the
     run's own dataset is read as it was trained on; {} elsewhere (a repo id, a checkpoint folder: the defaults)."""
     try:
-        saved = RunFolder(model_ref).config_dict()
+        saved = RunFolder(Path(model_ref).expanduser()).config_dict()
     except CheckpointError:  # no run folder, or a damaged config: the defaults
         return {}
     return {key: saved[key] for key in ("image_column", "label_column") if isinstance(saved.get(key), str)}
