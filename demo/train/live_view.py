@@ -16,6 +16,7 @@ from types import SimpleNamespace
 from demo.common.cores import run_in_background
 from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
+from demo.train import words
 
 
 def _figures():
@@ -388,4 +389,6 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, dr
     shown = "true angles" if drift else f"{method}{note}"
     caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {shown} · "
                f"training classes {classes}")
+    if not drift and run.config.dataset == "glyphs":
+        caption += "  \n" + words.GLYPHS_MAP_NOTE
     return draw(view), caption

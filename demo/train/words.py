@@ -53,24 +53,29 @@ FOCUS_INFO = ("Training-class indices to draw, separated by commas (6 to 10 read
 # docs/method.md, "What the app shows"
 SNAPSHOT_HELP = """**What you are seeing.** A few training classes (the caption names them; pick others below), each \
 in its own colour, the same in every snapshot. The map, PCA or UMAP, squeezes the embedding space into two \
-dimensions: it keeps where the classes lie beside one another and shortens most distances.
+dimensions, every point of the picture at once: it keeps where the classes lie beside one another and shortens most \
+distances.
 
-- **Dots**: the network's embeddings of the class's training images now. Click one to see its image beside its \
-nearest neighbours in the full embedding space, under the picture.
+- **Dots**: the network's embeddings of the class's training images now, drawn over everything else. Click one to \
+see its image beside its nearest neighbours in the full embedding space, under the picture.
 - **Outlined diamonds**: the class weights now, which the loss compares embeddings with.
-- **Rings**: the class's embeddings stored j(M+1) steps ago, placed by the map like the dots; paler is older. Where \
-they sit apart from the dots, the network has moved those images on since.
-- **Pale diamonds**, each joined to its class's outlined one by a line: the class weights stored j(M+1) steps ago. \
-With the rings they are the *virtual classes*, which count as classes of their own. A stored weight differs from the \
-live one in directions a map leaves out, so a map would draw it on top of it; it is drawn around its live weight \
-instead, **to the scale of the bar in the corner**: the line's length is the true angle between the two (hover a \
-point for the angle and its cosine). Compare lines with one another and with the bar, not with the map's \
-distances; they point away from the middle only to cover less.
+- **Pale diamonds and rings**: the class weights and the embeddings stored j(M+1) steps ago, paler the older: the \
+*virtual classes*, which count as classes of their own, placed by the map like the rest. Where rings sit apart from \
+the dots, the network has moved those images on since.
 
-Right after a set arrives its weights sit a few degrees from the live ones; as training moves the network on, they \
-drift further, older ones mostly further (the curves above give the mean cosines). The paper's Fig. 7 shows a model \
-trained far longer, real and virtual classes all told apart. **All classes** draws every class at once, where this \
-detail drowns in the crowd."""
+A stored weight differs from the live one by a few degrees, mostly in directions a map leaves out, so on the map it \
+sits close to its live weight. **A few classes, drift** shows how far each has moved: one small panel per class, the \
+live weight in the middle and each stored weight at its true angle from it, to one scale in every panel (hover a \
+point for the angle and its cosine). Right after a set arrives its weights sit a few degrees from the live ones; as \
+training moves the network on, they drift further, older ones mostly further (the curves above give the mean \
+cosines). The paper's Fig. 7 shows a model trained far longer, real and virtual classes all told apart. **All \
+classes** draws every class at once, where this detail drowns in the crowd."""
+
+# Under the few-class map of a glyphs run: what its preset lets the map show (measured: docs/app.md)
+GLYPHS_MAP_NOTE = ("On glyphs at its preset (M = 10) a stored class weight mostly lies 1 to 5 % of the map's width "
+                   "from its live one (4 to 19°), about a diamond's width, and a virtual set holds about one image of "
+                   "each class shown: the map shows where the virtual classes sit, not clusters of their own as in "
+                   "the paper's Fig. 7; **a few classes, drift** shows how far they moved.")
 
 SPREAD_HELP = """**The drift, as numbers.** Left: for each virtual set in use, the mean cosine between a class's \
 stored weight and its weight now (solid; 1 is an exact copy), and between stored embeddings and their class's weight \
