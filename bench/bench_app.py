@@ -18,7 +18,6 @@ included), on the bundled MemVir checkpoint's gallery of 12,252 glyphs.
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -36,6 +35,7 @@ sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 
 from demo.common.cores import SERVER_PRIORITIES  # noqa: E402 - after the repository is on the path
+from memvir.checkpoint import RunFolder  # noqa: E402
 
 # The training compared, in the app and on the command line: the app's defaults for glyphs where not named here, and
 # no warm-up, so that the memory is full (N(M+1) = 55 steps) well before the timed second half of a run.
@@ -54,11 +54,7 @@ def free_port() -> int:
 
 def _step_records(run_dir: Path) -> list[dict]:
     """The step records of a run's metrics.jsonl; none before the run has written it."""
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [record for record in records if record["type"] == "step"]
+    return [record for record in RunFolder(run_dir).records() if record.get("type") == "step"]
 
 
 def median_images_per_s(run_dir: Path) -> float:

@@ -26,8 +26,9 @@ ARMS = ("cli", "app", "app-umap")
 
 def median_images_per_s(run_dir: Path) -> float:
     """As bench/bench_app.py: the median over the second half, where the memory is full and the step's cost steady."""
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["type"] == "step"]
+    from memvir.checkpoint import RunFolder  # as the other project imports here: after REPO is on the path
+
+    steps = [record for record in RunFolder(run_dir).records() if record.get("type") == "step"]
     last = steps[-1]["step"]
     return statistics.median(r["images_per_s"] for r in steps if r["step"] > last / 2)
 

@@ -32,15 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_app import APP_SETTINGS, PagePolls, percentile, process_cpu_s, start_app, views_due  # noqa: E402 - bench/ is on the path now
 
+from memvir.checkpoint import RunFolder  # noqa: E402 - bench_app put the repository on the path
+
 ARRIVAL_S = 2.0  # the crowd arrives within this many seconds, as after a link is shared
 SETTLE_S = 8.0  # after the arrivals, when the pages' opening no longer holds up a poll
 
 
 def last_step(run_dir: Path) -> int:
     """The newest step the run's metrics.jsonl records (its logged steps: every few steps)."""
-    path = run_dir / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.exists() else []  # written from the run's first logged step
-    steps = [json.loads(line)["step"] for line in lines if '"type": "step"' in line]
+    # metrics.jsonl is written from the run's first logged step: none before
+    steps = [record["step"] for record in RunFolder(run_dir).records() if record.get("type") == "step"]
     return steps[-1] if steps else 0
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memvir.checkpoint import MODEL_FILES
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval import evaluation
 from memvir.retrieval.diagnosis.ranking import QueryRankings, rank_gallery
@@ -40,7 +41,7 @@ from memvir.retrieval.index import GalleryIndex
 
 GALLERY_DIR = "gallery"
 STAMP_FILE = "checkpoint.json"
-_STAMPED_FILES = ("config.json", "model.safetensors")
+_STAMPED_FILES = MODEL_FILES  # a gallery is stale once the model it was embedded with changes
 _FORMAT = "memvir.CheckpointGallery"
 _FORMAT_VERSION = 1
 # Items whose model inputs enter the fingerprint: enough to see a re-rendering or a changed transform, few enough
