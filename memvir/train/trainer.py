@@ -89,20 +89,39 @@ def _batch_norms(model: nn.Module) -> list[nn.Module]:
 
 
 class Trainer:
-    """Trains an EmbeddingModel with MemVir. ``run()`` blocks; ``stop``/``pause``/``resume``/``update`` may be called
-    from other threads and take effect between two steps.
+    """Trains an EmbeddingModel with MemVir, as one TrainConfig says. ``run()`` blocks; ``stop``/``pause``/``resume``/
+    ``update`` may be called from other threads and take effect between two steps. `Trainer.from_run_folder`
+    continues a run from its checkpoint.
 
     Under torchrun every rank builds its own Trainer with the same config and `out_dir`; rank 0 alone writes there
     (on the others `out_dir` is None) and calls listeners, and its stop, pause and updates hold for all ranks.
+
+    Example:
+        trainer = Trainer(TrainConfig(dataset="glyphs-mini", memvir_n=5, memvir_m=10), out_dir="runs/mini")
+        trainer.run()  # 'finished'
     """
 
     def __init__(self, config: TrainConfig, out_dir: str | Path | None = None, listeners=(), *,
                  load_init: bool = True, max_memory_bytes: int | None = None):
-        """load_init: start the model from `config.init_from` when it names a checkpoint folder; False when a
-        trainer state will replace the weights (a resume: the run's own weights, not the init, are where it is).
-        max_memory_bytes: the largest MemVir memory this run may allocate (memvir.memory.size.memory_limit; None:
-        MEMVIR_MAX_MEMORY_BYTES, else 16 GiB), e.g. what the process that trains it measured it may take. N and M
-        past it are refused, at the start and live, before anything is allocated (MemoryLimitError)."""
+        """Build the run's data, model, class weights, loss, MemVir and optimiser; nothing trains until `run`.
+
+        Args:
+            config: the run's settings (a validated TrainConfig).
+            out_dir: the run folder to write: the model's Hub files, train_config.json, metrics.jsonl and the trainer
+                state a resume needs (memvir.checkpoint). None writes nothing.
+            listeners: callables, each called with every event the run emits (memvir.events), on the training thread.
+            load_init: start the model from `config.init_from` when it names a checkpoint folder; False when a
+                trainer state will replace the weights (a resume: the run's own weights, not the init, are where it
+                is).
+            max_memory_bytes: the largest MemVir memory this run may allocate (memvir.memory.size.memory_limit;
+                None: MEMVIR_MAX_MEMORY_BYTES, else 16 GiB), e.g. what the process that trains it measured it may
+                take.
+
+        Raises:
+            MemoryLimitError: N and M whose memory would pass `max_memory_bytes`; checked at the start and at every
+                live change, before anything is allocated.
+            DatasetError: a dataset that cannot be read (memvir.data), saying what to fix.
+        """
         self.config = config
         self.world = World.from_environment()
         self._local_rows = self.world.batch_rows(config.batch_size)  # checked before any process waits for another
@@ -329,8 +348,15 @@ class Trainer:
 
     # -------------------------------------------------------------------------------------- the loop
     def run(self) -> str:
-        """Train until the last epoch, ``max_steps``, or a stop. Returns the final state:
-        'finished' or 'stopped'. Raises TrainingDiverged on a NaN/inf loss (after emitting 'failed')."""
+        """Train until the last epoch, ``max_steps``, or a stop, evaluating, logging and checkpointing as the config
+        says.
+
+        Returns:
+            The final state: 'finished', or 'stopped' after `stop()`.
+
+        Raises:
+            TrainingDiverged: a NaN or infinite loss (after emitting the 'failed' status).
+        """
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             checkpoint.remove_stale_temporaries(self.out_dir)  # what a process killed mid-checkpoint left
