@@ -62,11 +62,20 @@ def pull(
     the cached snapshot is used if there is one.
 
     Args:
+        repo_id_or_path: a checkpoint folder (a run folder, or one `EmbeddingModel.save_pretrained` wrote), or a Hub
+            model repo id, "owner/name".
+        revision: for a repo id, the branch, tag or commit to fetch; None for the default branch.
+        timeout_s: how long the Hub may take to answer the look-up before the cache is used.
+        cache_dir: the Hub cache to download into and read from; None for HF_HUB_CACHE.
         token: the Hub token to read with: None for this machine's (HF_TOKEN, else the cached login), False for none
             at all (a private repo then reads as not found), or a token.
 
     Returns:
         The folder holding config.json and model.safetensors.
+
+    Raises:
+        HubError: neither a folder nor a repo id, a repo or revision the Hub does not have, a Hub that cannot be
+            reached with nothing cached, or a folder without the model's files, in words that say what to do.
     """
     folder = Path(repo_id_or_path).expanduser()
     if folder.is_dir():

@@ -866,10 +866,19 @@ def loss_defaults(name: str) -> dict:
 
 
 def build_loss(name: str, **hparams) -> MetricLoss:
-    """The loss registered as ``name`` (one of ``LOSSES``) with the given hyper-parameters, others at defaults.
+    """The loss registered as ``name`` with the given hyper-parameters, the others at their defaults.
 
-    Raises ValueError for an unknown name (listing the valid ones), a hyper-parameter that loss does not take
-    (listing those it does), or an invalid value.
+    Args:
+        name: one of ``LOSSES``.
+        **hparams: what that loss takes (``loss_defaults(name)`` lists them): ``scale``, ``margin`` (radians for
+            ArcFace and CurricularFace; delta for Proxy-Anchor), ``alpha`` (Proxy-Anchor).
+
+    Returns:
+        The loss, an ``nn.Module``: ``loss(embeddings[B, D], labels[B], class_weights[C, D]) -> scalar``.
+
+    Raises:
+        ValueError: an unknown name (listing the valid ones and the nearest), a hyper-parameter that loss does not
+            take (listing those it does), or an invalid value.
     """
     loss_class = LOSS_REGISTRY.get(name)
     # Named parameters only: a loss without its own __init__ shows nn.Module's (*args, **kwargs), which take none.

@@ -295,6 +295,22 @@ class MemVir(nn.Module):
                 )
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
+        """One training step: this batch with the virtual classes of the selected stored steps, then this batch
+        stored (docs/method.md).
+
+        Args:
+            embeddings: [B, D], this step's embeddings.
+            labels: [B], integer classes in [0, C).
+            class_weights: [C, D], the loss's class weights (or proxies).
+
+        Returns:
+            An `AugmentedBatch` (embeddings', labels', class_weights'): the live inputs first, then for each selected
+            step j = 1..k its rows with labels y + jC and its class weights, detached; before the warm-up's end, the
+            inputs unchanged (k = 0, `num_virtual_sets`).
+
+        Raises:
+            ValueError: wrong shapes or dtypes, labels out of range, or (with `check_values`) NaN or inf, saying which.
+        """
         step = self.step
         storing = step >= self._store_from() and self.num_steps > 0
         self._validate(embeddings, labels, class_weights, storing)

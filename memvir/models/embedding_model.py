@@ -150,9 +150,19 @@ class EmbeddingModel(
         return _hub_shims.config_of(self)["embedding_dim"]
 
     def forward(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        """Images [B, in_channels, H, W] (preprocessed) -> L2-normalised embeddings [B, embedding_dim]; with
-        `normalize=False` the head's raw output, for a loss that takes un-normalised embeddings (the paper's
-        Softmax). Retrieval always uses the normalised ones."""
+        """The embeddings of a preprocessed batch, with gradients (training); `embed` is the inference entry point.
+
+        Args:
+            images: [B, in_channels, H, W], preprocessed as the model's config says (`preprocess`).
+            normalize: L2-normalise the embeddings; False gives the head's raw output, for a loss that takes
+                un-normalised embeddings (the paper's Softmax). Retrieval always uses the normalised ones.
+
+        Returns:
+            [B, embedding_dim] embeddings.
+
+        Raises:
+            ValueError: a tensor that is not [B, in_channels, H, W].
+        """
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
                 f"expected a batch of images [B, {self.in_channels}, H, W], got shape {tuple(images.shape)}"
