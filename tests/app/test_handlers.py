@@ -5,9 +5,11 @@ parameter names clients send."""
 
 import html
 import inspect
+import io
 import re
 import time
 import typing
+import zipfile
 from types import SimpleNamespace
 
 import gradio as gr
@@ -17,6 +19,7 @@ from gradio.utils import get_type_hints as gradio_type_hints
 from PIL import Image
 
 from demo.common.handlers import reporting
+from demo.common.inputs import InputRefused, box_number
 from demo.common.settings import AppSettings
 from demo.page import App, PageHandlers, build_app
 from demo.retrieve import tab as retrieve_tab
@@ -302,6 +305,39 @@ def test_a_hub_dataset_id_is_checked_before_a_run_starts(runs):
             f"⚠️ {message}")
     assert runs.runs() == []
 
+
+@pytest.mark.parametrize(("typed", "read"), [(3.0, 3), (-1.0, -1), (2.5, 2.5), (" 4 ", 4), (7, 7)])
+def test_a_number_box_is_read_as_it_shows_and_left_to_the_library_to_judge(typed, read):
+    number = box_number(typed, "N")
+    assert number == read and type(number) is type(read)  # 3.0 from a slider is the int TrainConfig takes
+
+
+@pytest.mark.parametrize(("typed", "message"), [
+    (None, "N is empty: enter a number"), ("", "N is empty: enter a number"),
+    ("three", "N must be a number from -9,007,199,254,740,992 to 9,007,199,254,740,992, got three"),
+    (1e300, "N must be a number from -9,007,199,254,740,992 to 9,007,199,254,740,992, got 1e+300"),
+])
+def test_what_is_no_number_is_refused_naming_its_box(typed, message):
+    with pytest.raises(InputRefused, match=f"^{re.escape(message)}$"):
+        box_number(typed, "N")
+
+
+def test_a_refused_n_costs_no_unpacking_of_the_zip(runs, tmp_path):
+    """N is TrainConfig's to judge, and judged before the dataset: a zip is never unpacked for a run N refuses."""
+    upload = tmp_path / "classes.zip"
+    with zipfile.ZipFile(upload, "w") as archive:
+        for name in ("a/1.png", "a/2.png", "b/1.png", "b/2.png"):
+            buffer = io.BytesIO()
+            Image.new("L", (8, 8), 128).save(buffer, "PNG")
+            archive.writestr(name, buffer.getvalue())
+    settings = list(GOOD)
+    settings[0], settings[7] = "zip", -1
+    message = "TrainConfig: memvir_n must be an integer >= 0, got -1"
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        assert train_tab.TrainHandlers(runs).start(*settings, zip_file=str(upload), visitor="alice") == (
+            SKIP, f"⚠️ {message}")
+    assert not runs.settings.uploads_dir.exists() or not any(runs.settings.uploads_dir.iterdir())
+    assert runs.runs() == []
 
 def test_controls_without_a_run_say_what_to_do(runs):
     state = PollState()
