@@ -6,6 +6,7 @@
 - `process`: `RunProcess`, a run's Trainer in its own process. `child`: inside that process.
 - `messages`: what the server and a run's process say to each other. `snapshot_transport`: snapshots as small files.
 - `memory_budget`: what MemVir's memory may take in a run's process, measured there.
-- `persist`: resting runs copied to a persistent folder (a Space's bucket) and restored from it after a restart.
+- `persist`: resting runs copied to a persistent folder (a Space's bucket) and restored from it after a restart;
+  `RunKeeper`, the manager's side of it.
 - `audience`: the pages watching each run, and how often each should poll.
 """
