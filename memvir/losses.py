@@ -35,8 +35,9 @@ size) on the same gathered inputs, so each rank's logits are 1/G of the whole. A
 the live rows and one of each virtual set's rows (of all stored rows where the sets are unknown), against every
 class; the reductions still divide by the counts of every row of the call (every share has all the labels), and
 CurricularFace's t moves by the mean over every row, the same in every share. A set's piece is the same at every
-call, so a share keeps the pairs of its own rows. Proxy-Anchor, whose terms are logs of sums over all rows rather
-than sums over rows, computes the whole loss in every share and returns its ``parts``-th.
+call, so a share keeps the pairs of its own rows. Proxy-Anchor is a sum over proxies of logs of sums over all rows,
+not a sum over rows: its shares take a piece of the live proxies and the same piece of each virtual set's, against
+every row, its averages still over every proxy of the call; a share keeps the pairs of its own proxies.
 
 ``build_loss(name, **hparams)`` builds one by name (``LOSSES`` lists the names); hyper-parameters are ``scale``,
 ``margin`` (radians for ArcFace and CurricularFace; delta for Proxy-Anchor) and ``alpha`` (Proxy-Anchor).
@@ -168,8 +169,9 @@ class _Blocks:
             # F.normalize's divisor, max(norm, eps)
             self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
         self.stored_sets = stored_sets if len(self.stored_columns) else None
-        # every row's blocks, and which share of the rows these are (``share``)
+        # every row's and class's blocks, and which share of the rows or classes these are (``share``)
         self.whole, self.part = self, (0, 1)
+        self.classes: torch.Tensor | None = None  # a class share's classes, by their numbers in the call; None: all
 
     @property
     def num_all_rows(self) -> int:
@@ -198,6 +200,36 @@ class _Blocks:
         share.stored_rows = torch.cat([self.stored_rows[piece] for piece in pieces])
         share.stored_labels = torch.cat([self.stored_labels[piece] for piece in pieces])
         share.labels = torch.cat([share.live_labels, share.stored_labels])
+        return share
+
+    def class_share(self, part: int, parts: int) -> "_Blocks":
+        """These blocks with share ``part`` of ``parts`` of the classes (module docstring, "Shares") against every row:
+        a consecutive piece of the live classes and the same piece of each virtual set's (of all stored classes where
+        they are not sets of the live classes' count), so that a set's piece, and what is kept of it between calls, is
+        the same at every call. The share numbers its classes from 0, live ones first (``classes`` holds their
+        numbers in the call), and a label of a class outside it becomes -1, which matches none. The blocks themselves
+        for one part."""
+        if parts == 1:
+            return self
+        share = copy.copy(self)
+        share.whole, share.part = self, (part, parts)
+        live, num_stored = self.num_live_classes, self.stored_columns.shape[0]
+        groups = [slice(0, live)] + ([slice(start, start + live) for start in range(live, live + num_stored, live)]
+                                     if num_stored % live == 0 else [slice(live, live + num_stored)])
+        pieces = [slice(group.start + piece.start, group.start + piece.stop)
+                  for group in groups for piece in [_part(group.stop - group.start, part, parts)]]
+        device = self.labels.device
+        share.classes = torch.cat([torch.arange(piece.start, piece.stop, device=device) for piece in pieces])
+        share.num_live_classes, share.num_classes = pieces[0].stop - pieces[0].start, share.classes.shape[0]
+        share.live_columns = self.live_columns[pieces[0]]
+        stored = [slice(piece.start - live, piece.stop - live) for piece in pieces[1:]] or [slice(0, 0)]
+        share.stored_columns = torch.cat([self.stored_columns[piece] for piece in stored])
+        if self.stored_scales is not None:
+            share.stored_scales = torch.cat([self.stored_scales[piece] for piece in stored])
+        numbers = self.labels.new_full((self.num_classes,), -1)
+        numbers[share.classes] = torch.arange(share.num_classes, device=device)
+        share.labels = numbers[self.labels]
+        share.live_labels, share.stored_labels = share.labels[: self.num_live_rows], share.labels[self.num_live_rows :]
         return share
 
     def stored_set_rows(self) -> list[slice]:
@@ -373,9 +405,9 @@ class MetricLoss(nn.Module, ABC):
     # Whether the stored x stored block is a fixed function of the stored data and the loss's settings, so that its
     # per-pair constants may be kept between calls (module docstring, "Cache").
     keeps_stored_pairs: bool = True
-    # Whether a share of the loss (``share``) computes its piece of the rows only; else it computes the whole loss and
-    # returns its equal part.
-    splits_rows: bool = True
+    # What a share of the loss (``share``) takes a piece of: "rows" (against every class) for a loss that is a sum
+    # over rows, "classes" (against every row) for one that is a sum over classes (module docstring, "Shares").
+    shares_by: str = "rows"
 
     def __init__(self):
         super().__init__()
@@ -407,13 +439,10 @@ class MetricLoss(nn.Module, ABC):
                          stored_sets)
         if blocks.stored_sets is not None:
             self._check_stored_sets(blocks)
-        if self.splits_rows:
-            blocks = blocks.share(part, parts)
+        blocks = blocks.share(part, parts) if self.shares_by == "rows" else blocks.class_share(part, parts)
         if blocks.stored_sets is not None:
             self._stored_pairs.begin_call(blocks.stored_sets, self._pair_settings(blocks))
-        loss = self.compute(blocks, classes_per_set)
-        # a loss that does not split computes the whole loss in every share: each share is its equal part
-        return loss if self.splits_rows else loss / parts
+        return self.compute(blocks, classes_per_set)
 
     def _check_stored_sets(self, blocks: _Blocks) -> None:
         """ValueError unless the stored rows and weight rows are the sets ``live.stored_sets`` names, each row's label
@@ -736,11 +765,11 @@ class ProxyAnchorLoss(MetricLoss):
 
     In blocks, a live proxy's sums run over every row with autograd; a stored proxy's sums over the stored rows are
     constants (made without autograd a chunk of rows at a time, the extra zero term among them) and only its sums over
-    the live rows carry a gradient.
+    the live rows carry a gradient. A share (``share``) computes its piece of the proxies against every row.
     """
 
-    # each proxy's terms are logs of sums over all rows, not sums over rows: a share computes the whole loss
-    splits_rows = False
+    # a sum over proxies of logs of sums over all rows: a share takes a piece of the proxies
+    shares_by = "classes"
 
     def __init__(self, margin: float = 0.1, alpha: float = 32.0):
         super().__init__()
@@ -756,14 +785,19 @@ class ProxyAnchorLoss(MetricLoss):
             stored_pull, stored_push = self._stored_proxy_terms(blocks)
             pull_per_proxy = torch.cat([pull_per_proxy, stored_pull])
             push_per_proxy = torch.cat([push_per_proxy, stored_push])
-        num_proxies = blocks.num_classes
-        has_positives = blocks.labels.new_zeros(num_proxies, dtype=torch.bool).index_fill_(0, blocks.labels, True)
+        # the divisors count every proxy of the call, not only this share's (module docstring, "Shares")
+        whole = blocks.whole
+        num_proxies = whole.num_classes
+        has_positives = whole.labels.new_zeros(num_proxies, dtype=torch.bool).index_fill_(0, whole.labels, True)
         if classes_per_set is None:
             return pull_per_proxy.sum() / has_positives.sum() + push_per_proxy.sum() / num_proxies
         num_sets = num_proxies // classes_per_set
-        pull_per_set = pull_per_proxy.view(num_sets, classes_per_set).sum(1)
+        classes = torch.arange(num_proxies, device=whole.labels.device) if blocks.classes is None else blocks.classes
+        sets = classes // classes_per_set
+        pull_per_set = pull_per_proxy.new_zeros(num_sets).index_add(0, sets, pull_per_proxy)
+        push_per_set = push_per_proxy.new_zeros(num_sets).index_add(0, sets, push_per_proxy)
         with_positives_per_set = has_positives.view(num_sets, classes_per_set).sum(1)
-        push_per_set = push_per_proxy.view(num_sets, classes_per_set).sum(1) / classes_per_set
+        push_per_set = push_per_set / classes_per_set
         # a set whose proxies have no positive row (MemVir's sets always have some) adds no pull term
         pull = torch.where(with_positives_per_set > 0, pull_per_set / with_positives_per_set.clamp_min(1), 0.0)
         return (pull + push_per_set).sum()

@@ -487,15 +487,20 @@ def test_the_shares_of_a_loss_sum_to_the_plain_loss(name, reduction, labels_mode
             assert all(loss._stored_pairs.computed == 2 * mv.num_virtual_sets - 1 for loss in losses)
 
 
-@pytest.mark.parametrize("name", ["norm-softmax", "curricularface"])
-def test_a_share_computes_its_rows_only(name):
-    """A row-split loss's share sees its piece of the rows: a gradient reaches no live row outside it."""
+@pytest.mark.parametrize("name", LOSSES)
+def test_a_share_computes_its_piece_only(name):
+    """A share of a row-split loss sees its piece of the live rows (6 rows: 2 in each of 3 shares), a share of
+    Proxy-Anchor its piece of the live proxies (5 proxies: 1, 2 and 2): no gradient reaches a live row, or a live
+    proxy, outside it."""
     x, w, (embeddings, labels, weights, live) = augmented_inputs(11, 3)
-    for part, rows in ((0, slice(0, 2)), (1, slice(2, 4)), (2, slice(4, 6))):
+    leaf, pieces = (w, (slice(0, 1), slice(1, 3), slice(3, 5))) if name == "proxy-anchor" else (
+        x, (slice(0, 2), slice(2, 4), slice(4, 6)))
+    for part, piece in enumerate(pieces):
         loss = blocked_loss(name, chunk_rows=2)(embeddings, labels, weights, live=live, share=(part, 3))
-        (gradient,) = torch.autograd.grad(loss, x)
-        outside = torch.ones(BATCH, dtype=torch.bool).index_fill_(0, torch.arange(BATCH)[rows], False)
-        assert gradient[outside].abs().max() == 0 and gradient[rows].abs().min() > 0
+        (gradient,) = torch.autograd.grad(loss, leaf)
+        outside = torch.ones(leaf.shape[0], dtype=torch.bool)
+        outside[piece] = False
+        assert gradient[outside].abs().max() == 0 and gradient[piece].abs().amax(1).min() > 0
 
 
 @pytest.mark.parametrize("share", [(2, 2), (-1, 2), (0, 0), (0.0, 1), (0,), "0,1", (True, 2)])

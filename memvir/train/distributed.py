@@ -15,8 +15,8 @@ How the ranks share one MemVir step (docs/distributed.md has the user's view):
   piece of the live rows and of each virtual set's rows against every class, and the reductions divide by the
   counts of all rows (every rank holds every label), so the G shares sum to the single-process loss, and so do their
   gradients. Each rank's logits are 1/G of the whole. The step's loss is the sum of the shares (`sum`), the same on
-  every rank. Proxy-Anchor, whose terms are logs of sums over all rows, computes the whole loss on every rank and
-  returns its G-th.
+  every rank. Proxy-Anchor, a sum over proxies of logs of sums over all rows, splits its proxies instead: rank r
+  computes its piece of each set's proxies against every row.
 - Gradient scaling: each rank backpropagates G times its share, so that the mean over the ranks of what they
   backpropagate is the loss L. The gather's backward sums the ranks' gradients, which gives rank r G * dL/dx_r for
   its own rows, and DistributedDataParallel averages the network's parameter gradients over the G ranks, which
