@@ -91,20 +91,7 @@ def pull(
         ) from error
 
     wanted = f"{repo_id!r}" + (f" at revision {revision!r}" if revision else "")
-    hub_unreachable = None
-    try:
-        HfApi(token=token).repo_info(repo_id, revision=revision, timeout=timeout_s)
-    except RepositoryNotFoundError as error:  # includes gated repos
-        raise HubError(
-            f"The Hub has no model repo {repo_id!r} that {'anyone' if token is False else 'this machine'} may read. "
-            "Check the spelling ('owner/name'); for a private or gated repo pass token=... or log in with "
-            "`hf auth login`."
-        ) from error
-    except RevisionNotFoundError as error:
-        raise HubError(f"{repo_id!r} has no revision {revision!r}; pass an existing branch, tag or commit.") from error
-    except (*_HUB_UNREACHABLE, HfHubHTTPError) as error:  # HfHubHTTPError here: a Hub-side failure (5xx and such)
-        hub_unreachable = error
-
+    hub_unreachable = _look_up(repo_id, revision, timeout_s, token)
     try:
         snapshot = snapshot_download(
             repo_id,
@@ -116,23 +103,46 @@ def pull(
             local_files_only=hub_unreachable is not None,
         )
     except LocalEntryNotFoundError as error:
-        if isinstance(hub_unreachable, OfflineModeIsEnabled):
-            reason = "HF_HUB_OFFLINE is set"
-        elif hub_unreachable is not None:
-            failure = f"{type(hub_unreachable).__name__}: {hub_unreachable}"
-            reason = f"the Hub could not be reached within {timeout_s} s ({failure})"
-        else:
-            reason = f"the download broke off ({error})"
-        cache = cache_dir or huggingface_hub.constants.HF_HUB_CACHE
-        raise HubError(
-            f"Could not pull {wanted}: {reason}, and the local Hub cache ({cache}) holds no complete snapshot of it. "
-            "Connect to the internet (unset HF_HUB_OFFLINE, or raise timeout_s) and pull once to cache it, or pass "
-            "a local checkpoint folder instead."
-        ) from error
+        raise _not_cached(wanted, hub_unreachable, error, timeout_s, cache_dir) from error
     except (*_HUB_UNREACHABLE, HfHubHTTPError) as error:  # the Hub answered the look-up, then failed mid-download
         raise HubError(f"Downloading {wanted} from the Hub failed ({error}); try again.") from error
     return _checked_checkpoint_folder(Path(snapshot), f"the Hub repo {wanted}")
 
+
+def _not_cached(wanted: str, hub_unreachable: Exception | None, error: Exception, timeout_s: float,
+                cache_dir: str | Path | None) -> HubError:
+    """Why a pull found no snapshot: the Hub out of reach (and why) or a download cut off, and nothing cached."""
+    if isinstance(hub_unreachable, OfflineModeIsEnabled):
+        reason = "HF_HUB_OFFLINE is set"
+    elif hub_unreachable is not None:
+        failure = f"{type(hub_unreachable).__name__}: {hub_unreachable}"
+        reason = f"the Hub could not be reached within {timeout_s} s ({failure})"
+    else:
+        reason = f"the download broke off ({error})"
+    cache = cache_dir or huggingface_hub.constants.HF_HUB_CACHE
+    return HubError(
+        f"Could not pull {wanted}: {reason}, and the local Hub cache ({cache}) holds no complete snapshot of it. "
+        "Connect to the internet (unset HF_HUB_OFFLINE, or raise timeout_s) and pull once to cache it, or pass "
+        "a local checkpoint folder instead."
+    )
+
+
+def _look_up(repo_id: str, revision: str | None, timeout_s: float, token: str | bool | None) -> Exception | None:
+    """Ask the Hub, within `timeout_s`, whether it has the repo at `revision`: None when it does, the error that kept
+    it from answering when it cannot be reached (the cache may then serve), HubError when it answers no."""
+    try:
+        HfApi(token=token).repo_info(repo_id, revision=revision, timeout=timeout_s)
+    except RepositoryNotFoundError as error:  # includes gated repos
+        raise HubError(
+            f"The Hub has no model repo {repo_id!r} that {'anyone' if token is False else 'this machine'} may read. "
+            "Check the spelling ('owner/name'); for a private or gated repo pass token=... or log in with "
+            "`hf auth login`."
+        ) from error
+    except RevisionNotFoundError as error:
+        raise HubError(f"{repo_id!r} has no revision {revision!r}; pass an existing branch, tag or commit.") from error
+    except (*_HUB_UNREACHABLE, HfHubHTTPError) as error:  # HfHubHTTPError here: a Hub-side failure (5xx and such)
+        return error
+    return None
 
 def _checked_checkpoint_folder(folder: Path, described_as: str) -> Path:
     missing = [name for name in MODEL_FILES if not (folder / name).is_file()]
