@@ -9,9 +9,10 @@ seeded permutation per epoch, and a checkpoint holds the step, the optimizer and
 at any step and resumed reproduces the uninterrupted run on the CPU, whatever the number of loader workers.
 
 Several processes (torchrun, memvir.train.distributed): each rank trains on its contiguous share of every global batch
-under DistributedDataParallel and gathers the embeddings, so all ranks compute the loss and store the memory of the
-whole batch, as one process would. Rank 0 alone writes the run folder and talks to listeners; its word on stopping
-and live changes is broadcast between steps, so every rank takes the same steps and ends in the same state.
+under DistributedDataParallel and gathers the embeddings, so all ranks store the memory of the whole batch, as one
+process would, and each computes its share of the loss over it (the shares sum to the one-process loss). Rank 0
+alone writes the run folder and talks to listeners; its word on stopping and live changes is broadcast between
+steps, so every rank takes the same steps and ends in the same state.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Training on several processes (torch.distributed, gloo on the CPU) follows one process on the whole batch.
 
 Two ranks with batch B/2 each must take the single-process run's steps with batch B: the same losses, the same
-MemVir memory, the same class weights and metrics; rank 0 alone writes the run folder and talks to listeners.
+MemVir memory, the same class weights and metrics; rank 0 alone writes the run folder and talks to listeners. Each
+rank computes its share of the loss (memvir.losses, "Shares"): on 2 and 3 ranks, every loss's summed shares and their
+gradients are the one-process step's.
 """
 
 import importlib.util
