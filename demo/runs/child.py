@@ -25,6 +25,12 @@ from pathlib import Path
 from demo.common.cores import run_in_background
 from demo.runs.memory_budget import memory_budget
 from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
+from demo.runs.snapshot_transport import to_message
+from memvir.config import TrainConfig
+from memvir.memory.size import MemoryLimitError
+from memvir.train.checks import TrainingDiverged
+from memvir.train.devices import pick_device
+from memvir.train.trainer import Trainer
 
 SEND_EVERY_S = 0.5  # the outbox's pace (`_Outbox`)
 _CLOSE = object()
@@ -52,10 +58,6 @@ def main(connection, spec: LaunchSpec) -> None:
         import torch
 
         torch.set_num_threads(spec.threads)
-        from memvir.config import TrainConfig
-        from memvir.memory.size import MemoryLimitError
-        from memvir.train.checks import TrainingDiverged
-        from memvir.train.trainer import Trainer
 
         listeners = [outbox.put]
         config = TrainConfig.from_dict(spec.config) if not spec.resume else None
@@ -88,9 +90,6 @@ def _memory_budget(spec: LaunchSpec, config):
     """What MemVir's memory may take in this process (demo.runs.memory_budget), measured here, where the run trains:
     on a GPU the device's free memory is asked for by the process that holds the device, never by the server.
     `config`: the run's TrainConfig, None for a resume (its folder's)."""
-    from memvir.config import TrainConfig
-    from memvir.train.devices import pick_device
-
     if config is None:
         config = TrainConfig.from_run_folder(spec.folder)
     return memory_budget(spec.memory_budget, pick_device(config.device))
@@ -138,8 +137,6 @@ class _Outbox:
             self._urgent.set()
 
     def _send_all(self) -> None:
-        from demo.runs.snapshot_transport import to_message
-
         run_in_background()
         gone = False  # the server closed its end: nothing more can reach it
         while True:
@@ -229,8 +226,6 @@ class _Commands(threading.Thread):
             trainer.resume_training()
         elif name == UPDATE:
             request, changes = arguments
-            from memvir.memory.size import MemoryLimitError  # torch's, loaded by now: the Trainer exists
-
             try:
                 trainer.update(**changes)
             except MemoryLimitError as error:  # MemVir's limit: this process's memory budget

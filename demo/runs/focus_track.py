@@ -16,10 +16,8 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # memvir.analysis.projection loads torch: imported where a snapshot is projected, not with the page
-    from memvir.analysis.projection import FocusPoints, FocusProjection
+from memvir.analysis.projection import FocusPoints, FocusProjection, focus_points, project_focus, zoomed_extent
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +63,6 @@ class FocusTrack:
     def add(self, snapshot, history: int) -> None:
         """Keep `snapshot`'s few-class view in PCA (trainer thread); at most `history` views, thinned out from the
         start on as LiveRun thins its snapshots, so that both hold the same steps."""
-        from memvir.analysis.projection import focus_points, project_focus
-
         try:
             points = focus_points(snapshot)
         except ValueError as error:
@@ -133,8 +129,6 @@ class FocusTrack:
             index = earlier[-1] if earlier else 0
         entry = entries[index]
         projection = (entry.umap if umap else None) or entry.pca
-        from memvir.analysis.projection import zoomed_extent  # here, as in `add`: it loads torch
-
         x_range, y_range = zoomed_extent(projection)
         return FocusView(projection, x_range, y_range, index + 1, len(entries), entries[-1].step)
 

@@ -30,6 +30,7 @@ from demo.runs.focus_track import FocusTrack
 from demo.runs.messages import Ready
 from memvir.checkpoint import RunFolder
 from memvir.config import LIVE_SETTINGS
+from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent, StepEvent
 
 log = logging.getLogger(__name__)
 # Live settings whose changes the page answers beside a control of their own (the classes box), not beside N and M's
@@ -207,8 +208,6 @@ class LiveRun:
 
     def _on_event(self, event) -> None:
         """The Trainer's listener (its process's event thread): copy what the page shows."""
-        from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent, StepEvent
-
         if isinstance(event, SnapshotEvent):
             self._add_snapshot(event)
             return
@@ -247,8 +246,6 @@ class LiveRun:
         """Whether the trainer wrote this event's record to metrics.jsonl, so that the page draws what the file holds
         (and a run loaded from its folder draws alike), and the turning points besides (`_turning_point`): every
         event but steps, and the steps that say so."""
-        from memvir.events import StepEvent
-
         return not isinstance(event, StepEvent) or event.logged
 
     def _turning_point(self, event) -> bool:
@@ -256,8 +253,6 @@ class LiveRun:
         sets in use changed, which the trainer's log may leave out (it writes every log_every-th step): kept, the
         marks stand at the steps where these happened, not at the next logged step. A run read back from its folder,
         or resumed (its history is its log's), has only the logged steps before then."""
-        from memvir.events import StepEvent
-
         last = self.last_step
         return isinstance(event, StepEvent) and last is not None and (
             event.warmup != last.warmup or event.num_virtual_sets != last.num_virtual_sets)

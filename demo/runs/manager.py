@@ -24,8 +24,10 @@ from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
 from demo.runs.messages import LaunchSpec
 from demo.runs.process import RunProcess, TrainingRefused
+from demo.umap.service import UmapService
+from memvir.analysis.projection import project_snapshot
 from memvir.checkpoint import CheckpointError, RunFolder
-from memvir.config import LIVE_SETTINGS
+from memvir.config import LIVE_SETTINGS, TrainConfig
 from memvir.data.registry import FOLDER_PREFIX
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,6 @@ class NotRunOwner(RunError):
 def _finished_run_with(runs_dir: Path, config_dict: dict) -> Path | None:
     """A run folder whose configuration equals `config_dict` (up to settings that change nothing) and that
     finished, newest first."""
-    from memvir.config import TrainConfig
-
     wanted = {k: v for k, v in config_dict.items() if k not in _NEUTRAL_SETTINGS}
     if not runs_dir.is_dir():
         return None
@@ -77,8 +77,6 @@ _INTERRUPTED_STATES = ("running", "paused", "stopped")
 def _interrupted_runs(runs_dir: Path, most: int) -> list[LiveRun]:
     """The newest `most` main runs that a previous server left unfinished in `runs_dir`, each with its checkpoint, as
     stopped runs that any visitor may resume (owner None: who started them was the previous server's to know)."""
-    from memvir.config import TrainConfig
-
     found = []
     for folder in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else ():
         if "-baseline-" in folder.name or not RunFolder(folder).has_state():
@@ -128,8 +126,6 @@ class RunManager:
     def umap_worker(self):
         """The UMAP service, or None when UMAP is off (created lazily: it starts a process that loads umap)."""
         if self._umap_worker is None and self.settings.umap:
-            from demo.umap.service import UmapService
-
             with self._lock:
                 if self._umap_worker is None:
                     self._umap_worker = UmapService(training=self.training)
@@ -142,8 +138,6 @@ class RunManager:
 
     def _projector(self):
         if self._project is None:
-            from memvir.analysis.projection import project_snapshot
-
             self._project = project_snapshot
         return self._project
 
@@ -348,8 +342,6 @@ class RunManager:
         """Overlay the same configuration without MemVir (N = 0), with `settings` (TrainConfig fields: the
         baseline's own tuned optimiser, where the caller has one) in place of the run's: loaded when such a run
         finished before, else trained beside the run (it shares the run's training slot)."""
-        from memvir.config import TrainConfig
-
         run = self._owned(run_id, visitor)
         if run.baseline is not None:
             return run.baseline

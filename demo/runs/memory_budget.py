@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo.common.cores import cgroup_folders, cgroup_root
+from memvir.memory.size import format_bytes
 
 FREE_MEMORY_SHARE = 0.5  # the rest is for the model, activations, datasets and other visitors' searches
 UNLIMITED_CGROUP = 2**62  # cgroup v1 writes "no limit" as the largest page-aligned int64, about 9.2e18
@@ -109,8 +110,6 @@ def memory_budget(configured: int | None, device, pid: int | None = None, root: 
       limits count too).
 
     Each is known only where the machine reports it; None when none is."""
-    from memvir.memory.size import format_bytes
-
     if configured is not None:
         return Budget(configured, "set by MEMVIR_MEMORY_BUDGET", "MEMVIR_MEMORY_BUDGET")
     pid = os.getpid() if pid is None else pid

@@ -34,6 +34,8 @@ from demo.common.cores import launch, run_in_background
 from demo.runs import child as run_child
 from demo.runs import snapshot_transport
 from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
+from memvir.checkpoint import CheckpointError, RunFolder, append_record
+from memvir.events import StatusEvent, StepEvent
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +251,6 @@ class RunProcess:
             self._crash = message
 
     def _note(self, event) -> None:
-        from memvir.events import StatusEvent, StepEvent
-
         if isinstance(event, StepEvent):
             self._last_step = event.step
         elif isinstance(event, StatusEvent) and event.state in ENDED_STATES:
@@ -276,9 +276,6 @@ class RunProcess:
             self._report_failure()
 
     def _report_failure(self) -> None:
-        from memvir.checkpoint import CheckpointError, RunFolder, append_record
-        from memvir.events import StatusEvent
-
         crash = self._crash
         if crash is not None and crash.out_of_memory:
             reason = f"the run ran out of memory at step {self._last_step} ({crash.error})"
