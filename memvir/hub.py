@@ -144,6 +144,7 @@ def _look_up(repo_id: str, revision: str | None, timeout_s: float, token: str | 
         return error
     return None
 
+
 def _checked_checkpoint_folder(folder: Path, described_as: str) -> Path:
     missing = [name for name in MODEL_FILES if not (folder / name).is_file()]
     if missing:
