@@ -52,6 +52,7 @@ from gradio_client.utils import is_valid_file
 from starlette.middleware import Middleware
 
 from demo.common.inputs import InputRefused, check_text, shown
+from memvir.memory.size import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -339,8 +340,6 @@ class BoundedRequestBodies:
             await self._refuse(receive, send, self.max_bytes, more=True)
 
     async def _refuse(self, receive, send, size: int, more: bool = False) -> None:
-        from memvir.memory.size import format_bytes
-
         message = (f"the request is {'more than ' * more}{format_bytes(size)}; requests up to "
                    f"{format_bytes(self.max_bytes)} are accepted" + (f": {self.advice}" if self.advice else ""))
         log.warning("a request was refused: %s", message)

@@ -22,6 +22,9 @@ from PIL import Image, UnidentifiedImageError
 
 from demo.common import upload_store
 from demo.common.settings import AppSettings
+from memvir.data import DatasetError, extract_class_zip
+from memvir.data.folder import class_folders
+from memvir.memory.size import format_bytes
 
 ACCEPTED_IMAGES = "PNG, JPEG, BMP, WebP or GIF"
 
@@ -36,8 +39,6 @@ def display_name(path: str | Path | bytes) -> str:
 
 
 def _check_size(path: Path, max_bytes: int, kind: str) -> None:
-    from memvir.memory.size import format_bytes
-
     try:
         size = path.stat().st_size
     except OSError as error:
@@ -54,8 +55,6 @@ def _opened_image(source: str | Path | bytes, name: str, max_bytes: int, max_pix
     canvas are within the limits. Decoding errors raised in the caller's block become UploadErrors too."""
     if isinstance(source, bytes):
         if len(source) > max_bytes:
-            from memvir.memory.size import format_bytes
-
             raise UploadError(f"{name} is {format_bytes(len(source))}; images up to {format_bytes(max_bytes)} are "
                               "accepted")
         opened = io.BytesIO(source)
@@ -152,8 +151,6 @@ def unpack_class_zip(path: str | Path, uploads_dir: Path, max_zip_bytes: int, ma
     """The folder holding the classes of a zip of class folders, unpacked under `uploads_dir` once per content
     (demo.common.upload_store): a zip seen before is not unpacked again. Its size, file count and entries are checked
     before anything is written; a refused zip leaves nothing behind."""
-    from memvir.data import DatasetError, extract_class_zip
-
     path = Path(path)
     _check_size(path, max_zip_bytes, "zips")
     _check_entry_count(path, max_images)
@@ -175,8 +172,6 @@ def unpack_class_zip(path: str | Path, uploads_dir: Path, max_zip_bytes: int, ma
 
 def check_class_images(root: Path, max_bytes: int, max_pixels: int) -> None:
     """Every image of a folder of class folders within the limits, read from the headers (nothing decoded)."""
-    from memvir.data.folder import class_folders
-
     for _, images in class_folders(root):
         for image in images:
             check_image(image, max_bytes, max_pixels)

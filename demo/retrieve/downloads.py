@@ -26,6 +26,7 @@ from pathlib import Path
 
 from demo.retrieve.galleries import Gallery, thumbnail
 from memvir.hub import HUB_FILES
+from memvir.retrieval.export import write_npz, write_projector_zip
 
 _CHUNK_BYTES = 1024**2
 # Pixels a sprite cell: a glyph's own size; TensorBoard shows the cells at a few dozen pixels anyway.
@@ -104,8 +105,6 @@ def write_exports(checkpoint, gallery: Gallery, vectors, downloads_dir: Path, ma
                   max_age_s: float) -> tuple[Path, Path]:
     """(the projector zip, the .npz) of the gallery as the checkpoint embeds it (`vectors`, [N, D] in gallery
     order), written when missing. The gallery must have labels (ValueError otherwise)."""
-    from memvir.retrieval.export import write_npz, write_projector_zip
-
     if gallery.labels is None:
         raise ValueError("this gallery has no classes to export with its embeddings: choose the test split or "
                          "upload a zip of class folders")

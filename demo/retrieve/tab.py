@@ -32,6 +32,8 @@ from demo.retrieve import hardest, per_class_table, side_by_side, threshold
 from demo.retrieve.galleries import Gallery, IndexedGallery, thumbnail
 from demo.retrieve.service import RANKED_K, LoadedCheckpoint, RetrievalError, RetrievalService
 from demo.retrieve.tiles import Tile, tiles_html, with_cutoff
+from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
+from memvir.retrieval.diagnosis.per_class import confused_class_pairs, per_class_difference, per_class_metrics
 
 TEST_SPLIT, UPLOADED = "test split", "uploaded"
 # Where a query comes from (`query_from`): an uploaded file, the sketchpad, a clicked result, a sample image clicked
@@ -430,8 +432,6 @@ class RetrieveHandlers:
                      files=None, cutoff=None, progress=PROGRESS):
         """The gallery's hardest queries for the checkpoint, or where the two checkpoints differ most; hits below the
         similarity cut-off (a cosine, or empty) dimmed, as the search's are."""
-        from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
-
         orders = dict((value, label) for label, value in hardest.ORDERS)
         if not compare and order not in orders:
             raise RetrievalError(f"order the hardest queries by {' or by '.join(orders.values())}")
@@ -460,8 +460,6 @@ class RetrieveHandlers:
         """Recall@1, R-Precision and MAP@R per class (and the difference of two checkpoints), the most-confused pairs,
         and the table as a CSV."""
         import pandas as pd
-
-        from memvir.retrieval.diagnosis.per_class import confused_class_pairs, per_class_difference, per_class_metrics
 
         ranked = _ranked_pair(self.retrieval, checkpoint_choice, second_checkpoint, source, files, progress, compare)
         gallery = ranked[0][1]

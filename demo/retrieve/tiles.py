@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 
 from PIL import Image
 
+from memvir.retrieval.diagnosis.verification import matches
+
 # Hit.same_class -> (CSS class, the words shown); None (no class to compare) shows no mark.
 MARKS = {True: ("same", "same class"), False: ("other", "other class")}
 MISSED = ("missed", "missed")
@@ -96,7 +98,6 @@ def with_cutoff(tiles: list[Tile], cutoff: float | None) -> list[Tile]:
     a hit at the cut-off itself is kept, as the FMR counts it); unchanged when there is no cut-off."""
     if cutoff is None or not tiles:
         return tiles
-    from memvir.retrieval.diagnosis.verification import matches
 
     kept = matches([tile.score for tile in tiles], cutoff)
     return [replace(tile, below_cutoff=not bool(keep)) for tile, keep in zip(tiles, kept, strict=True)]

@@ -20,14 +20,11 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from demo.common.cores import run_in_background
+from demo.runs.live_run import LiveRun
 from memvir.checkpoint import HUB_FILES, METRICS_LOG, TRAIN_CONFIG, TRAINER_STATE
 from memvir.events import StatusEvent
-
-if TYPE_CHECKING:
-    from demo.runs.live_run import LiveRun
 
 log = logging.getLogger(__name__)
 

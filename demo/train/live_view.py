@@ -11,21 +11,14 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from types import SimpleNamespace
 
 from demo.common.cores import run_in_background
 from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
 from demo.train import words
-
-
-def _figures():
-    """demo.train.figures, imported on first use: its modules load plotly and torch, which the page need not wait
-    for."""
-    from demo.train.figures import curves, embeddings, style
-
-    return SimpleNamespace(curves=curves, style=style, embeddings=embeddings)
-
+from demo.train.figures import curves, embeddings, spread, style
+from demo.train.figures.focus import few_class_drift_figure, few_class_figure
+from demo.train.presets import optimiser_of
 
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
@@ -111,8 +104,6 @@ def baseline_line(baseline: LiveRun, run_config=None) -> str:
     """The status line's words on a run's baseline: what it is (the run's settings with N = 0, and the optimiser it
     trains: its own tuned one where the fair comparison chose one, named, or the run's, as `run_config` has it),
     whether it trains now or was loaded as a finished run of those settings, and its progress."""
-    from demo.train.presets import optimiser_of
-
     with baseline.lock:
         own = optimiser_of(baseline.config)
         if run_config is not None and own != optimiser_of(run_config):
@@ -160,7 +151,6 @@ def build_curves(run: LiveRun):
     if run.baseline is not None:
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
-    curves = _figures().curves
     return (curves.curves_figure(records, baseline=baseline_records, reduction=run.config.memvir_reduction),
             curves.class_count_figure(records, baseline=baseline_records),
             curves.target_cosine_figure(records, baseline=baseline_records))
@@ -168,8 +158,6 @@ def build_curves(run: LiveRun):
 
 def build_spread(run: LiveRun):
     """(drift, class spread) figures of the run, with its baseline's class spread overlaid."""
-    from demo.train.figures import spread
-
     with run.lock:
         records = list(run.records)
     margin = run.config.memvir_m  # the M it started with: its records hold each live change of it
@@ -178,7 +166,7 @@ def build_spread(run: LiveRun):
         with run.baseline.lock:
             baseline_records = list(run.baseline.records)
     if run.config.memvir_n == 0:
-        drift = _figures().style.empty_figure(
+        drift = style.empty_figure(
             "This run is a baseline (N = 0):<br>it has no virtual classes to drift.")
     else:
         drift = spread.drift_figure(records, margin)
@@ -189,20 +177,20 @@ def build_spread(run: LiveRun):
 def empty_curves():
     """Built once and shared, as the runs' figures are: building a figure takes milliseconds, which a fresh page's
     poll would otherwise spend."""
-    empty = _figures().style.empty_figure("Press Start to train; the curves fill in as it trains.")
+    empty = style.empty_figure("Press Start to train; the curves fill in as it trains.")
     return empty, empty, empty
 
 
 @functools.cache
 def _no_snapshot_figure(color_by: str):
     """The picture saying no snapshot is there yet, built once per colouring (see empty_curves)."""
-    return _figures().embeddings.embedding_figure(None, color_by)
+    return embeddings.embedding_figure(None, color_by)
 
 
 @functools.cache
 def empty_spread():
     # half-width charts: the message in two lines
-    empty = _figures().style.empty_figure(
+    empty = style.empty_figure(
         "Press Start to train; the spread of<br>the classes appears at the first snapshot.")
     return empty, empty
 
@@ -352,7 +340,7 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     elif method == "PCA" and not run.resting:
         note = " · UMAP follows when the run pauses or ends"
     caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
-    return _figures().embeddings.embedding_figure(view.projected, color_by), caption
+    return embeddings.embedding_figure(view.projected, color_by), caption
 
 
 def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
@@ -369,8 +357,6 @@ def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
 def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, drift: bool = False):
     """(figure, caption) of the few-class view at `step` (the newest when None): its map in PCA or, `umap`, in UMAP,
     or, `drift`, its stored class weights around their live ones."""
-    from demo.train.figures.focus import few_class_drift_figure, few_class_figure
-
     draw = few_class_drift_figure if drift else few_class_figure
     view = None if run is None else run.focus.view(step, umap)
     if view is None:

@@ -26,6 +26,8 @@ from demo.runs.live_run import ImageSet
 from demo.runs.manager import RunManager
 from demo.train import live_view
 from demo.train.poll import PollState
+from memvir.retrieval.knn import knn_search
+from memvir.train.trainer import training_data
 
 NEIGHBOURS = 8
 # each set's points in words: one, and many
@@ -72,8 +74,6 @@ _splits_lock = threading.Lock()
 def _splits(config):
     """The run's splits as its Trainer reads them (a snapshot's item indices are into these), kept for the next
     clicks (the few last runs' datasets)."""
-    from memvir.train.trainer import training_data
-
     key = tuple(getattr(config, name) for name in _SPLIT_FIELDS)
     with _splits_lock:
         if key not in _splits_kept:
@@ -86,8 +86,6 @@ def _splits(config):
 def nearest(images: ImageSet, row: int, count: int = NEIGHBOURS) -> tuple[np.ndarray, np.ndarray]:
     """(rows, cosines) of the `count` points of `images` nearest to point `row` by cosine, best first, itself left
     out."""
-    from memvir.retrieval.knn import knn_search
-
     k = min(count + 1, len(images.items))
     scores, found = knn_search(images.embeddings[row:row + 1], images.embeddings, k)
     keep = found[0] != row

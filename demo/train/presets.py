@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from memvir.config import TrainConfig
+from memvir.losses import loss_defaults
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,6 @@ def tuned_baseline(config: TrainConfig) -> Optimiser | None:
 
 def optimiser_of(config: TrainConfig) -> Optimiser:
     """What a run's optimiser settings are, in the presets' terms (its loss's scale, or the loss's default)."""
-    from memvir.losses import loss_defaults
-
     scale = config.loss_params.get("scale", loss_defaults(config.loss).get("scale", float("nan")))
     return Optimiser(config.lr, config.class_lr, config.adam_eps, scale)
 

@@ -10,6 +10,8 @@ The figures are the last evaluation record of each run's metrics.jsonl, shown as
 from __future__ import annotations
 
 from demo.runs import live_changes
+from demo.train.presets import PRESETS, optimiser_of, tuned_baseline
+from memvir.config import TrainConfig
 
 # What to expect of the difference, from the studies' measured figures (docs/reproduction.md, sections 7 and 9, and
 # "A fair comparison")
@@ -59,8 +61,6 @@ def expectations(config, changes: list | None = None) -> str:
     """The words under the table for a run of `config` (a TrainConfig, the settings it started with): what the
     study measured for a run of exactly these settings (MATCHED), or that no study matches them; a run changed
     while it trained (`changes`, demo.runs.live_changes.LiveChange) matches none."""
-    from memvir.config import TrainConfig
-
     if changes:
         return (f"This run changed its settings while it trained ({live_changes.story(changes)}); no study matches a "
                 f"run changed mid-way, so there is no measured expectation for it. {NOISE}")
@@ -137,8 +137,6 @@ def arms_text(config, baseline_config, changes: list | None = None) -> str:
     """What each column trained: MemVir's N, M and reduction as the run started (and its live changes), each arm's
     optimiser, and the search that chose them (the fair comparison's, for a preset's tuned settings) or that
     nothing was tuned."""
-    from demo.train.presets import PRESETS, optimiser_of, tuned_baseline
-
     preset = PRESETS.get(config.dataset)
     tuned = tuned_baseline(config)
     mine, theirs = optimiser_of(config), optimiser_of(baseline_config)

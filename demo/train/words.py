@@ -4,6 +4,8 @@ each embedded dataset. Kept true to docs/method.md (its sections are named where
 
 from __future__ import annotations
 
+from demo.train.presets import PRESETS, arrival_steps
+
 # docs/reproduction.md, section 10: the paper's regime, measured; no preset offers it, as that study's rule decided
 HUB_DATASET_INFO = ("An image-classification dataset on the Hub, read with 🤗 datasets: its one Image and one "
                     "ClassLabel column. Its splits are kept if they hold different classes (as SOP's); otherwise they "
@@ -121,8 +123,6 @@ NO_SIGN_IN_ON_THIS_SPACE = ("Push to Hub is off on this Space: it offers no sign
 def first_screen(dataset, loss, batch_size, epochs, memvir_n, memvir_m, warmup_epochs) -> str:
     """A one-line summary of the settings below Start, then what happens when Start is pressed: how long, when the
     virtual sets arrive, what to watch."""
-    from demo.train.presets import PRESETS, arrival_steps
-
     preset = PRESETS["glyphs"]
     steps_per_epoch = 12_252 // preset.batch_size  # glyphs' training images, whole batches
     steps = steps_per_epoch * preset.epochs

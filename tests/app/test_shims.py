@@ -3,7 +3,6 @@ upgrade moves what it relies on."""
 
 import json
 import time
-import types
 from pathlib import Path
 
 import gradio as gr
@@ -202,9 +201,7 @@ def _answer(sent) -> tuple[int, bytes]:
 
 
 def test_a_request_body_past_the_bound_is_refused_before_it_is_kept(monkeypatch):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "memvir.memory.size", types.SimpleNamespace(format_bytes=lambda n: f"{n} B"))
+    monkeypatch.setattr(shims, "format_bytes", lambda n: f"{n} B")
     read = []
     middleware = shims.BoundedRequestBodies(_reading_app(read), max_bytes=100, advice="send images as files")
     refusal = b'{"detail": "the request is %s; requests up to 100 B are accepted: send images as files"}'
