@@ -30,10 +30,11 @@ from demo.train import views as train_views
 from demo.train import words
 from demo.train.live_view import FigureBuilder
 from demo.train.poll import LIVE_SLIDERS, PollState
-from demo.train.presets import PAGE_DEFAULTS, suggest_settings, tuned_baseline
+from demo.train.presets import PAGE_DEFAULTS, PRESETS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
 from memvir.data.hub import HUB_PREFIX, parse_hub_name
 from memvir.data.registry import FOLDER_PREFIX
+from memvir.hub import push
 from memvir.losses import LOSSES, loss_defaults
 from memvir.models.backbones import available_backbones
 
@@ -93,8 +94,6 @@ def push_run(runs: RunManager, run, visitor: str, repo_id, oauth_token: gr.OAuth
     """Push `run` for `visitor` (the page's Push and the client API's /push_run): only its owner, only once it
     rests, with the visitor's own token (on a Space their sign-in's, never the server's); the repo's URL. Refusals
     are ValueErrors in words."""
-    from memvir.hub import push  # huggingface_hub's upload machinery, loaded by the first push only
-
     if run is None:
         raise ValueError("there is no run to push: train one first")
     if run.owner != visitor:
@@ -278,8 +277,6 @@ class TrainHandlers:
 def loss_scale_for(dataset, loss):
     """The scale box for the loss just picked: the dataset preset's tuned scale for the loss it was tuned with, else
     the loss's own default; blank for a loss that takes no scale."""
-    from demo.train.presets import PRESETS
-
     preset = PRESETS.get(dataset)
     if preset is not None and loss == preset.settings()["loss"]:
         return preset.optimiser.scale
