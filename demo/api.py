@@ -34,9 +34,10 @@ from demo.retrieve.service import LoadedCheckpoint, RetrievalError, RetrievalSer
 from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunError, RunManager
-from demo.train import words
+from demo.train import past_runs, words
 from demo.train.live_view import status_markdown
 from demo.train.presets import PAGE_DEFAULTS, tuned_baseline
+from demo.train.results_table import final_metrics
 from demo.train.tab import LIVE_SNAPSHOT_EVERY, TrainHandlers, push_run
 from memvir.config import LIVE_SETTINGS
 from memvir.retrieval.diagnosis.failures import hardest_queries, largest_differences
@@ -48,9 +49,9 @@ log = logging.getLogger(__name__)
 
 # The endpoints, in the order docs/app.md's table lists them (tests/app/test_client_api.py checks both against the
 # running app's).
-ENDPOINTS = ("start_run", "run_status", "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline",
-             "push_run", "checkpoints", "gallery", "search", "compare", "hardest", "class_metrics", "threshold",
-             "checkpoint_zip", "gallery_embeddings")
+ENDPOINTS = ("start_run", "run_status", "list_runs", "update_run", "stop_run", "pause_run", "resume_run",
+             "compare_with_baseline", "push_run", "checkpoints", "gallery", "search", "compare", "hardest",
+             "class_metrics", "threshold", "checkpoint_zip", "gallery_embeddings")
 MAX_ROWS = 100  # the most rows one answer lists (hardest queries, confused pairs of classes)
 DEFAULTS = PAGE_DEFAULTS
 
@@ -207,6 +208,32 @@ class RunApi:
         """
         visitor = visitor_key(visitor, request)
         return self._status(self._run(run_id, visitor), visitor, history)
+
+    @answering
+    def list_runs(self, visitor: str = "", request: gr.Request = None) -> dict:
+        """The runs this server keeps, newest first, as the Train tab lists them: {runs: [{run_id, label, state,
+        dataset, loss, memvir_n, memvir_m (as live changes left them), epochs, step, total_steps, started_at (Unix
+        seconds), yours, has_model, final (the last evaluation's metrics, or null)}]}. /run_status gives any of them in
+        full.
+
+        Args:
+            visitor: who is asking (`yours` says which runs they steer); empty: the client's session.
+        """
+        visitor = visitor_key(visitor, request)
+        listed = []
+        for run in past_runs.newest_first(self.runs):
+            with run.lock:
+                final = final_metrics(run.records)
+                listed.append({
+                    "run_id": run.id, "state": run.state, "dataset": run.config.dataset, "loss": run.config.loss,
+                    "memvir_n": run.live_values["memvir_n"], "memvir_m": run.live_values["memvir_m"],
+                    "epochs": run.config.epochs, "step": past_runs.steps_done(run), "total_steps": run.total_steps,
+                    "started_at": run.started_at, "yours": run.owner == visitor,
+                    "final": None if final is None else {k: v for k, v in final.items() if k != "type"},
+                })
+            listed[-1]["label"] = past_runs.run_label(run, visitor)
+            listed[-1]["has_model"] = past_runs.has_model(run)
+        return {"runs": listed}
 
     @answering
     def update_run(self, setting: str, value: float, run_id: str = "", visitor: str = "",

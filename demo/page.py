@@ -24,6 +24,7 @@ from demo.runs.audience import POLL_SECONDS
 from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train.live_view import FigureBuilder
+from demo.train.past_runs import PastRunsHandlers
 from memvir.memory.size import format_bytes
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,8 @@ def build_app(settings: AppSettings | None = None, runs: RunManager | None = Non
         blocks.load(PageHandlers(runs, retrieval).load, [visitor],
                     [visitor, train.state, train.push_button, train.push_note, *train.sliders, checkpoint],
                     api_name="load",
-                    api_visibility="private", queue=False)
+                    api_visibility="private", queue=False).then(
+            PastRunsHandlers(runs).listed, [train.state, visitor], [train.past_runs], api_name="list_runs_on_load",
+            api_visibility="private", show_progress="hidden", queue=False)
     shims.without_file_per_request(blocks)
     return App(blocks, runs, retrieval, settings, figures)

@@ -89,6 +89,7 @@ def _interrupted_runs(runs_dir: Path, most: int) -> list[LiveRun]:
             log.warning("run folder %s not listed again: %s", folder, error)
             continue
         run = LiveRun.from_folder(folder, None, config, "main")
+        run.started_at = RunFolder(folder).config_file.stat().st_mtime  # written as it started, not as read back
         steps = [r["step"] for r in run.records if r.get("type") == "step"]
         run.state, run.total_steps = "stopped", 0  # its total is its Trainer's to say, once resumed
         run.message = f"left at step {steps[-1] if steps else 0:,} by an earlier server; its last checkpoint is kept"

@@ -62,6 +62,7 @@ class PollState:
 
     run_id: str | None = None  # the run shown; the buttons act on it
     after: float | None = None  # set by Reset: only runs started since are shown
+    picked: bool = False  # the visitor picked `run_id` from the runs on this server: shown whatever else trains
     curves: CurvesSent | None = None  # None: nothing sent yet
     embedding: EmbeddingSent | None = None  # None: nothing sent yet
     controls: ControlsSent | None = None  # None: nothing sent yet
@@ -83,7 +84,7 @@ class PollHandlers:
         when the views key changed, the views timer started, which sends the page's second poll (demo.train.views).
         """
         visitor = visitor_key(visitor, request)
-        run = self.runs.attach(visitor, state.run_id, after=state.after)
+        run = shown_run(self.runs, state, visitor)
         _use_umap(self.runs, run, color_by)
         interval, pages = self.runs.audience.interval(run, visitor)
         status = live_view.status_markdown(run, visitor) + crowd_note(interval, pages)
@@ -114,6 +115,16 @@ class PollHandlers:
         _use_umap(self.runs, run, color_by)
         scrubbed = step if step is not None else state.scrubbed_step
         return live_view.embedding_view(run, None if follow else scrubbed, color_by)
+
+
+def shown_run(runs: RunManager, state: PollState, visitor: str):
+    """The run a page shows: the one its visitor picked from the runs on this server (demo.train.past_runs) while the
+    server keeps it; else the one RunManager.attach finds (the visitor's own latest, else the latest that trains)."""
+    if state.picked:
+        picked = runs.get(state.run_id)
+        if picked is not None:
+            return picked
+    return runs.attach(visitor, state.run_id, after=state.after)
 
 
 def crowd_note(interval: float, pages: int) -> str:

@@ -26,10 +26,10 @@ from demo.common.upload_store import discard
 from demo.common.uploads import display_name, unpack_upload
 from demo.runs import live_changes
 from demo.runs.manager import RunManager
+from demo.train import past_runs, words
 from demo.train import views as train_views
-from demo.train import words
 from demo.train.live_view import FigureBuilder
-from demo.train.poll import LIVE_SLIDERS, PollState
+from demo.train.poll import LIVE_SLIDERS, PollState, shown_run
 from demo.train.presets import PAGE_DEFAULTS, PRESETS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
 from memvir.data.hub import HUB_PREFIX, parse_hub_name
@@ -108,7 +108,7 @@ def push_run(runs: RunManager, run, visitor: str, repo_id, oauth_token: gr.OAuth
 
 def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
     """The run this page shows (the buttons act on it), even before its first poll."""
-    run = runs.attach(visitor, state.run_id, after=state.after)
+    run = shown_run(runs, state, visitor)
     return run.id if run else None
 
 
@@ -340,6 +340,7 @@ class TrainTab:
     push_button: gr.Button
     push_note: gr.Markdown
     sliders: tuple  # N, M and warm-up (LIVE_SLIDERS), which a re-attached page sets to its run's values
+    past_runs: gr.Dropdown  # the runs on this server (demo.train.past_runs), listed as the page opens
 
 
 @dataclass(frozen=True)
@@ -518,9 +519,11 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 buttons, basics = _run_buttons(), _run_settings()
                 live, advanced, push = _live_controls(), _advanced_settings(), _push_controls()
             with gr.Column(scale=3, elem_classes="train-view"):
+                picker = past_runs.build()
                 views = train_views.build(runs, figures, state, visitor, timer, (live.notice, *live.sliders))
     _wire_suggestions(basics, live, advanced, views.notice)
-    _wire_run_buttons(handlers, buttons, basics, live, advanced, views, state, visitor)
+    started, reset = _wire_run_buttons(handlers, buttons, basics, live, advanced, views, state, visitor)
+    _wire_past_runs(past_runs.PastRunsHandlers(runs), picker, (started, reset), views, state, visitor)
     for slider, setting, name in zip(live.sliders, LIVE_SLIDERS, ("update_n", "update_m", "update_warmup"),
                                      strict=True):
         # always_last: a change made while the previous one is on its way is sent after it, not dropped. The page's
@@ -530,7 +533,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                        trigger_mode="always_last")
     push.button.click(handlers.push_to_hub, [state, push.repo_id, visitor], [push.note], api_name="push_to_hub",
                       api_visibility="private")
-    return TrainTab(state, push.button, push.note, live.sliders)
+    return TrainTab(state, push.button, push.note, live.sliders, picker.choice)
 
 
 def _wire_suggestions(basics: RunSettings, live: LiveControls, advanced: AdvancedSettings, notice: gr.Markdown):
@@ -559,7 +562,7 @@ def _wire_run_buttons(handlers: TrainHandlers, buttons: RunButtons, basics: RunS
                 advanced.schedule, advanced.val_classes, advanced.store_dtype, advanced.reduction, views.focus_classes,
                 advanced.class_lr, advanced.adam_eps, advanced.loss_scale, basics.hub_dataset]
     notice = views.notice
-    buttons.start.click(handlers.start, [*settings, visitor], [state, notice], api_name="start",
+    started = buttons.start.click(handlers.start, [*settings, visitor], [state, notice], api_name="start",
                         api_visibility="private")
     buttons.stop.click(handlers.stop, [state, visitor], [notice], api_name="stop", api_visibility="private")
     buttons.pause.click(handlers.pause, [state, visitor], [notice], api_name="pause", api_visibility="private")
@@ -568,8 +571,24 @@ def _wire_run_buttons(handlers: TrainHandlers, buttons: RunButtons, basics: RunS
     buttons.baseline.click(handlers.compare, [state, visitor], [notice], api_name="compare_baseline",
                            api_visibility="private")
     # RESET_SETTINGS's controls in its order, then the loss scale, the classes shown and the answers beside them
-    buttons.reset.click(handlers.reset, [state, visitor], [
+    reset = buttons.reset.click(handlers.reset, [state, visitor], [
         state, notice, *live.sliders, basics.batch_size, basics.epochs, basics.lr, basics.seed, advanced.schedule,
         advanced.val_classes, advanced.store_dtype, advanced.reduction, advanced.class_lr, advanced.adam_eps,
         basics.loss, advanced.loss_scale, views.focus_classes, live.notice, views.classes_notice],
         api_name="reset", api_visibility="private")
+    return started, reset
+
+
+def _wire_past_runs(handlers: past_runs.PastRunsHandlers, picker: past_runs.PastRuns, after: tuple,
+                    views: train_views.Views, state: gr.State, visitor: gr.BrowserState):
+    """The runs on this server: listed anew when the list is opened and after each of `after` (Start's and Reset's
+    events: the page follows its usual run again), and the run picked shown."""
+    # queue=False: it only reads the runs, answered at once while the visitor opens the list
+    picker.choice.focus(handlers.listed, [state, visitor], [picker.choice], api_name="list_runs_on_page",
+                        api_visibility="private", show_progress="hidden", queue=False)
+    for event, name in zip(after, ("list_runs_after_start", "list_runs_after_reset"), strict=True):
+        event.then(handlers.listed, [state, visitor], [picker.choice], api_name=name, api_visibility="private",
+                   show_progress="hidden", queue=False)
+    picker.choice.input(handlers.pick, [state, picker.choice, visitor],
+                        [state, views.follow, picker.summary, picker.download], api_name="pick_run",
+                        api_visibility="private", show_progress="hidden")

@@ -26,7 +26,7 @@ from demo.runs.manager import RunManager
 from demo.train import live_view, neighbours, words
 from demo.train.live_view import FigureBuilder
 from demo.train.neighbours import NeighbourHandlers
-from demo.train.poll import PollHandlers, PollState
+from demo.train.poll import PollHandlers, PollState, shown_run
 from demo.train.results_table import results_markdown
 from memvir.config import MAX_FOCUS_CLASSES
 
@@ -60,7 +60,7 @@ class ViewsHandlers:
         """After a poll whose views key changed (which settles the run shown): the spread curves and the results
         table, when they changed."""
         visitor = visitor_key(visitor, request)
-        run = self.runs.attach(visitor, state.run_id, after=state.after)
+        run = shown_run(self.runs, state, visitor)
         if run is None:
             key, spread, results = None, live_view.empty_spread(), ""
         else:
