@@ -596,8 +596,9 @@ def final_table(results: Results, profile: Profile) -> str:
         cells = []
         for metric in METRICS:
             values = [100 * r["metrics"][metric] for r in group]
-            spread = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.mean(values):.2f} ± {spread:.2f}")
+            # one seed has no spread to give: its value alone, not a standard deviation of 0
+            spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
+            cells.append(f"{statistics.mean(values):.2f}{spread}")
         labels, per_query = _seed_mean_per_query(group, results.path.parent)
         low, high = fair_stats.class_bootstrap_ci(per_query["map@r"], labels)
         shares = [r["adam_eps_share"] for r in group if r["adam_eps_share"] is not None]
@@ -605,7 +606,10 @@ def final_table(results: Results, profile: Profile) -> str:
         share = (f"{100 * statistics.mean(shares):.0f} % / {100 * statistics.mean(shares_class):.0f} %"
                  if shares else "")
         setting = Setting(**group[0]["setting"]).describe()
-        lines.append(f"| {_label(name)} | {setting} | {len(group)} | " + " | ".join(cells)
+        # a group still training says how far it is: its mean moves as its seeds come in
+        missing = set(profile.seeds) - {r["seed"] for r in group}
+        seeds = f"{len(group)} of {len(profile.seeds)}, running" if missing else f"{len(group)}"
+        lines.append(f"| {_label(name)} | {setting} | {seeds} | " + " | ".join(cells)
                      + f" | {100 * low:.2f} to {100 * high:.2f} | {share} |")
     return "\n".join(lines)
 

@@ -192,6 +192,26 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * 3))
 
 
+def test_a_group_still_training_shows_its_seeds_so_far_and_no_spread_for_one_seed(tmp_path):
+    """A final row of 1 seed of 5 is that seed's value, marked running, not 'value ± 0.00' (a spread it lacks)."""
+    (tmp_path / "per_query").mkdir()
+    records = []
+    for arm, seeds in (("baseline", range(5)), ("memvir-official", [0])):
+        for seed in seeds:
+            name = f"per_query/{arm}-s{seed}.npz"
+            np.savez(tmp_path / name, label=np.repeat(np.arange(4), 2).astype(np.int16),
+                     recall_at_1=np.ones(8, bool), map_at_r=np.full(8, 0.5, np.float32))
+            records.append({"profile": "cpu", "phase": "final", "arm": arm, "seed": seed, "trial": None, "fold": None,
+                            "metrics": {"recall@1": 0.9 + 0.01 * seed, "r_precision": 0.6, "map@r": 0.5},
+                            "per_query": name, "setting": {}, "adam_eps_share": None, "adam_eps_share_class": None})
+    rows = {line.split(" | ")[0]: line.split(" | ") for line in
+            fair_study.final_table(_results(tmp_path, records), CPU).splitlines()[2:]}
+    baseline, official = rows["| baseline"], rows["| MemVir, paper's reduction"]
+    # baseline: 5 seeds, Recall@1 90, 91, 92, 93, 94: mean 92.00, sample standard deviation sqrt(2.5) = 1.58
+    assert baseline[2:4] == ["5", "92.00 ± 1.58"]
+    assert official[2:5] == ["1 of 5, running", "90.00", "60.00"]
+
+
 def test_the_report_rewrites_only_its_profile_s_block_of_a_document(tmp_path):
     (tmp_path / "results.json").write_text("[]")
     doc = tmp_path / "doc.md"
