@@ -17,34 +17,27 @@ from memvir._hub_shims import turn_off_side_requests  # noqa: E402  (before anyt
 
 turn_off_side_requests()  # the Hub gets only the requests a visitor's pull or push makes
 
-# What request handlers (and the retrieval warm-up thread) import on first use. Imported here, before the port opens:
-# two threads importing torchvision at once (a first request and a warm-up thread, or two first requests) can each
-# see the other's partially initialised module and fail with ImportError.
-HANDLER_MODULES = ("memvir.train.trainer", "memvir.models.embedding_model", "memvir.hub", "memvir.data",
-                   "memvir.retrieval.index", "memvir.retrieval.metrics", "memvir.analysis.projection",
-                   "memvir.checkpoint", "memvir.retrieval.evaluation", "memvir.retrieval.shipped_gallery",
-                   "memvir.retrieval.diagnosis.ranking", "memvir.retrieval.diagnosis.failures",
-                   "memvir.retrieval.diagnosis.per_class",
-                   "demo.train.figures.curves", "demo.train.figures.embeddings",
-                   "demo.train.figures.spread", "demo.train.figures.focus")
+# light (no torch, no gradio): the starting page holds the port within a second of the start
+from demo.common.cores import available_cores, limit_server_threads, training_threads, yield_to_training  # noqa: E402
+from demo.common.settings import AppSettings  # noqa: E402
+from demo.common.starting_page import open_starting_page  # noqa: E402
 
 
-def import_handler_modules() -> None:
-    for name in HANDLER_MODULES:
-        importlib.import_module(name)
+def import_lazy_dependencies() -> None:
+    """Import, before the port opens, the third-party modules that the handlers and the retrieval warm-up thread
+    would otherwise import on first use (the page, demo.page, imports the project's own modules): two threads
+    importing one module at once (a first request and the warm-up thread, or two first requests) can each see the
+    other's partially initialised module and fail with ImportError."""
+    from memvir.retrieval.knn import search_backend  # here, not at the top: memvir's modules bring torch
+
     # Gradio wraps every request in utils.MatplotlibBackendMananger, whose matplotlib.get_backend() imports pyplot
     # where matplotlib is installed (requirements-dev.txt has it): 1-2 s of a first request on 2 busy cores.
     if importlib.util.find_spec("matplotlib") is not None:
         importlib.import_module("matplotlib.pyplot")
-    from memvir.retrieval.knn import search_backend
-
     search_backend()  # imports faiss where it is installed (the index and the metrics import it on first use)
 
 
 def main() -> None:
-    from demo.common.cores import available_cores, training_threads, yield_to_training
-    from demo.common.settings import AppSettings
-
     settings = AppSettings.from_env()
     cores = available_cores()
     # first, before any thread starts: on small machines the runs' processes go first
@@ -52,8 +45,6 @@ def main() -> None:
     threads = training_threads(settings.train_threads)
     print(f"MemVir Studio: {cores.describe()}; each run trains with {threads} thread{'s' * (threads != 1)}",
           flush=True)
-    from demo.common.starting_page import open_starting_page
-
     starting = open_starting_page()  # a visitor sees the app coming while gradio and torch load
     try:
         app = _build(settings)
@@ -69,6 +60,7 @@ def main() -> None:
 
 def _build(settings):
     """The app, its runs' forkserver started and its handlers' modules imported, the retrieval warm-up begun."""
+    # imported here, while the starting page holds the port: these bring torch, and the page gradio (seconds)
     from demo.runs.process import prepare_run_processes
 
     prepare_run_processes()  # the runs' processes fork from it: their imports happen now, beside the server's
@@ -76,10 +68,9 @@ def _build(settings):
     # Gradio writes uploads into its cache folder; keep it inside the app's own folder. Set before gradio loads.
     os.environ.setdefault("GRADIO_TEMP_DIR", str(settings.gradio_dir))
 
-    from demo.common.cores import limit_server_threads
-    from demo.page import build_app
+    from demo.page import build_app  # after GRADIO_TEMP_DIR: gradio reads it when it loads
 
-    import_handler_modules()
+    import_lazy_dependencies()
     limit_server_threads()  # training has processes of its own (demo.runs.process)
     app = build_app(settings)
     app.retrieval_service.warm_up()  # the default checkpoint's first search, ready while the page loads

@@ -31,7 +31,6 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from demo.common.cores import launch, run_in_background
-from demo.runs import child as run_child
 from demo.runs import snapshot_transport
 from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 from memvir.checkpoint import CheckpointError, RunFolder, append_record
@@ -97,6 +96,10 @@ class RunProcess:
     def __init__(self, spec: LaunchSpec, listener, name: str = "memvir-run"):
         context = _start_context()
         self._connection, child_end = context.Pipe()
+        # imported at a run's start, not with this module, because it brings the trainer: app.py starts the
+        # forkserver (prepare_run_processes) before the server imports the trainer, so that both import side by side
+        from demo.runs import child as run_child
+
         self._process = context.Process(target=run_child.main, args=(child_end, spec), name=name, daemon=True)
         # at the training priority (demo.common.cores.yield_to_training): the forkserver, started then if not before,
         # gives its processes its own

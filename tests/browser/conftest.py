@@ -159,11 +159,11 @@ def _no_run_left_training(request):
 def bundled_app_url(tmp_path_factory):
     """The app as app.py starts it: the repository's bundled checkpoints, the retrieval warm-up begun as it
     launches."""
-    from app import import_handler_modules
+    from app import import_lazy_dependencies
     from demo.common.settings import REPO_ROOT, AppSettings
     from demo.page import build_app
 
-    import_handler_modules()
+    import_lazy_dependencies()
     settings = AppSettings(data_dir=tmp_path_factory.mktemp("bundled-app") / "data",
                            checkpoints_dir=REPO_ROOT / "checkpoints", umap=False)
     app = build_app(settings)
