@@ -40,7 +40,7 @@ def serve(requests, answers) -> None:
     seconds)."""
     import numpy as np
 
-    from memvir.analysis.projection import umap_layout
+    from memvir.analysis.projection import umap_layout  # torch: after "alive", which must come at once
 
     started = time.process_time()
     umap_layout(np.random.default_rng(0).normal(size=(24, 8)), 0)  # numba compiles here, not in the first real job

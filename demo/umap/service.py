@@ -6,7 +6,7 @@ once, then lays out the point sets it is sent (memvir.analysis.projection.umap_l
 blocks only the calling thread, which waits on a pipe. While a run trains, the child is held stopped between layouts
 (`hold`).
 
-`UmapService` is what the run manager holds: a memvir.analysis.projection.UmapWorker for the all-classes picture, laid
+`UmapService` is what the run manager holds: a demo.umap.worker.UmapWorker for the all-classes picture, laid
 out in the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
 (demo.runs.focus_track, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small share of
 one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while training");
@@ -32,7 +32,8 @@ import numpy as np
 from demo.common.cores import machine_cores, run_in_background
 from demo.common.settings import REPO_ROOT
 from demo.umap.child import DIES_WITH_THE_SERVER, send
-from memvir.analysis.projection import UmapWorker, project_focus, project_snapshot
+from demo.umap.worker import UmapWorker
+from memvir.analysis.projection import project_focus, project_snapshot
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
   (`SnapshotMaker`).
 - `projection`: a snapshot to 2-D points (PCA, UMAP), aligned from one snapshot to the next (`project_snapshot`
   giving `ProjectedSnapshot`; for the few-class view `focus_points` giving `FocusPoints`, and `project_focus`
-  giving `FocusProjection`; `UmapWorker`, which runs UMAP off the caller's thread).
+  giving `FocusProjection`; `umap_layout`, which the app runs off its own thread).
 - `drift_frame`: a class's stored weights in a frame of their own around its live weight, at their true angle
   (`drift_offsets`).
 
@@ -23,10 +23,10 @@ _EXPORTS = {
     "FocusPoints": "memvir.analysis.projection",
     "FocusProjection": "memvir.analysis.projection",
     "ProjectedSnapshot": "memvir.analysis.projection",
-    "UmapWorker": "memvir.analysis.projection",
     "focus_points": "memvir.analysis.projection",
     "project_focus": "memvir.analysis.projection",
     "project_snapshot": "memvir.analysis.projection",
+    "umap_layout": "memvir.analysis.projection",
     "drift_offsets": "memvir.analysis.drift_frame",
 }
 

@@ -10,7 +10,7 @@ Two methods:
   previous projection as ``reference``, the new points are turned onto it by an orthogonal Procrustes fit on the
   probe points (the same images every snapshot), so the picture does not spin or flip while scrubbing.
 - UMAP (``umap-learn``, cosine metric), which takes seconds and compiles with numba on first use, so the app runs
-  it in the background (``UmapWorker``'s thread, or another process through ``umap_layout``) and never in its own.
+  it in the background (another thread, or another process through ``umap_layout``) and never in its own.
 
 The few-class view (``focus_points``, ``project_focus``) takes only the snapshot's focus classes: the current
 embeddings of their clean training images, their live class weights, and each virtual set's stored weights and
@@ -27,9 +27,7 @@ This module is library code: no gradio, no plotly; ``umap`` is imported only whe
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +96,7 @@ def umap_layout(points: np.ndarray, seed: int, init: np.ndarray | None = None, n
     """UMAP of [n, D] points (numpy) to 2-D with the cosine metric, from ``init`` ([n, 2] starting positions, e.g.
     the previous snapshot's) when given; ``n_neighbors`` (at most n - 1 are used) and ``min_dist`` as umap-learn's,
     whose defaults they are. Seconds of work for thousands of points (plus a numba compile the first time in a
-    process): call it in the background, as ``UmapWorker`` and the app's UMAP process do."""
+    process): call it in the background, as the app's UMAP process does."""
     import umap  # imported here: 2-15 s, and only the background worker needs it
 
     count = points.shape[0]
@@ -358,97 +356,3 @@ def zoomed_extent(projection: FocusProjection, margin: float = ZOOM_MARGIN,
     low, high = points.min(axis=0), points.max(axis=0)
     pad = margin * max(float((high - low).max()), 1e-6)
     return (float(low[0] - pad), float(high[0] + pad)), (float(low[1] - pad), float(high[1] + pad))
-
-
-class UmapWorker:
-    """One daemon thread that runs UMAP projections so the caller (the app's poll) never waits for one.
-
-    ``submit(key, snapshot)`` queues a job; only the newest queued job is kept (a pending older one is dropped,
-    because while scrubbing only the snapshot on screen matters). ``result(key)`` is the finished projection or
-    None; ``error(key)`` is the message of a failed one, which never stops the thread. Each new projection is
-    aligned to the previous finished one, so consecutive UMAP pictures keep their orientation. The most recent
-    ``max_results`` outcomes are kept.
-    """
-
-    def __init__(self, max_points: int = 3000, seed: int = 0,
-                 project: Callable[[SnapshotEvent, ProjectedSnapshot | None], ProjectedSnapshot] | None = None,
-                 max_results: int = 128):
-        """``project(snapshot, reference)`` replaces real UMAP (tests inject a fake one)."""
-        if project is None:
-            def project(snapshot, reference):
-                return project_snapshot(snapshot, "umap", max_points=max_points, seed=seed, reference=reference)
-        self._project = project
-        self._max_results = max_results
-        self._changed = threading.Condition()
-        self._pending: tuple[Hashable, SnapshotEvent] | None = None
-        self._running: Hashable | None = None
-        self._outcomes: OrderedDict[Hashable, tuple[ProjectedSnapshot | None, str | None]] = OrderedDict()
-        self._latest: ProjectedSnapshot | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._work, name="memvir-umap", daemon=True)
-        self._thread.start()
-
-    def submit(self, key: Hashable, snapshot: SnapshotEvent) -> None:
-        """Queue ``snapshot`` under ``key``, replacing any job still waiting. A key that is running or already
-        finished (or failed) is not queued again: the app can submit on every poll without repeating work."""
-        with self._changed:
-            if self._closed:
-                raise RuntimeError("this UmapWorker is closed; create a new one to project more snapshots")
-            if key == self._running or key in self._outcomes:
-                return
-            self._pending = (key, snapshot)
-            self._changed.notify_all()
-
-    def result(self, key: Hashable) -> ProjectedSnapshot | None:
-        """The finished projection for ``key``; None while queued, running, dropped, failed or never submitted."""
-        with self._changed:
-            outcome = self._outcomes.get(key)
-        return outcome[0] if outcome else None
-
-    def error(self, key: Hashable) -> str | None:
-        """Why the projection for ``key`` failed ("ExceptionType: message"), or None."""
-        with self._changed:
-            outcome = self._outcomes.get(key)
-        return outcome[1] if outcome else None
-
-    def pending(self, key: Hashable) -> bool:
-        """True while ``key`` is queued or running (the app shows "UMAP running..." then)."""
-        with self._changed:
-            return key == self._running or (self._pending is not None and self._pending[0] == key)
-
-    def wait(self, key: Hashable, timeout: float | None = None) -> bool:
-        """Block until ``key`` is no longer pending (finished, failed or dropped); False if ``timeout`` ran out."""
-        with self._changed:
-            return self._changed.wait_for(
-                lambda: key != self._running and (self._pending is None or self._pending[0] != key), timeout)
-
-    def close(self, timeout: float | None = 5.0) -> None:
-        """Stop the thread after its current job (a queued job is dropped). Waits up to ``timeout`` seconds; the
-        thread is a daemon, so a UMAP still running then cannot keep the process alive."""
-        with self._changed:
-            self._closed = True
-            self._pending = None
-            self._changed.notify_all()
-        self._thread.join(timeout)
-
-    def _work(self) -> None:
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._pending is not None or self._closed)
-                if self._closed:
-                    return
-                key, snapshot = self._pending
-                self._pending, self._running = None, key
-                reference = self._latest
-            try:
-                outcome = (self._project(snapshot, reference), None)
-            except Exception as exc:  # noqa: BLE001 - any failure becomes a message; the thread must live on
-                outcome = (None, f"{type(exc).__name__}: {exc}")
-            with self._changed:
-                self._outcomes[key] = outcome
-                while len(self._outcomes) > self._max_results:
-                    self._outcomes.popitem(last=False)
-                if outcome[0] is not None:
-                    self._latest = outcome[0]
-                self._running = None
-                self._changed.notify_all()

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from memvir.analysis.projection import ProjectedSnapshot, UmapWorker, procrustes_align, project_snapshot
+from demo.umap.worker import UmapWorker
+from memvir.analysis.projection import ProjectedSnapshot, procrustes_align, project_snapshot
 from memvir.events import SnapshotEvent
 
 

@@ -11,7 +11,8 @@ import pytest
 from demo.common.settings import AppSettings
 from demo.runs.manager import NotRunOwner, RunError, RunLimitReached, RunManager
 from demo.train.live_view import status_markdown
-from memvir.analysis.projection import UmapWorker, project_snapshot
+from demo.umap.worker import UmapWorker
+from memvir.analysis.projection import project_snapshot
 from memvir.config import TrainConfig
 
 
