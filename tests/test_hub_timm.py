@@ -3,19 +3,18 @@
 `save_for_hf`, then huggingface_hub's `upload_folder` to `timm/NAME`); `--backbone timm:NAME --pretrained` reads them
 through timm's loader; `python -m memvir train` trains and evaluates with them, `eval` and `index` read the
 checkpoint, `EmbeddingModel.from_pretrained` loads it and prepares a query as the run prepared its test images, and
-`push` publishes it with a card that names the base model."""
+`push` publishes it with a card that names the base model. A Hub dataset trained with a pretrained timm backbone
+(`--dataset hf:OWNER/NAME --backbone timm:NAME --pretrained`) is tests/data/test_hub_datasets.py's CLI test, on the
+Hub that holds its datasets."""
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from hub_server import TOKENS, USER, WRITE_TOKEN, LoopbackHub, client_environment, point_client_at
+from hub_server import TOKENS, USER, WRITE_TOKEN, LoopbackHub, point_client_at
 from huggingface_hub import HfApi, ModelCard
 from safetensors.torch import load_file
-from test_cli import ROOT, last_json
+from test_cli import last_json
 
 from memvir.cli import main
 from memvir.models.backbones import build_backbone
@@ -37,19 +36,28 @@ def timm():
     return timm
 
 
-@pytest.fixture(scope="module")
-def timm_hub(timm, tmp_path_factory):
-    """A loopback Hub holding timm's weights of NAME (random, seeded, in timm's published layout), and them."""
+def publish_timm_weights(hub_url: str, tmp_path_factory) -> dict:
+    """timm's weights of NAME (random, seeded, in timm's published layout) written to HUB_ID on the Hub at `hub_url`
+    as timm publishes its own (the Hub must know TIMM_TOKEN as "timm"); them. Shared with
+    tests/data/test_hub_datasets.py, whose Hub holds them beside its datasets."""
+    import timm.models
+
     folder = tmp_path_factory.mktemp("timm-weights")
     torch.manual_seed(0)
     timm.models.save_for_hf(timm.create_model(NAME), str(folder), safe_serialization=True)
-    with LoopbackHub({**TOKENS, TIMM_TOKEN: "timm"}) as hub, pytest.MonkeyPatch.context() as patch:
-        point_client_at(patch, hub.url, tmp_path_factory.mktemp("publisher"))
+    with pytest.MonkeyPatch.context() as patch:
+        point_client_at(patch, hub_url, tmp_path_factory.mktemp("publisher"))
         api = HfApi(token=TIMM_TOKEN)  # made here: huggingface_hub's module-level `upload_folder` kept the endpoint
         api.create_repo(HUB_ID)        # of its import
         api.upload_folder(repo_id=HUB_ID, folder_path=folder)
-        patch.undo()
-        yield hub, load_file(folder / "model.safetensors")
+    return load_file(folder / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def timm_hub(timm, tmp_path_factory):
+    """A loopback Hub holding timm's weights of NAME (`publish_timm_weights`), and them."""
+    with LoopbackHub({**TOKENS, TIMM_TOKEN: "timm"}) as hub:
+        yield hub, publish_timm_weights(hub.url, tmp_path_factory)
     assert hub.server_errors == []
 
 
@@ -115,61 +123,3 @@ def test_train_evaluate_search_and_push_a_pretrained_timm_backbone_through_the_c
     loaded = EmbeddingModel.from_pretrained(repo).state_dict()
     saved = load_file(run / "model.safetensors")
     assert loaded.keys() == saved.keys() and all(torch.equal(loaded[key], saved[key]) for key in saved)
-
-
-PUSH_BIRDS = textwrap.dedent("""
-    import io, sys
-    import numpy as np
-    from datasets import ClassLabel, Dataset, DatasetDict, Features, Image
-    from PIL import Image as PILImage
-
-    def png(class_id, index):  # a colour of the class, a stripe that moves with the index
-        pixels = np.empty((24, 28, 3), dtype=np.uint8)
-        pixels[:] = ((37 * class_id) % 256, (91 * class_id + 50) % 256, (151 * class_id + 100) % 256)
-        pixels[:, index] = 255 - pixels[0, 0]
-        buffer = io.BytesIO()
-        PILImage.fromarray(pixels).save(buffer, "PNG")
-        return buffer.getvalue()
-
-    items = [(c, i) for c in range(8) for i in range(4)]
-    features = Features({"image": Image(), "label": ClassLabel(names=[f"bird{c}" for c in range(8)])})
-    rows = {"image": [{"bytes": png(c, i), "path": None} for c, i in items], "label": [c for c, _ in items]}
-    DatasetDict({"train": Dataset.from_dict(rows, features=features)}).push_to_hub(sys.argv[1])
-""")
-
-
-@pytest.mark.slow
-def test_a_hub_dataset_trains_a_pretrained_timm_backbone_and_the_model_is_pushed(timm_hub, tmp_path, monkeypatch):
-    """The issue's whole command: `--dataset hf:OWNER/NAME --backbone timm:NAME --pretrained`, in a process pointed
-    at the loopback Hub (🤗 datasets reads the endpoint when it is imported), which holds the dataset (pushed with
-    🤗 datasets) and timm's weights; the run's own evaluation scores it, and it is pushed."""
-    hub, _ = timm_hub
-    weights = f"/{HUB_ID}/resolve/main/model.safetensors"
-    dataset, repo = f"{USER}/birds", f"{USER}/memvir-timm-birds"
-    online = client_environment(hub.url, tmp_path / "home", token=WRITE_TOKEN) | {"PYTHONPATH": str(ROOT)}
-
-    def memvir(*args):
-        return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=online,
-                              timeout=600)
-
-    pushed = memvir("-c", PUSH_BIRDS, dataset)
-    assert pushed.returncode == 0, pushed.stderr[-4000:]
-    run, downloads = tmp_path / "run", hub.paths_requested().count(weights)
-    trained = memvir("-m", "memvir", "train", "--dataset", f"hf:{dataset}", "--backbone", f"timm:{NAME}",
-                     "--pretrained", "--image-size", "32", "--embedding-dim", "16", "--epochs", "1",
-                     "--batch-size", "8", "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0", "--seed", "0",
-                     "--out", str(run))
-    assert trained.returncode == 0, trained.stderr[-4000:]
-    assert hub.paths_requested().count(weights) > downloads  # timm read the weights from the Hub
-    metrics = last_json(trained.stdout)
-    assert metrics["step"] == 2 and 0 <= metrics["recall@1"] <= 1  # 4 training classes of 4 images, batches of 8
-    config = json.loads((run / "config.json").read_text())
-    assert (config["in_channels"], config["mean"], config["std"]) == (3, [0.5] * 3, [0.5] * 3)
-    assert config["image_kind"] == "photo" and config["interpolation"] == "bicubic"
-
-    point_client_at(monkeypatch, hub.url, tmp_path / "pusher")  # the push needs no 🤗 datasets: in this process
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
-    assert main(["push", str(run), "--repo-id", repo]) == 0
-    front_matter = hub.files_at(repo)["README.md"].decode().split("---")[1]
-    assert f"base_model: {HUB_ID}\n" in front_matter and f"datasets:\n- {dataset}\n" in front_matter

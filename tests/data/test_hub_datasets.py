@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hub_server import READ_TOKEN, TOKENS, USER, WRITE_TOKEN, LoopbackHub, client_environment
+from hub_server import READ_TOKEN, TOKENS, USER, WRITE_TOKEN, LoopbackHub, client_environment, point_client_at
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,9 +127,13 @@ CASES = [
 def hub_datasets(tmp_path_factory):
     """(a loopback Hub holding the repos of SHAPES, pushed by someone with 🤗 datasets; their HF_HOME, whose 🤗 datasets
     cache holds those repos; what `load_dataset` made of each of CASES, read back through the Hub there). One process
-    pushes and loads: importing 🤗 datasets is most of its time."""
+    pushes and loads: importing 🤗 datasets is most of its time. The Hub also lets timm's publisher in
+    (`timm_weights`)."""
+    # imported here, not at the top: the pushing process imports this module for SHAPES, and this one imports torch
+    from test_hub_timm import TIMM_TOKEN
+
     home = tmp_path_factory.mktemp("hub-datasets")
-    with LoopbackHub(TOKENS, read_only=(READ_TOKEN,)) as hub:
+    with LoopbackHub({**TOKENS, TIMM_TOKEN: "timm"}, read_only=(READ_TOKEN,)) as hub:
         result = _python(PUSH + LOAD, HERE, json.dumps(CASES),
                          env=client_environment(hub.url, home, token=WRITE_TOKEN))
         yield hub, home, json.loads(result.stdout.strip().splitlines()[-1])
@@ -213,28 +217,52 @@ def test_a_hub_name_is_checked_before_anything_is_fetched():
         load_dataset("glyphs-mini", label_column="label")
 
 
+@pytest.fixture(scope="module")
+def timm_weights(hub_datasets, tmp_path_factory) -> str:
+    """timm's weights of test_hub_timm.NAME on the module's Hub, as timm publishes its own; their URL path there."""
+    from test_hub_timm import HUB_ID, publish_timm_weights
+
+    publish_timm_weights(hub_datasets[0].url, tmp_path_factory)
+    return f"/{HUB_ID}/resolve/main/model.safetensors"
+
+
 @pytest.mark.slow
-def test_the_cli_trains_on_a_hub_dataset_pushes_the_model_and_evaluates_it_from_the_cache(hub_datasets, tmp_path):
+def test_the_cli_trains_a_pretrained_timm_backbone_on_a_hub_dataset_pushes_it_and_evaluates_it_from_the_cache(
+        hub_datasets, timm_weights, tmp_path, monkeypatch):
+    """The issue's whole command, `--dataset hf:OWNER/NAME --backbone timm:NAME --pretrained`, in a process pointed
+    at the loopback Hub (🤗 datasets reads the endpoint when it is imported), which holds the dataset and timm's
+    weights; the run's own evaluation scores it; it is pushed (in this process: the push needs no 🤗 datasets, and
+    tests/test_hub_round_trip.py pushes with `python -m memvir push` itself) and evaluated offline from the cache."""
     from cli_process import run_memvir
+    from test_hub_timm import HUB_ID, NAME
+
+    from memvir.cli import main
 
     hub, home, _ = hub_datasets
-    run, repo = tmp_path / "run", f"{USER}/memvir-birds"
+    run, repo, downloads = tmp_path / "run", f"{USER}/memvir-timm-birds", hub.paths_requested().count(timm_weights)
     online = client_environment(hub.url, home, token=WRITE_TOKEN) | {"PYTHONPATH": str(ROOT)}
     trained = subprocess.run(
-        [sys.executable, "-m", "memvir", "train", "--dataset", f"hf:{POOLED}", "--image-size", "32", "--epochs", "1",
-         "--batch-size", "8", "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0", "--num-workers", "1",
-         "--seed", "0", "--out", run], capture_output=True, text=True, cwd=ROOT, env=online, timeout=600)
+        [sys.executable, "-m", "memvir", "train", "--dataset", f"hf:{POOLED}", "--backbone", f"timm:{NAME}",
+         "--pretrained", "--image-size", "32", "--embedding-dim", "16", "--epochs", "1", "--batch-size", "8",
+         "--memvir-n", "1", "--memvir-m", "0", "--warmup-epochs", "0", "--num-workers", "1", "--seed", "0",
+         "--out", run], capture_output=True, text=True, cwd=ROOT, env=online, timeout=600)
     assert trained.returncode == 0, trained.stderr[-4000:]
     assert f"hf:{POOLED}: all splits pooled ('train', 'test'), classes split in label order" in trained.stderr
+    assert hub.paths_requested().count(timm_weights) > downloads  # timm read the weights from the Hub
     metrics = json.loads(trained.stdout.strip().splitlines()[-1])
     assert metrics["step"] == 2 and 0 <= metrics["recall@1"] <= 1  # 16 training images, batches of 8
+    config = json.loads((run / "config.json").read_text())
+    assert (config["in_channels"], config["mean"], config["std"]) == (3, [0.5] * 3, [0.5] * 3)
+    assert config["image_kind"] == "photo" and config["interpolation"] == "bicubic"
 
-    pushed = subprocess.run([sys.executable, "-m", "memvir", "push", run, "--repo-id", repo], capture_output=True,
-                            text=True, cwd=ROOT, env=online, timeout=600)
-    assert pushed.returncode == 0, pushed.stderr[-4000:]
+    point_client_at(monkeypatch, hub.url, tmp_path / "pusher")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")  # the CLI would set it in this process's environment
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    assert main(["push", str(run), "--repo-id", repo]) == 0
     card = hub.files_at(repo)["README.md"].decode()
     front_matter = card.split("---")[1]
     assert f"datasets:\n- {POOLED}\n" in front_matter  # the Hub links the model to its dataset
+    assert f"base_model: {HUB_ID}\n" in front_matter  # and to the weights it was fine-tuned from
     assert f"| Dataset | `hf:{POOLED}` |" in card
 
     # evaluated offline (the tests' HF_HUB_OFFLINE=1): 🤗 datasets reads the repo from its cache
