@@ -132,6 +132,11 @@ class FocusTrack:
         x_range, y_range = zoomed_extent(projection)
         return FocusView(projection, x_range, y_range, index + 1, len(entries), entries[-1].step)
 
+    def umap_waiting(self) -> int:
+        """How many kept views still wait for their UMAP (neither laid out nor failed)."""
+        with self._lock:
+            return sum(1 for entry in self._entries if entry.umap is None and not entry.umap_failed)
+
     def steps(self) -> list[int]:
         with self._lock:
             return [entry.step for entry in self._entries]

@@ -26,7 +26,8 @@ STARTING_NOTE = "its training process is loading the dataset and the model"
 # weights around their live ones (demo.train.figures.focus); "age" and "class" show all classes, coloured by age or by
 # class (demo.train.figures.embeddings.embedding_figure).
 FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT = "few", "few-umap", "few-drift"
-PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT, "age", "class")
+FEW_CLASS_PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT)
+PICTURES = (*FEW_CLASS_PICTURES, "age", "class")
 
 STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused", "stopped": "Stopped",
                 "finished": "Finished", "failed": "Failed"}
@@ -196,9 +197,9 @@ def empty_spread():
 
 
 def picture_key(run: LiveRun) -> tuple:
-    """Changes exactly when the latest picture may: a new snapshot, a UMAP layout arriving, or the run coming to rest
-    or training again (the caption says whether UMAP waits for the CPU)."""
-    return run.id, run.snapshot_version, run.focus.version, run.resting
+    """Changes exactly when the latest picture may: a new snapshot, a UMAP layout arriving, the run coming to rest
+    or training again, or its baseline ending (the caption says whether UMAP waits for the CPU, and for what)."""
+    return run.id, run.snapshot_version, run.focus.version, run.resting, run.busy
 
 
 class FigureBuilder:
@@ -324,7 +325,7 @@ def _curves_key(run: LiveRun, kind: str) -> tuple | None:
 
 def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     """(figure, caption) of the snapshot at `step` (the latest when None), as `color_by` (one of PICTURES) shows it."""
-    if color_by in (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT):
+    if color_by in FEW_CLASS_PICTURES:
         return few_class_view(run, step, umap=color_by == FEW_CLASSES_UMAP, drift=color_by == FEW_CLASSES_DRIFT)
     view = None if run is None else run.snapshot_at(step)
     if view is None:
@@ -336,11 +337,23 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     method = view.projected.method.upper()
     note = ""
     if method == "PCA" and umap_pending and run.resting:
-        note = " · UMAP on its way"
+        note = umap_on_its_way(run)
     elif method == "PCA" and not run.resting:
         note = " · UMAP follows when the run pauses or ends"
     caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
     return embeddings.embedding_figure(view.projected, color_by), caption
+
+
+def umap_on_its_way(run: LiveRun, waiting: int = 0) -> str:
+    """What a resting run's caption says of the UMAP it waits for: behind its baseline's training (the UMAP process
+    runs at the lowest priority, on what the training leaves of the cores: demo.umap.service), or on its way, after
+    `waiting` other snapshots of the same view (laid out newest first)."""
+    baseline = run.baseline
+    if baseline is not None and baseline.training:
+        return " · UMAP waits behind the baseline, training now (UMAP runs at the lowest priority)"
+    if waiting:
+        return f" · UMAP on its way ({waiting} snapshot{'s' if waiting != 1 else ''} still to lay out, newest first)"
+    return " · UMAP on its way"
 
 
 def snapshot_range(run: LiveRun | None) -> tuple[int, int]:
@@ -370,7 +383,8 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, dr
         if not run.focus.umap_expected:
             note = " · UMAP is off on this server"
         else:
-            note = " · UMAP on its way" if run.resting else " · UMAP not laid out for it: training comes first"
+            note = (umap_on_its_way(run, run.focus.umap_waiting()) if run.resting
+                    else " · UMAP not laid out for it: training comes first")
     classes = ", ".join(str(int(label)) for label in projection.classes)
     shown = "true angles" if drift else f"{method}{note}"
     caption = (f"Snapshot {view.position} of {view.count} kept · step {projection.step:,} · {shown} · "

@@ -101,11 +101,18 @@ class PollHandlers:
         return new_state, status, *controls, *curves, embedding, caption, slider, timer, views_due
 
     def show_snapshot(self, state: PollState, step, color_by):
-        """The snapshot at the scrubbed step; scrubbing back stops following the latest."""
+        """(state, picture, caption, "follow the latest", the scrub slider): the snapshot kept at or before the
+        scrubbed step, the slider moved onto the step it shows where it was let go between kept snapshots (the
+        caption says why: only some are kept, `scrub_note`); scrubbing back stops following the latest."""
         run = self.runs.get(state.run_id)
         figure, caption = live_view.embedding_view(run, step, color_by)
         _, last = live_view.snapshot_range(run)
-        return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last
+        kept = kept_steps(run, color_by)
+        shown = next((kept_step for kept_step in reversed(kept) if kept_step <= step), kept[0] if kept else None)
+        if shown is None or shown == step:
+            return dataclasses.replace(state, scrubbed_step=step), figure, caption, step >= last, gr.skip()
+        caption += scrub_note(run, kept, step, shown)
+        return dataclasses.replace(state, scrubbed_step=shown), figure, caption, step >= last, shown
 
     def recolor(self, state: PollState, follow, color_by, step=None):
         """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
@@ -115,6 +122,34 @@ class PollHandlers:
         _use_umap(self.runs, run, color_by)
         scrubbed = step if step is not None else state.scrubbed_step
         return live_view.embedding_view(run, None if follow else scrubbed, color_by)
+
+
+def kept_steps(run, color_by) -> list[int]:
+    """The steps of the snapshots `run` keeps for the picture `color_by` (the few-class views' own track, or the
+    all-classes snapshots: both thinned alike), oldest first; none without a run."""
+    if run is None:
+        return []
+    if color_by in live_view.FEW_CLASS_PICTURES:
+        return run.focus.steps()
+    with run.lock:
+        return [view.step for view in run.snapshots]
+
+
+def scrub_note(run, kept: list[int], asked: int, shown: int) -> str:
+    """What the caption adds when the scrub slider was let go at `asked` and the picture shows the kept snapshot at or
+    before it (`shown`; the first kept, before them all): which, and why there is none at `asked`. A run keeps at most
+    a set number of snapshots (AppSettings.snapshot_history) and thins the older ones out as it goes on."""
+    every = run.config.snapshot_every
+    if shown > asked:
+        return f"  \nNo snapshot is kept before step {asked:,}: shown, the first kept (step {shown:,})."
+    later = [step for step in kept if step > shown]
+    gap = later[0] - shown if later else every
+    if every and gap > every:
+        kept_words = (f"of the snapshots taken every {every} steps, one in {gap // every} is kept here: the older "
+                      "ones thin out as the run goes on")
+    else:
+        kept_words = f"a snapshot every {every} steps"
+    return f"  \nNearest kept snapshot before step {asked:,}: step {shown:,} ({kept_words})."
 
 
 def shown_run(runs: RunManager, state: PollState, visitor: str):

@@ -227,8 +227,8 @@ def _wire_snapshot(live: PollHandlers, handlers: ViewsHandlers, snapshot: Snapsh
     """Scrubbing the snapshots, the picture chosen and following the latest one."""
     view = [snapshot.plot, snapshot.caption]
     snapshot.step.release(live.show_snapshot, [state, snapshot.step, snapshot.color_by],
-                          [state, *view, snapshot.follow], api_name="show_snapshot", api_visibility="private",
-                          show_progress="hidden")
+                          [state, *view, snapshot.follow, snapshot.step], api_name="show_snapshot",
+                          api_visibility="private", show_progress="hidden")
     # A drag unticks "follow" at its first move, in the browser: otherwise a poll that brings a new snapshot moves the
     # thumb back to the newest step under the visitor's pointer, and the release shows the newest again.
     snapshot.step.input(None, None, [snapshot.follow], js="() => false")

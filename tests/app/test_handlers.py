@@ -27,8 +27,8 @@ from demo.retrieve.service import RetrievalService
 from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
+from demo.train import live_view, words
 from demo.train import tab as train_tab
-from demo.train import words
 from demo.train.poll import ControlsSent, CurvesSent, EmbeddingSent, PollHandlers, PollState
 from demo.train.presets import PRESETS
 from memvir.analysis.projection import project_snapshot
@@ -255,13 +255,49 @@ def test_scrubbing_shows_the_snapshot_at_that_step_and_stops_following(tmp_path)
     state = PollState(run_id="r1")
 
     live = PollHandlers(runs, figures=None)
-    state, figure, caption, follow = live.show_snapshot(state, 25, "age")
-    assert (state.scrubbed_step, caption, follow) == (25, "Snapshot 2 of 3 kept · step 20 · PCA", False)
+    state, figure, caption, follow, slider = live.show_snapshot(state, 25, "age")
+    # let go between two kept snapshots: the slider moves onto the step shown, and the caption says why
+    assert (state.scrubbed_step, follow, slider) == (20, False, 20)
+    assert caption == ("Snapshot 2 of 3 kept · step 20 · PCA  \nNearest kept snapshot before step 25: step 20 (a "
+                       "snapshot every 25 steps).")  # TrainConfig's default cadence
     assert len(figure.data) > 0
+    assert live.show_snapshot(state, 20, "age")[2:] == ("Snapshot 2 of 3 kept · step 20 · PCA", False, SKIP)
     assert live.recolor(state, False, "class")[1] == "Snapshot 2 of 3 kept · step 20 · PCA"
     # following: the latest, whose UMAP the worker makes once the run rests
     assert live.recolor(state, True, "class")[1] == "Snapshot 3 of 3 kept · step 30 · PCA · UMAP on its way"
     assert live.show_snapshot(state, 30, "age")[3] is True  # at the last snapshot: following again
+
+
+def test_a_scrub_between_thinned_snapshots_says_which_is_kept_and_how_sparse_they_are(tmp_path):
+    runs = StandInRuns()
+    run = runs.run = _live_run(tmp_path)
+    run._project, run._snapshot_history = project_snapshot, 4
+    for step in range(25, 176, 25):  # every 25 steps (TrainConfig's default), 4 kept: [25, 125, 175] at the end
+        run._on_event(_snapshot(step))
+    assert [view.step for view in run.snapshots] == [25, 125, 175]
+    live = PollHandlers(runs, figures=None)
+    _, _, caption, _, slider = live.show_snapshot(PollState(run_id="r1"), 150, "age")
+    assert slider == 125 and caption.endswith(
+        "  \nNearest kept snapshot before step 150: step 125 (of the snapshots taken every 25 steps, one in 2 is "
+        "kept here: the older ones thin out as the run goes on).")
+    _, _, caption, _, slider = live.show_snapshot(PollState(run_id="r1"), 100, "age")
+    assert slider == 25 and "step 25 (of the snapshots taken every 25 steps, one in 4 is kept here" in caption
+
+
+def test_a_resting_run_s_umap_says_it_waits_behind_its_baseline_while_that_trains(tmp_path):
+    run = _live_run(tmp_path)
+    run._project = project_snapshot
+    run._on_event(_snapshot(10))
+    run.baseline = LiveRun("r1-baseline", "alice", tmp_path / "b", TrainConfig(dataset="glyphs-mini", memvir_n=0),
+                           "baseline")
+    run.baseline.reserved = True  # training: its process is being started
+    training_key = live_view.picture_key(run)
+    assert live_view.embedding_view(run, None, "age")[1] == (
+        "Snapshot 1 of 1 kept · step 10 · PCA · UMAP waits behind the baseline, training now (UMAP runs at the lowest "
+        "priority)")
+    run.baseline.reserved = False
+    assert live_view.picture_key(run) != training_key  # the picture is drawn again when the baseline ends
+    assert live_view.embedding_view(run, None, "age")[1] == "Snapshot 1 of 1 kept · step 10 · PCA · UMAP on its way"
 
 
 # ---------------------------------------------------------------------------------------------- the Train tab

@@ -158,8 +158,9 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
     kinds = {(trace.meta["kind"], trace.meta["age"]) for trace in figure.data if trace.meta}
     assert {("weights", 0), ("weights", 1), ("weights", 2), ("embeddings", 0)} <= kinds
     # scrubbed back: that snapshot, in whichever picture; the slider's value is the step shown
-    _, _, caption, follow = live.show_snapshot(state, 7, "few")
-    assert caption.startswith("Snapshot 2 of 6 kept · step 6 · PCA") and follow is False
+    _, _, caption, follow, slider = live.show_snapshot(state, 7, "few")
+    assert caption.startswith("Snapshot 2 of 6 kept · step 6 · PCA") and follow is False and slider == 6
+    assert caption.endswith("  \nNearest kept snapshot before step 7: step 6 (a snapshot every 3 steps).")
     assert live.recolor(PollState(run_id=run.id), False, "age", step=7)[1].startswith("Snapshot 2 of 6 kept · step 6")
     # UMAP asked for where the server runs none: said so
     assert "UMAP is off on this server" in live.recolor(state, True, "few-umap")[1]
