@@ -151,7 +151,7 @@ def curves_figure(records: list[dict], baseline: list[dict] | None = None, reduc
     columns = step_columns(records, "loss", "num_virtual_sets")
     eval_steps, recall = _eval_columns(records)
     if len(columns["step"]) == 0 and len(eval_steps) == 0:
-        return empty_figure("No training records yet: press Start to train, or pick a run.")
+        return empty_figure("No training records yet: press Start to train, or pick a run in 'Runs on this server'.")
 
     traces = []
     if baseline:

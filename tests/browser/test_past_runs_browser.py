@@ -1,0 +1,68 @@
+"""The Train tab's "Runs on this server" in a real headless chromium: a run another visitor trained and finished
+earlier on the shared app is picked from the list by a fresh visitor, at desktop width and on a phone (390 px), and
+the page shows it: its status line, its loss curve as plotly drew it, its last evaluation as its metrics.jsonl has
+it, and its model to download. Read from the page; waits are Playwright's, bounded; nothing asserts speed."""
+
+import json
+import re
+import time
+
+import pytest
+from test_train_views_browser import _traces
+
+pytestmark = pytest.mark.browser
+
+WAIT_MS = 120_000
+
+
+def _finished_run(app):
+    """A short glyphs-mini run started by another visitor on the shared app, finished: (its LiveRun, its last
+    evaluation record)."""
+    from memvir import TrainConfig
+
+    run = app.run_manager.start(TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=1, eval_at_start=False,
+                                            snapshot_every=3, log_every=1, memvir_n=2, memvir_m=1,
+                                            warmup_epochs=0.2), "an-earlier-visitor")
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (run.training or run.state != "finished") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run.state == "finished", run.message
+    records = [json.loads(line) for line in (run.folder / "metrics.jsonl").read_text().splitlines()]
+    return run, [record for record in records if record.get("type") == "eval"][-1]
+
+
+def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(open_page, app_url, request,
+                                                                                screenshot):
+    run, final = _finished_run(request.getfixturevalue("_app_served")[0])
+    steps = len([1 for line in (run.folder / "metrics.jsonl").read_text().splitlines()
+                 if json.loads(line).get("type") == "step"])
+    for name, width, height in (("desktop", 1400, 900), ("phone", 390, 844)):
+        page = open_page(app_url, width, height)
+        # a fresh visitor's page shows no run: the other visitor's finished one is only in the list
+        page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
+                               timeout=WAIT_MS)
+        choice = page.get_by_label("Runs on this server")
+        choice.scroll_into_view_if_needed()
+        choice.click()
+        option = page.get_by_role("option", name=re.compile(re.escape(run.id)))
+        option.wait_for(timeout=WAIT_MS)
+        assert option.inner_text().startswith("Finished · glyphs-mini, norm-softmax, N = 2, M = 1, 1 epoch · "
+                                              "another visitor's · started ")
+        option.click()
+        page.wait_for_function("() => document.querySelector('#run-status').innerText.startsWith('Finished')",
+                               timeout=WAIT_MS)
+        assert "You are watching a run started by another visitor" in page.locator("#run-status").inner_text()
+        page.wait_for_function("() => document.querySelector('#past-run-summary').innerText.includes('Recall@1')",
+                               timeout=WAIT_MS)
+        summary = page.locator("#past-run-summary").inner_text()
+        assert f"Showing {run.id}" in summary
+        assert re.search(rf"Recall@1 \(test\)\s+{100 * final['recall@1']:.2f}", summary), summary
+        assert page.locator("#past-run-download").is_visible()
+        # the loss curve as plotly drew it: every logged step of the run picked
+        page.wait_for_function("() => { const c = document.querySelector('#curves-plot .js-plotly-plot');"
+                               " return c && c._fullData && c._fullData.some(t => t.x && t.x.length > 0); }",
+                               timeout=WAIT_MS)
+        assert steps in [trace["points"] for trace in _traces(page, "curves-plot")]
+        box = choice.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, box  # the list fits the screen's width
+        screenshot(f"train-past-run-{name}", page, full_page=False)
