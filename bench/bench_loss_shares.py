@@ -7,14 +7,15 @@ Shares: each loss's forward+backward at the given geometry (by default B=128, C=
 memory full: k=5, the loss sees 768 rows and 588 classes), on consecutive MemVir outputs, one new step per repeat.
 For every G of ``--parts`` there are G losses, one per rank, each keeping its own pairs as a rank's does; a repeat
 times every share of every G on the same MemVir output, one after the other in this process (the order of the G
-rotating), so the figures are the work one rank does, without the collectives. Medians over the repeats; a share's
+rotating), so the figures are the work one rank does, without the collectives. The process's CPU time, one thread:
+on a shared, loaded machine the wall time mostly measures the wait for a core. Medians over the repeats; a share's
 time is the slowest share of its G (the one the other ranks would wait for).
 
 ``--gloo G``: then G processes on this machine (gloo, one thread each) take the Trainer's step on the same inputs
 (memvir.train.distributed, as tests/train/test_distributed.py does): each embeds nothing (its rows of the batch are
 given), gathers them with autograd, runs MemVir and its share of the loss, backpropagates G times the share and
-averages the class weights' gradient; the table has each rank's median loss time and whole step (collectives
-included), next to one process doing the same with the whole loss.
+averages the class weights' gradient; the table has the slowest rank's median loss time (CPU time, as above) and
+whole step (wall time, collectives included), next to one process doing the same with the whole loss.
 """
 
 import argparse
@@ -38,18 +39,18 @@ from memvir.train.distributed import World, shutdown  # noqa: E402
 
 
 def timed_share(loss, x, w, out, share):
-    """Seconds for one forward+backward of ``share`` of ``loss`` on MemVir's output ``out`` (live leaves x, w)."""
+    """CPU seconds of one forward+backward of ``share`` of ``loss`` on MemVir's output ``out`` (live leaves x, w)."""
     x.grad = w.grad = None
-    started = time.perf_counter()
+    started = time.process_time()
     loss(*out, live=out.live, share=share).backward(retain_graph=True)
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 def shares(args) -> list[str]:
     """The table of each loss's share times, in this process."""
     parts = [int(p) for p in args.parts.split(",")]
     print(f"## Shares: forward+backward of each rank's share in one process, B={args.batch} C={args.classes} "
-          f"D={args.dim} N={args.n} M={args.m} (memory full), medians of {args.repeats}\n")
+          f"D={args.dim} N={args.n} M={args.m} (memory full), CPU time, medians of {args.repeats}\n")
     rows = ["| loss | " + " | ".join(f"G={g}: slowest share (ms)" for g in parts) + " | "
             + " | ".join(f"G=1 / G={g}" for g in parts if g > 1) + " |",
             "|---|" + "---:|" * (2 * len(parts) - (1 in parts))]
@@ -99,10 +100,10 @@ def gloo_rank(rank, port, world_size, args, results):
             world.sum(torch.zeros(()))  # every rank starts the step together
             started = time.perf_counter()
             out = memory.mv(world.gather_with_grad(x[rows]), world.gather(labels[rows]), w)
-            loss_started = time.perf_counter()
+            loss_started = time.process_time()
             share = loss_fn(*out, live=out.live, share=world.loss_share)
             (share * world.world_size).backward()
-            loss_time = time.perf_counter() - loss_started
+            loss_time = time.process_time() - loss_started
             world.average_(w.grad)
             world.sum(share.detach())
             if repeat >= args.warmup:
@@ -124,8 +125,8 @@ def gloo(args) -> list[str]:
         per_rank = [dict(results[r]) for r in range(ranks)]
     print(f"\n## The Trainer's step on {ranks} gloo ranks (one thread each) against one process, medians of "
           f"{args.repeats}\n")
-    rows = [f"| loss | 1 process: loss (ms) | step (ms) | {ranks} ranks: slowest rank's loss (ms) | step (ms) | "
-            "loss: 1 / G |", "|---|---:|---:|---:|---:|---:|"]
+    rows = [f"| loss | 1 process: loss CPU (ms) | step wall (ms) | {ranks} ranks: slowest rank's loss CPU (ms) | "
+            "step wall (ms) | loss: 1 / G |", "|---|---:|---:|---:|---:|---:|"]
     print("\n".join(rows), flush=True)
     for name in args.losses.split(","):
         loss_g = max(result[name][0] for result in per_rank)

@@ -163,8 +163,9 @@ class _Blocks:
         prepare = functools.partial(F.normalize, dim=1) if normalize else (lambda tensor: tensor)
         self.live_rows = prepare(_first(embeddings, num_rows))
         self.live_columns = prepare(_first(class_weights, self.num_live_classes))
+        self._prepare, self._unprepared_stored_rows = prepare, embeddings[num_rows:].detach()
+        self.num_stored_rows = self._unprepared_stored_rows.shape[0]
         with torch.no_grad():
-            self.stored_rows = prepare(embeddings[num_rows:].detach())
             self.stored_columns = class_weights[self.num_live_classes :].detach()
             # F.normalize's divisor, max(norm, eps)
             self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
@@ -172,6 +173,13 @@ class _Blocks:
         # every row's and class's blocks, and which share of the rows or classes these are (``share``)
         self.whole, self.part = self, (0, 1)
         self.classes: torch.Tensor | None = None  # a class share's classes, by their numbers in the call; None: all
+
+    @functools.cached_property
+    def stored_rows(self) -> torch.Tensor:
+        """The stored rows (normalised for the losses that compare cosines), made when first used: a share makes only
+        its own."""
+        with torch.no_grad():
+            return self._prepare(self._unprepared_stored_rows)
 
     @property
     def num_all_rows(self) -> int:
@@ -191,13 +199,15 @@ class _Blocks:
         share.num_live_rows = live.stop - live.start
         share.live_rows, share.live_labels = self.live_rows[live], self.live_labels[live]
         if self.stored_sets is None:
-            pieces = [_part(self.stored_rows.shape[0], part, parts)]
+            pieces = [_part(self.num_stored_rows, part, parts)]
         else:
             set_rows = self.stored_set_rows()
             pieces = [slice(rows.start + piece.start, rows.start + piece.stop)
                       for rows in set_rows for piece in [_part(rows.stop - rows.start, part, parts)]]
             share.stored_sets = self.stored_sets._replace(rows=tuple(piece.stop - piece.start for piece in pieces))
-        share.stored_rows = torch.cat([self.stored_rows[piece] for piece in pieces])
+        share.__dict__.pop("stored_rows", None)  # made from the share's own rows when first used
+        share._unprepared_stored_rows = torch.cat([self._unprepared_stored_rows[piece] for piece in pieces])
+        share.num_stored_rows = share._unprepared_stored_rows.shape[0]
         share.stored_labels = torch.cat([self.stored_labels[piece] for piece in pieces])
         share.labels = torch.cat([share.live_labels, share.stored_labels])
         return share
@@ -449,7 +459,7 @@ class MetricLoss(nn.Module, ABC):
         in its own set (the label check, as the other value checks, only with ``check_values``: it costs a host
         sync): the kept pairs hold for MemVir's output as it is, not for one whose labels or weights were changed."""
         sets, live_classes = blocks.stored_sets, blocks.num_live_classes
-        shapes_fit = (len(sets.steps) == len(sets.rows) and sum(sets.rows) == len(blocks.stored_rows)
+        shapes_fit = (len(sets.steps) == len(sets.rows) and sum(sets.rows) == blocks.num_stored_rows
                       and len(sets.steps) * live_classes == len(blocks.stored_columns))
         labels_fit = True
         if shapes_fit and self.check_values:
@@ -459,7 +469,7 @@ class MetricLoss(nn.Module, ABC):
         if not (shapes_fit and labels_fit):
             raise ValueError(
                 f"live names MemVir's stored sets (steps {list(sets.steps)}, rows {list(sets.rows)}) but the inputs "
-                f"are not that output ({len(blocks.stored_rows)} stored rows, {len(blocks.stored_columns)} stored "
+                f"are not that output ({blocks.num_stored_rows} stored rows, {len(blocks.stored_columns)} stored "
                 "weight rows, each row's label in its own set): pass MemVir's output as it is, or live as a plain "
                 "(rows, classes) tuple for inputs changed after MemVir"
             )
