@@ -41,6 +41,10 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         # a fresh visitor's page shows no run: the other visitor's finished one is only in the list
         page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
                                timeout=WAIT_MS)
+        start, listed = page.locator("#start").bounding_box(), page.locator("#past-runs").bounding_box()
+        assert start["y"] + start["height"] <= height  # the list leaves Start on the first screen
+        if name == "phone":  # under the status line and the loss chart, which follow Start and the settings' summary
+            assert listed["y"] > page.locator("#curves-plot").bounding_box()["y"]
         choice = page.get_by_label("Runs on this server")
         choice.scroll_into_view_if_needed()
         choice.click()
