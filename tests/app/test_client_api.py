@@ -65,6 +65,7 @@ def _until(client, condition, what: str, **arguments) -> dict:
     raise AssertionError(f"the run never showed {what}; last status: {status!r}")
 
 
+@pytest.mark.slow
 def test_start_watch_change_and_stop_a_run(served):
     alice, bob = _client(served), _client(served)
     with pytest.raises(AppError, match="batch size must be a whole number of at least 1"):
@@ -119,6 +120,13 @@ def test_start_watch_change_and_stop_a_run(served):
     assert stopped["can_resume"] is True and "press **Resume** to continue" in stopped["status_line"]
     with pytest.raises(AppError, match="the run is not training"):
         alice.predict(api_name="/stop_run")
+
+    # the Train tab's list of the server's runs, as each visitor reads it
+    (listed,) = [run for run in bob.predict(api_name="/list_runs")["runs"] if run["run_id"] == run_id]
+    assert (listed["state"], listed["yours"], listed["memvir_n"], listed["step"]) == (
+        "stopped", False, 4, stopped["step"])
+    assert listed["label"].startswith("Stopped · glyphs-mini, norm-softmax, N = 4, M = 2, 500 epochs · another")
+    assert [run["yours"] for run in alice.predict(api_name="/list_runs")["runs"] if run["run_id"] == run_id] == [True]
 
 
 def _cosines(embeddings: np.ndarray) -> np.ndarray:
