@@ -15,6 +15,21 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_configure(config):
+    # pytest-xdist's --dist loadfile hands out files with the most tests first (its --loadscope-reorder default), so
+    # the files of one or three long tests (an app.py start, a kill and a restart) came last, run by one worker while
+    # the other had nothing left: keep the order `pytest_collection_modifyitems` gives instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    """The files holding a test marked slow or browser first, each file's tests together and in their order: the
+    long ones start while both workers are busy, and the many short files fill the end."""
+    long_files = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: the rest keeps pytest's order
+
+
 @pytest.fixture
 def loopback_hub():
     """A Hub on 127.0.0.1 (tests/hub_server.py) knowing hub_server.TOKENS; the test fails if it could not handle a

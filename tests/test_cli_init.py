@@ -38,6 +38,7 @@ def test_the_bundled_backbone_is_what_a_glyphs_few_run_starts_from():
     assert trainer.class_weights.shape == (116, 128)
 
 
+@pytest.mark.slow
 def test_fine_tuning_glyphs_few_from_the_bundled_backbone_runs_offline(tmp_path):
     out = tmp_path / "run"
     result = run_memvir("train", "--dataset", "glyphs-few", "--init", PRETRAINED, "--memvir-n", "0", "--max-steps",

@@ -64,6 +64,7 @@ print(json.dumps({{"faces": faces, "training": training}}))
 """
 
 
+@pytest.mark.slow
 def test_the_faces_and_the_training_path_leave_the_heavy_dependencies_out():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-c", IMPORT_FACES], capture_output=True, text=True, env=env,

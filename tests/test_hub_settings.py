@@ -38,6 +38,7 @@ def _python(args, env) -> subprocess.CompletedProcess:
                           env={**env, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.slow
 def test_the_cli_asks_a_silent_hub_only_for_the_repo(silent_server, tmp_path):
     result = _python(["-m", "memvir", "eval", REPO], client_environment(silent_server.url, tmp_path / "home"))
     assert result.returncode == 2, result.stderr
@@ -46,6 +47,7 @@ def test_the_cli_asks_a_silent_hub_only_for_the_repo(silent_server, tmp_path):
     assert silent_server.request_lines == [LOOK_UP]  # no /api/agent-harnesses first
 
 
+@pytest.mark.slow
 def test_pull_from_the_cli_against_a_silent_hub_returns_within_its_limit_plus_a_second(silent_server, tmp_path):
     """huggingface_hub is imported before the CLI's main() runs here: the setting reaches it all the same."""
     result = _python(["-c", TIMED_EVAL], client_environment(silent_server.url, tmp_path / "home"))
@@ -59,6 +61,7 @@ def test_pull_from_the_cli_against_a_silent_hub_returns_within_its_limit_plus_a_
     ("app", "import app"),
     ("cli", "from memvir.cli import main\ntry:\n    main(['--no-such-flag'])\nexcept SystemExit:\n    pass"),
 ])
+@pytest.mark.slow
 @pytest.mark.parametrize(("setting", "telemetry_off"), [(None, True), ("0", False), ("1", True)])
 def test_the_app_and_the_cli_turn_telemetry_off_unless_the_user_chose(program, code, setting, telemetry_off):
     env = {name: value for name, value in os.environ.items() if name != "HF_HUB_DISABLE_TELEMETRY"}

@@ -107,6 +107,7 @@ def test_train_watch_change_n_stop_resume(server):
     _poll_until(alice, lambda view: view["status"].startswith("**Stopped**"), "the run stopped again")
 
 
+@pytest.mark.slow
 def test_schedule_and_validation_classes_reach_the_run(server):
     carol = _client(server)
     started = carol.predict(dataset="glyphs-mini", batch_size=32, epochs=50, memvir_n=2, memvir_m=2,

@@ -206,6 +206,7 @@ def _start_long_run(client, **values) -> str:
                              "the run training", DEADLINE_S)
 
 
+@pytest.mark.slow
 def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
     """Before, N 2 -> 4 and at once 4 -> 2 (both before the run's next step: here it is paused) answered 'The run
     already uses these MemVir settings' (it compared with the applied N, still 2), and the run applied N = 4."""
@@ -237,6 +238,7 @@ def test_the_last_live_change_wins(tiny_checkpoints, tmp_path):
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
 
 
+@pytest.mark.slow
 def test_a_flood_of_live_changes_is_answered_and_the_newest_applies(tiny_checkpoints, tmp_path):
     """Before, 200 live changes sent at 20 a second left 100 unanswered 60 s later (each reply waited for the run's
     outbox to send, one every half second). The page promises an answer within a second; this allows far more."""

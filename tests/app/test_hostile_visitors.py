@@ -346,6 +346,7 @@ def test_without_the_float16_way_out_the_message_offers_none(tiny_checkpoints, t
             and "float16/" not in notice and notice.endswith("the run's memory budget, set by MEMVIR_MEMORY_BUDGET."))
 
 
+@pytest.mark.slow
 def test_a_live_change_past_the_budget_leaves_the_run_training(tiny_checkpoints, tmp_path):
     """Before, moving N from 10 to 50 on a running run past the machine's memory turned it to Failed, with no
     checkpoint: its progress was lost."""

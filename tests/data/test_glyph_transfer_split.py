@@ -50,6 +50,7 @@ def test_both_variants_are_registered():
     assert {"glyphs-pretrain", "glyphs-few"} <= set(DATASET_NAMES)
 
 
+@pytest.mark.slow
 def test_glyphs_and_glyphs_mini_keep_their_classes(variants):
     glyphs, mini = variants["glyphs"], variants["glyphs-mini"]
     train, test = code_points(glyphs.train), code_points(glyphs.test)

@@ -54,6 +54,7 @@ def test_kept_memory_is_reused_without_page_faults():
     assert faults < PAGES_PER_ROUND / 10
 
 
+@pytest.mark.slow
 def test_a_trainer_on_the_cpu_keeps_its_processs_freed_memory():
     setup = textwrap.dedent("""
         from memvir import TrainConfig, Trainer

@@ -78,6 +78,7 @@ def test_steps_follow_the_class_count_staircase():
         assert -1.0 <= event.mean_target_cosine <= 1.0 and event.images_per_s > 0
 
 
+@pytest.mark.slow
 def test_training_improves_retrieval_on_unseen_classes():
     trainer = Trainer(small_config(epochs=8, eval_at_start=True, eval_every=8))
     events = collect(trainer)
@@ -112,6 +113,7 @@ def test_run_folder_holds_hub_files_metrics_and_state(tmp_path):
     assert loaded.config["dataset"] == "glyphs-mini" and loaded.config["in_channels"] == 1
 
 
+@pytest.mark.slow
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     config = small_config(epochs=3, warmup_epochs=0.5, memvir_n=2, memvir_m=1, log_every=5)
     straight = Trainer(config, tmp_path / "straight")

@@ -137,6 +137,7 @@ def test_an_unfinished_run_cannot_be_resumed_twice_and_a_finished_one_not_at_all
         manager.stop(None, "alice")
 
 
+@pytest.mark.slow
 def test_baseline_is_loaded_when_the_same_configuration_finished_before(manager):
     finished = manager.start(quick(memvir_n=0), "alice")
     finished.join(60)
@@ -148,6 +149,7 @@ def test_baseline_is_loaded_when_the_same_configuration_finished_before(manager)
     run.join(60)
 
 
+@pytest.mark.slow
 def test_a_baseline_differing_only_in_the_classes_shown_is_loaded_not_trained_again(manager):
     """"Classes shown" only chooses what the snapshots draw: a finished baseline that drew others still fits."""
     finished = manager.start(quick(memvir_n=0), "alice")
@@ -158,6 +160,7 @@ def test_a_baseline_differing_only_in_the_classes_shown_is_loaded_not_trained_ag
     run.join(60)
 
 
+@pytest.mark.slow
 def test_baseline_trains_beside_the_run_when_none_finished(manager):
     run = manager.start(quick(memvir_n=3, epochs=2), "alice")
     baseline = manager.compare_with_baseline(run.id, "alice")
@@ -169,6 +172,7 @@ def test_baseline_trains_beside_the_run_when_none_finished(manager):
     assert not run.busy
 
 
+@pytest.mark.slow
 def test_a_baseline_trains_the_optimiser_settings_it_is_given_in_place_of_the_run_s(manager):
     """The Train tab passes the tuned baseline's own optimiser (demo.train.presets): those replace the run's."""
     run = manager.start(quick(memvir_n=3, epochs=2), "alice")

@@ -5,6 +5,8 @@ beside the run or loaded. Expectations are written out by hand."""
 
 import re
 
+import pytest
+
 from demo.train import live_view, words
 from demo.train import tab as train_tab
 
@@ -28,6 +30,7 @@ def _baseline_folders(runs):
     return sorted(folder.name for folder in runs.settings.runs_dir.iterdir() if "-baseline-" in folder.name)
 
 
+@pytest.mark.slow
 def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status_says_what_it_is(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="1, 2")
     train = train_tab.TrainHandlers(runs)
@@ -58,6 +61,7 @@ def test_a_finished_baseline_is_reused_whatever_the_classes_shown_and_the_status
                              "step 18 of 18")
 
 
+@pytest.mark.slow
 def test_a_baseline_of_other_settings_is_not_reused(runs):
     state, run = _start(runs, snapshot_every=3, eval_every=1, focus_classes="")
     train = train_tab.TrainHandlers(runs)

@@ -242,6 +242,7 @@ def test_the_fair_study_row_is_the_settings_of_the_fair_comparison_s_balanced_fi
 
 
 # ---------------------------------------------------------------------------------------------- presets
+@pytest.mark.slow
 def test_virtual_sets_arrive_in_a_real_run_at_the_steps_the_presets_compute():
     """glyphs-mini's preset trained for real: the step records (numbered as the charts number them) where
     num_virtual_sets first reaches 1, 2, 3 are the steps arrival_steps names."""

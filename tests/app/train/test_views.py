@@ -69,6 +69,7 @@ def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_
     assert second.poll_views(PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
 
 
+@pytest.mark.slow
 def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finished(runs):
     run = runs.start(quick(epochs=2), "alice")
     baseline = runs.compare_with_baseline(run.id, "alice")
