@@ -153,3 +153,36 @@ def test_no_class_of_the_app_is_over_300_lines():
 def test_no_function_is_over_80_lines():
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
     assert _longer_than(("memvir", "demo", "app.py"), kinds, MAX_FUNCTION_LINES) == []
+
+
+def _unexplained_local_imports(path: Path) -> list[str]:
+    """`path:line` of each import of the project's own modules made inside a function whose block of imports carries
+    no comment (on one of its lines, or on the lines right above it) saying why it is not at the top."""
+    lines = path.read_text().splitlines()
+    found = []
+    for function in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        statements = [node for node in ast.walk(function) if isinstance(node, ast.Import | ast.ImportFrom)]
+        for node in statements:
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if getattr(node, "level", 0) or not any(name.split(".")[0] in ("memvir", "demo") for name in names):
+                continue
+            first, last = node.lineno, node.end_lineno  # widened to the imports around it: one block, one reason
+            while any(other.end_lineno == first - 1 for other in statements):
+                first -= 1
+            while any(other.lineno == last + 1 for other in statements):
+                last += 1
+            above = first - 1
+            while above >= 1 and lines[above - 1].strip().startswith("#"):
+                above -= 1
+            if above == first - 1 and not any("#" in line for line in lines[first - 1:last]):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_a_project_import_inside_a_function_says_why_it_is_not_at_the_top():
+    """The project's modules are imported at the top of a module, where the import graph shows; one kept inside a
+    function (start-up time the user feels, a process that must answer before torch loads) says why in a comment."""
+    paths = [ROOT / "app.py", *sorted((ROOT / "memvir").rglob("*.py")), *sorted((ROOT / "demo").rglob("*.py"))]
+    assert [place for path in paths for place in _unexplained_local_imports(path)] == []
