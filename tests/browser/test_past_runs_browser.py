@@ -61,7 +61,7 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         summary = page.locator("#past-run-summary").inner_text()
         assert f"Showing {run.id}" in summary
         assert re.search(rf"Recall@1 \(test\)\s+{100 * final['recall@1']:.2f}", summary), summary
-        assert page.locator("#past-run-download").is_visible()
+        page.locator("#past-run-download").wait_for(state="visible", timeout=WAIT_MS)  # drawn a moment after the words
         # the loss curve as plotly drew it: every logged step of the run picked
         page.wait_for_function("() => { const c = document.querySelector('#curves-plot .js-plotly-plot');"
                                " return c && c._fullData && c._fullData.some(t => t.x && t.x.length > 0); }",
@@ -70,3 +70,8 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         box = choice.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, box  # the list fits the screen's width
         screenshot(f"train-past-run-{name}", page, full_page=False)
+        # gradio's footer: no "Runs" of its own (its API call history) for a visitor to take for these runs
+        footer = page.locator("footer").inner_text()
+        assert not re.search(r"\bRuns\b|Settings|Built with", footer), footer
+        if name == "desktop":  # its link to the client API (a phone's footer leaves it out)
+            assert "API" in footer, footer
