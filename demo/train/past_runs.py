@@ -92,7 +92,7 @@ def summary_markdown(run: LiveRun, visitor: str) -> str:
     if table:
         lines += ["", table]
     elif run.training:
-        lines.append("Its final figures and its model come when it ends.")
+        lines.append("Its final figures and its model come when it ends: pick it again then.")
     return "\n".join(lines)
 
 

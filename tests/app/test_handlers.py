@@ -549,7 +549,8 @@ API = {
                    "warmup_epochs", "snapshot_every", "eval_every", "folder_path", "zip_file", "memvir_schedule",
                    "val_classes", "memvir_store_dtype", "memvir_reduction", "focus_classes", "class_lr", "adam_eps",
                    "loss_scale", "hub_dataset", "visitor"],
-    "/run_status": ["run_id", "history", "visitor"], "/update_run": ["setting", "value", "run_id", "visitor"],
+    "/run_status": ["run_id", "history", "visitor"], "/list_runs": ["visitor"],
+    "/update_run": ["setting", "value", "run_id", "visitor"],
     "/stop_run": ["run_id", "visitor"], "/pause_run": ["run_id", "visitor"], "/resume_run": ["run_id", "visitor"],
     "/compare_with_baseline": ["run_id", "visitor"], "/push_run": ["repo_id", "run_id", "visitor"],
     "/checkpoints": [], "/gallery": ["checkpoint", "gallery_files"],
@@ -570,7 +571,8 @@ PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", 
            "poll", "start", "stop", "pause", "resume", "compare_baseline", "push_to_hub", "list_checkpoints",
            "prepare_retrieval", "download_checkpoint", "export_gallery", "search_upload", "search_drawing",
            "search_gallery_item", "compare_gallery_item", "compare_upload", "compare_drawing", "hardest_queries",
-           "per_class_metrics", "threshold_view"}
+           "per_class_metrics", "threshold_view", "list_runs_on_load", "list_runs_on_page", "list_runs_after_start",
+           "list_runs_after_reset", "pick_run"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
@@ -591,7 +593,8 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
         assert {name for name, found in hints.items() if found.get("request") is gr.Request} == {
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
             "update_warmup", "push_to_hub", "poll_views", "show_classes", "start_run", "run_status",
-            "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline", "push_run"}
+            "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline", "push_run", "list_runs",
+            "list_runs_on_load", "list_runs_on_page", "list_runs_after_start", "list_runs_after_reset", "pick_run"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
         # a refusal answers every output its event has (reporting's count), the message in its place
         counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))
