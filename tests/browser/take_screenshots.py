@@ -35,7 +35,9 @@ sys.path[:0] = [str(REPO), str(Path(__file__).resolve().parent)]  # the app, and
 
 # the file name stems of the three moments, in order
 STEMS = ("1-first-virtual-set", "2-all-virtual-sets", "3-end")
-PICTURES = (("pca", "a few classes, PCA"), ("umap", "a few classes, UMAP"))
+# (file name suffix, the picture's choice on the page, what its caption says it shows)
+PICTURES = (("pca", "a few classes, PCA", "PCA"), ("umap", "a few classes, UMAP", "UMAP"),
+            ("drift", "a few classes, drift", "true angles"))
 WAIT_MS = 1_800_000
 WAIT_S = WAIT_MS / 1000
 
@@ -175,12 +177,12 @@ def main() -> None:
                         raise SystemExit(f"step {step} is not the first snapshot with a virtual set")
                     if stem == STEMS[1] and not (sets == preset.memvir_n and before < preset.memvir_n):
                         raise SystemExit(f"step {step} is not the first snapshot with all {preset.memvir_n} sets")
-                    for method, label in PICTURES:
+                    for method, label, shown in PICTURES:
                         page.get_by_label(label).check()
                         # the UMAP picture once the paused (or finished) run's snapshot has its layout; a poll may
                         # still replace a picture just chosen with "no snapshot yet" for a moment, so the caption
                         # must hold both before and after the shot
-                        wanted_caption = f"step {step:,} · {method.upper()} · training"
+                        wanted_caption = f"step {step:,} · {shown} · training"
                         name = f"{prefix}{stem}-{method}.png"
                         for _ in range(10):
                             wait_for_caption(page, wanted_caption)

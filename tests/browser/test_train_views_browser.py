@@ -9,7 +9,9 @@ import json
 import re
 import time
 
+import numpy as np
 import pytest
+from test_page_fit_browser import CUT_CHART_TEXT
 from train_page import pick_glyphs_mini
 
 pytestmark = pytest.mark.browser
@@ -40,8 +42,63 @@ def _traces(page, plot_id: str) -> list[dict]:
         }""", plot_id)
 
 
-def test_a_short_run_shows_virtual_sets_of_two_ages_and_spread_curves(page, screenshot):
-    _start_glyphs_mini(page, epochs=6)  # 54 steps: sets arrive at 21, 32 and 43
+# CUT_CHART_TEXT for the snapshot picture alone
+CUT_PICTURE_TEXT = CUT_CHART_TEXT.replace("document.querySelectorAll('.js-plotly-plot')",
+                                          "document.querySelectorAll('#embedding-plot .js-plotly-plot')")
+assert CUT_PICTURE_TEXT != CUT_CHART_TEXT
+
+
+def _drawn_points(page) -> dict:
+    """The few-class picture as plotly drew it in #embedding-plot: each data trace's meta with its points' x, y and
+    class, the legend's entries, the axes' ranges and the panel names (the drift picture's)."""
+    return page.evaluate(
+        """() => {
+            const chart = document.querySelector('#embedding-plot .js-plotly-plot');
+            const layout = chart._fullLayout;
+            const axes = Object.keys(layout).filter(key => /^[xy]axis\\d*$/.test(key));
+            return {
+                traces: chart._fullData.filter(t => t.meta && t.meta.kind).map(t => ({
+                    meta: t.meta, x: Array.from(t.x), y: Array.from(t.y),
+                    classes: Array.from(t.customdata, row => row[0])})),
+                legend: chart._fullData.filter(t => t.showlegend).map(t => t.name),
+                ranges: Object.fromEntries(axes.map(key => [key, layout[key].range])),
+                panels: (layout.annotations || []).map(note => note.text).filter(text => text.startsWith('class ')),
+            };
+        }""")
+
+
+def _weights_by_class_and_age(drawn: dict) -> dict[tuple[int, int], np.ndarray]:
+    return {(int(label), trace["meta"]["age"]): np.array([x, y]) for trace in drawn["traces"]
+            if trace["meta"]["kind"] == "weights" for x, y, label in zip(trace["x"], trace["y"], trace["classes"],
+                                                                         strict=True)}
+
+
+def _unit_weights(snapshot) -> dict[tuple[int, int], np.ndarray]:
+    """(class, age) -> the snapshot's class weight of that age, as a unit vector, for its focus classes."""
+    focus = set(snapshot.focus_classes.tolist())
+    weights = snapshot.class_weights.double().numpy()
+    return {(label, age): weights[row] / np.linalg.norm(weights[row]) for row, (label, age) in
+            enumerate(zip(snapshot.class_weight_labels.tolist(), snapshot.class_weight_ages.tolist(), strict=True))
+            if label in focus}
+
+
+def _pca_of_all(snapshot) -> dict[tuple[int, int], np.ndarray]:
+    """(class, age) -> where a numpy PCA of every point of the snapshot's few-class view (its focus images, their
+    classes' weights of every age, their stored rows) puts that class weight."""
+    focus = set(snapshot.focus_classes.tolist())
+    weights = _unit_weights(snapshot)
+    stored = [row for row, (label, age) in enumerate(zip(snapshot.labels.tolist(), snapshot.ages.tolist(),
+                                                         strict=True)) if label in focus and age >= 1]
+    unit = [rows / np.linalg.norm(rows, axis=1, keepdims=True) for rows in
+            (snapshot.focus_embeddings.double().numpy(), snapshot.embeddings[stored].double().numpy())]
+    points = np.concatenate([unit[0], np.array(list(weights.values())), unit[1]])
+    mean = points.mean(axis=0)
+    _, _, vt = np.linalg.svd(points - mean, full_matrices=False)
+    return {key: (vector - mean) @ vt[:2].T for key, vector in weights.items()}
+
+
+def test_a_short_run_shows_virtual_sets_of_two_ages_and_spread_curves(page, screenshot, _app_served):
+    run_id = _start_glyphs_mini(page, epochs=6)  # 54 steps: sets arrive at 21, 32 and 43
     page.wait_for_function("() => document.querySelector('#run-status').innerText.includes('Finished')",
                            timeout=WAIT_MS)
     page.wait_for_function("() => /step 50 · PCA/.test(document.querySelector('#snapshot-caption').innerText)",
@@ -56,6 +113,51 @@ def test_a_short_run_shows_virtual_sets_of_two_ages_and_spread_curves(page, scre
     spread = {trace["name"]: trace["points"] for trace in _traces(page, "spread-plot")}
     assert spread["mean cos between two classes"] >= 4 and spread["uniformity (lower: more even)"] >= 4
     screenshot("train-few-classes")
+
+    # The map holds real positions: the distances between two class weights (live or stored) are in proportion to
+    # those a numpy PCA of all the view's points gives (the picture is turned onto the previous one and scaled whole)
+    snapshot = _app_served[0].run_manager.get(run_id).latest_raw_snapshot
+    assert snapshot.step == 50
+    drawn = _drawn_points(page)
+    on_page, expected = _weights_by_class_and_age(drawn), _pca_of_all(snapshot)
+    assert set(on_page) == set(expected) and len(expected) == 8 * 4  # 8 classes, the live weight and 3 stored ones
+    keys = sorted(expected)
+    ratios = [np.linalg.norm(on_page[first] - on_page[second]) / np.linalg.norm(expected[first] - expected[second])
+              for index, first in enumerate(keys) for second in keys[index + 1:]]
+    np.testing.assert_allclose(ratios, np.median(ratios), rtol=1e-4)
+    # zoomed to the data: every point inside the axes' square, their wider extent all of it but the 5% margins; a
+    # folded legend, one entry per kind
+    xy = np.array([(x, y) for trace in drawn["traces"] for x, y in zip(trace["x"], trace["y"], strict=True)])
+    low, high = xy.min(axis=0), xy.max(axis=0)
+    assert drawn["ranges"]["xaxis"] == drawn["ranges"]["yaxis"] == [-1, 1]
+    assert (-1 < low).all() and (high < 1).all() and (high - low).max() == pytest.approx(2 / 1.1, abs=1e-6)
+    assert drawn["legend"] == ["images now", "stored images (virtual)", "class weights now",
+                               "stored class weights (virtual)"]
+    assert page.evaluate(CUT_PICTURE_TEXT) == []
+
+    # The drift picture: one panel per class, each stored weight at its true angle in degrees from the live one
+    page.get_by_label("a few classes, drift").check()
+    page.wait_for_function("() => /true angles/.test(document.querySelector('#snapshot-caption').innerText)",
+                           timeout=WAIT_MS)
+    drift_drawn = _drawn_points(page)
+    assert len(drift_drawn["panels"]) == 8
+    weights, around = _unit_weights(snapshot), _weights_by_class_and_age(drift_drawn)
+    assert set(around) == set(weights)
+    for (label, age), offset in around.items():
+        degrees = np.degrees(np.arccos(np.clip(weights[label, age] @ weights[label, 0], -1, 1)))
+        assert np.linalg.norm(offset) == pytest.approx(degrees, abs=0.05)
+    assert page.evaluate(CUT_PICTURE_TEXT) == []
+    screenshot("train-few-classes-drift")
+
+    # On a phone: both pictures whole, no chart text past the chart's edges
+    page.set_viewport_size({"width": 390, "height": 844})
+    for label, shown in (("a few classes, drift", "true angles"), ("a few classes, PCA", "step 50 · PCA")):
+        page.get_by_label(label).check()
+        page.wait_for_function(f"() => document.querySelector('#snapshot-caption').innerText.includes('{shown}')",
+                               timeout=WAIT_MS)
+        page.wait_for_timeout(500)  # plotly's resize after the viewport changed
+        assert page.evaluate(CUT_PICTURE_TEXT) == [], label
+    screenshot("train-few-classes-phone")
 
 
 def _final_metrics(folder) -> dict:

@@ -105,13 +105,22 @@ def _legend_entries() -> list[dict]:
     return entries
 
 
+def in_view_square(xy: np.ndarray, view: FocusView) -> np.ndarray:
+    """Map positions [n, 2] moved and scaled as one (distances keep their ratios) so that `view`'s ranges, widened
+    on the shorter side to a square about their middle, become the square from -1 to 1."""
+    (x_low, x_high), (y_low, y_high) = view.x_range, view.y_range
+    middle = np.array([(x_low + x_high) / 2, (y_low + y_high) / 2])
+    half = max(x_high - x_low, y_high - y_low, 1e-12) / 2
+    return (np.asarray(xy, dtype=float) - middle) / half
+
+
 def few_class_figure(view: FocusView | None) -> go.Figure:
     """The few-class map of `view`: embeddings now (dots), class weights now (outlined diamonds), and for each
     virtual set its stored class weights (diamonds) and stored embeddings (rings), paler with age, all where the map
     put them; the images drawn last, on top. The legend holds one grey entry per kind (KINDS); each kind and age is
     one trace of points whose `meta` names it: {"kind": "embeddings" | "weights", "age": j}; each point's
-    `customdata` is (class, degrees to its class's live weight, their cosine, row). The axes frame the points
-    (`view`'s ranges) with equal units."""
+    `customdata` is (class, degrees to its class's live weight, their cosine, row). The picture frames the points
+    (`view`'s ranges) with equal units, drawn in the square from -1 to 1 on both axes (`in_view_square`)."""
     if view is None:
         return empty_figure("No few-class snapshot yet — press Start; it appears at the first snapshot.")
     projection = view.projection
@@ -127,8 +136,9 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
         if kind == "embeddings" and age == 0:
             meta["pick"] = "focus"  # the images' dots: a click opens one with its neighbours
             distance += "<br>click: its nearest neighbours"
+        square = in_view_square(xy, view)
         traces.append(scatter(
-            x=xy[:, 0], y=xy[:, 1], name=name, mode="markers", customdata=_hover_data(labels, angles),
+            x=square[:, 0], y=square[:, 1], name=name, mode="markers", customdata=_hover_data(labels, angles),
             legendgroup=f"{kind}-{min(age, 1)}", showlegend=False, meta=meta,
             marker=dict(_marker(kind, age), color=[shade(colors[int(label)], age, oldest) for label in labels]),
             hovertemplate=f"class %{{customdata[0]:d}}<br>{name}{distance}<extra></extra>"))
@@ -151,14 +161,19 @@ def few_class_figure(view: FocusView | None) -> go.Figure:
     method = projection.method.upper()
     axis = "PC" if projection.method == "pca" else method
     ages = _ages_words(oldest, margin)
+    # short lines, each its own: a phone's picture is under 400 pixels wide
     title = (f"{len(projection.classes)} classes at step {projection.step:,}, {method}<br><sup>every point where the "
-             f"map puts it{'; ' + ages if ages else ''}</sup>")
+             f"map puts it{'<br>' + ages if ages else ''}</sup>")
     return built(traces, house_layout(
         title, f"{axis} 1", f"{axis} 2", f"few-classes-{projection.method}", height=FEW_CLASS_HEIGHT,
-        margin=dict(l=50, r=20, t=62, b=40),
+        margin=dict(l=50, r=20, t=80, b=40),
         legend=dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top", font=dict(size=11)),
-        xaxis=dict(range=list(view.x_range), zeroline=False),
-        yaxis=dict(range=list(view.y_range), zeroline=False, scaleanchor="x", scaleratio=1),
+        # Equal units kept by narrowing the plot, not by widening a range, on axes that are the same for every
+        # snapshot: plotly.js, given new ranges for axes with equal units, never narrowed the x axis's (Plotly.react
+        # kept the wider one it drew before), and widened a range on every resize of the page.
+        xaxis=dict(range=[-1, 1], zeroline=False, showgrid=False, showticklabels=False, constrain="domain"),
+        yaxis=dict(range=[-1, 1], zeroline=False, showgrid=False, showticklabels=False, scaleanchor="x",
+                   scaleratio=1, constrain="domain"),
         meta={"step": int(projection.step)}))
 
 
@@ -237,9 +252,9 @@ def few_class_drift_figure(view: FocusView | None) -> go.Figure:
     rows_of_panels = math.ceil(len(classes) / DRIFT_COLUMNS)
     ages = _ages_words(oldest, margin)
     cosine = math.cos(math.radians(guide))
-    title = (f"Stored class weights around the live one, step {projection.step:,}<br><sup>true angles; dotted circle "
-             f"{guide}° (cos {cosine:.3f}){'; ' + ages if ages else ''}</sup>")
+    title = (f"Stored weights' drift, step {projection.step:,}<br><sup>true angles; dotted circle {guide}° "
+             f"(cos {cosine:.3f}){'<br>' + ages if ages else ''}</sup>")
     return built(traces, dict(
-        house_layout(title, "", "", "few-classes-drift", height=90 + DRIFT_PANEL_HEIGHT * rows_of_panels,
-                     margin=dict(l=12, r=12, t=70, b=12), showlegend=False),
+        house_layout(title, "", "", "few-classes-drift", height=110 + DRIFT_PANEL_HEIGHT * rows_of_panels,
+                     margin=dict(l=12, r=12, t=90, b=12), showlegend=False),
         **layout, shapes=shapes, annotations=annotations, meta={"step": int(projection.step)}))

@@ -17,6 +17,7 @@ from demo.train.figures.focus import (
     drift_guide,
     few_class_drift_figure,
     few_class_figure,
+    in_view_square,
     shade,
 )
 from memvir.analysis.projection import FocusProjection
@@ -134,6 +135,14 @@ def test_each_picture_is_framed_on_its_own_points_with_a_small_margin():
 
 
 # ---------------------------------------------------------------------------------------------- the figures
+def test_a_view_s_ranges_become_the_square_from_minus_one_to_one_with_distances_in_proportion():
+    projection = dataclasses.replace(hand_view().projection)
+    view = FocusView(projection, (0.0, 4.0), (1.0, 2.0), 1, 1, 120)  # 4 wide, 1 high: widened to 4 x 4 about (2, 1.5)
+    corners = np.array([[0.0, 1.0], [4.0, 2.0], [2.0, 1.5]])
+    np.testing.assert_allclose(in_view_square(corners, view), [[-1.0, -0.25], [1.0, 0.25], [0.0, 0.0]])
+
+
+
 def hand_view(margin=10):
     """Two classes (3 and 7); images now, live weights, one stored weight per class at ages 1 and 2, stored rows."""
     projection = FocusProjection(
@@ -160,12 +169,16 @@ def test_the_map_draws_each_kind_and_age_as_one_trace_at_the_map_s_positions():
         ("embeddings", 1): "image stored from 11 steps ago", ("embeddings", 2): "image stored from 22 steps ago",
         ("weights", 0): "class weight now", ("weights", 1): "class weight from 11 steps ago",
         ("weights", 2): "class weight from 22 steps ago"}
-    # every point where the projection put it: the stored weights too, not around their live weight
-    np.testing.assert_array_equal(traces["weights", 0].x, [0.0, 1.0])
-    np.testing.assert_array_equal(traces["weights", 1].x, [0.1, 1.1])
-    np.testing.assert_array_equal(traces["weights", 2].y, [0.7, 1.3])
-    np.testing.assert_array_equal(traces["embeddings", 2].y, [0.2])
-    np.testing.assert_array_equal(traces["embeddings", 0].x, [0.0, 0.1, 1.0])
+    # every point where the projection put it, the stored weights too (not around their live weight), in the square
+    # from -1 to 1 that the view's ranges (-1 to 2 on both axes: middle 0.5, half-width 1.5) become
+    def square(values):
+        return (np.array(values) - 0.5) / 1.5
+
+    np.testing.assert_allclose(traces["weights", 0].x, square([0.0, 1.0]))
+    np.testing.assert_allclose(traces["weights", 1].x, square([0.1, 1.1]))
+    np.testing.assert_allclose(traces["weights", 2].y, square([0.7, 1.3]))
+    np.testing.assert_allclose(traces["embeddings", 2].y, square([0.2]))
+    np.testing.assert_allclose(traces["embeddings", 0].x, square([0.0, 0.1, 1.0]))
     # each point's class, its angle to its class's live weight, that angle's cosine (the hover text), its row
     np.testing.assert_allclose(traces["embeddings", 0].customdata,
                                [[3, 50, np.cos(np.radians(50)), 0], [3, 55, np.cos(np.radians(55)), 1],
@@ -188,7 +201,8 @@ def test_the_map_draws_each_kind_and_age_as_one_trace_at_the_map_s_positions():
     assert all(trace.x == (None,) and trace.marker.color == LEGEND_GREY for trace in legend)
     assert {trace.legendgroup for trace in legend} == {trace.legendgroup for trace in traces.values()}
     assert traces["weights", 1].legendgroup == traces["weights", 2].legendgroup != traces["weights", 0].legendgroup
-    assert figure.layout.xaxis.range == (-1.0, 2.0) and figure.layout.yaxis.scaleanchor == "x"
+    assert figure.layout.xaxis.range == figure.layout.yaxis.range == (-1, 1)
+    assert figure.layout.yaxis.scaleanchor == "x"
     assert "2 classes at step 120, PCA" in figure.layout.title.text
     assert "paler: older (11, 22 steps ago)" in figure.layout.title.text
 
