@@ -40,14 +40,32 @@ _MAX_SEED = 2**63 - 2  # the model's initial class weights are drawn with seed +
 _MAX_WARMUP_EPOCHS = 1_000_000  # far past any run; bounds the conversion to steps, which inf or 1e308 would overflow
 
 
+class SettingRefused(ValueError):
+    """TrainConfig refused one setting: `setting` (its field's name) and what is wrong with its value (`detail`,
+    e.g. "must be an integer >= 0, got -1"), as data, so that a front end names the setting in its own words."""
+
+    def __init__(self, setting: str, detail: str):
+        super().__init__(f"TrainConfig: {setting} {detail}")
+        self.setting = setting
+        self.detail = detail
+
+    def __reduce__(self):  # pickled by the app's run process with its fields, not its message alone
+        return type(self), (self.setting, self.detail)
+
+
 def _need(condition, message: str) -> None:
     if not condition:
         raise ValueError(f"TrainConfig: {message}")
 
 
+def _need_setting(condition, setting: str, detail: str) -> None:
+    if not condition:
+        raise SettingRefused(setting, detail)
+
+
 def _need_choice(config, name: str, choices: tuple) -> None:
     value = getattr(config, name)
-    _need(value in choices, f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    _need_setting(value in choices, name, f"must be one of {', '.join(choices)}, got {value!r}")
 
 
 def _setting(default=None, help: str = "", *, factory=None, flag: str | None = None, cli: bool = True,
@@ -184,13 +202,13 @@ class TrainConfig:
         for name in ("memvir_n", "memvir_m", "loss_scale_schedule", "num_workers", "eval_every", "log_every",
                      "snapshot_every", "seed", "val_classes", "val_fold"):
             value = getattr(self, name)
-            _need(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
-                  f"{name} must be an integer >= 0, got {value!r}")
+            _need_setting(isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                          name, f"must be an integer >= 0, got {value!r}")
         for name in ("epochs", "batch_size", "embedding_dim", "samples_per_class", "checkpoint_every", "probe_classes"):
             value = getattr(self, name)
-            _need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                  f"{name} must be an integer >= 1, got {value!r}")
-        _need(self.seed <= _MAX_SEED, f"seed must be at most {_MAX_SEED:,}, got {self.seed:,}")
+            _need_setting(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                          name, f"must be an integer >= 1, got {value!r}")
+        _need_setting(self.seed <= _MAX_SEED, "seed", f"must be at most {_MAX_SEED:,}, got {self.seed:,}")
         _need(self.max_steps is None or (isinstance(self.max_steps, int) and self.max_steps >= 1),
               f"max_steps must be None or an integer >= 1, got {self.max_steps!r}")
         # imported here: `python -m memvir --help` reads this module, and the models bring torchvision
@@ -203,8 +221,8 @@ class TrainConfig:
         """The learning rates, Adam's settings and their decay."""
         for name in ("lr", "class_lr", "adam_eps", "loss_scale_after_warmup"):
             value = getattr(self, name)
-            _need(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
-                  f"{name} must be > 0 and finite, got {value!r}")
+            _need_setting(isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf,
+                          name, f"must be > 0 and finite, got {value!r}")
         _need(isinstance(self.weight_decay, int | float) and 0 <= self.weight_decay < math.inf,
               f"weight_decay must be >= 0 and finite, got {self.weight_decay!r}")
         _need_choice(self, "lr_decay", LR_DECAYS)
@@ -218,8 +236,8 @@ class TrainConfig:
 
     def _check_memvir(self) -> None:
         """MemVir's warm-up, memory, schedule and loss, and the ablations that go with some of them only."""
-        _need(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
-              f"warmup_epochs must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
+        _need_setting(isinstance(self.warmup_epochs, int | float) and 0 <= self.warmup_epochs <= _MAX_WARMUP_EPOCHS,
+                      "warmup_epochs", f"must be a number from 0 to {_MAX_WARMUP_EPOCHS:,}, got {self.warmup_epochs!r}")
         for name, choices in (("memvir_store_dtype", STORE_DTYPES), ("memvir_schedule", SCHEDULES),
                               ("memvir_reduction", REDUCTIONS), ("memvir_labels", MEMORY_LABELS)):
             _need_choice(self, name, choices)
@@ -238,11 +256,11 @@ class TrainConfig:
         _need(self.sampler != "balanced" or self.batch_size % self.samples_per_class == 0,
               f"batch_size {self.batch_size} must be a multiple of samples_per_class {self.samples_per_class} "
               "for the balanced sampler")
-        _need(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
-              and len(set(self.focus_classes)) == len(self.focus_classes) and all(
-                  isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
-              f"focus_classes must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
-              f"got {self.focus_classes!r}")
+        _need_setting(isinstance(self.focus_classes, list | tuple) and len(self.focus_classes) <= MAX_FOCUS_CLASSES
+                      and len(set(self.focus_classes)) == len(self.focus_classes) and all(
+                          isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.focus_classes),
+                      "focus_classes", f"must be at most {MAX_FOCUS_CLASSES} distinct training-class indices >= 0, "
+                      f"got {self.focus_classes!r}")
         _need(self.val_fold == 0 or self.val_classes > 0,
               f"val_fold {self.val_fold} needs val_classes, the size of each fold")
         for name in ("image_column", "label_column"):

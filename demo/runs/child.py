@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from demo.common.cores import run_in_background
+from demo.runs.live_changes import refusal_words
 from demo.runs.memory_budget import memory_budget
 from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
 from demo.runs.snapshot_transport import to_message
@@ -107,7 +108,7 @@ def _crash(error: BaseException, step: int | None) -> Crash:
     text = f"{type(error).__name__}: {error}"
     lowered = str(error).lower()
     out_of_memory = isinstance(error, MemoryError) or "can't allocate memory" in lowered or "out of memory" in lowered
-    return Crash(step=step, error=text, message=str(error), refused=isinstance(error, ValueError),
+    return Crash(step=step, error=text, message=refusal_words(error), refused=isinstance(error, ValueError),
                  out_of_memory=out_of_memory, trace=traceback.format_exc())
 
 
@@ -231,6 +232,6 @@ class _Commands(threading.Thread):
             except MemoryLimitError as error:  # MemVir's limit: this process's memory budget
                 self._outbox.put(Reply(request, within_budget(error, self.budget)))
             except ValueError as error:  # the Trainer's own checks: a setting out of range
-                self._outbox.put(Reply(request, str(error)))
+                self._outbox.put(Reply(request, refusal_words(error)))
             else:
                 self._outbox.put(Reply(request, None))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memvir.config import SettingRefused
 from memvir.events import ControlEvent, ControlRefused
 
 # The live settings (memvir.config.LIVE_SETTINGS, each of them: a test checks) as the page's controls name them
@@ -35,6 +36,14 @@ class LiveChange:
 
 def label(setting: str) -> str:
     return LIVE_LABELS.get(setting, setting)
+
+
+def refusal_words(error: Exception) -> str:
+    """A refused value in the page's words: a setting TrainConfig refused is named as the page's control names it
+    ('N must be an integer >= 0, got -1', where the library says memvir_n); any other refusal as it was said."""
+    if isinstance(error, SettingRefused):
+        return f"{label(error.setting)} {error.detail}"
+    return str(error)
 
 
 def value_words(value) -> str:

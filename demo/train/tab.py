@@ -31,7 +31,7 @@ from demo.train import views as train_views
 from demo.train.live_view import FigureBuilder
 from demo.train.poll import LIVE_SLIDERS, PollState, shown_run
 from demo.train.presets import PAGE_DEFAULTS, PRESETS, suggest_settings, tuned_baseline
-from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, TrainConfig
+from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, SettingRefused, TrainConfig
 from memvir.data.hub import HUB_PREFIX, parse_hub_name
 from memvir.data.registry import FOLDER_PREFIX
 from memvir.hub import push
@@ -170,8 +170,12 @@ class TrainHandlers:
         chosen = {"memvir_schedule": memvir_schedule, "memvir_store_dtype": memvir_store_dtype,
                   "memvir_reduction": memvir_reduction}
         # the settings judged on the library's default dataset, then on the dataset chosen
-        settings = TrainConfig(backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
-                               **{name: value for name, value in chosen.items() if value}, eval_at_start=EVAL_AT_START)
+        try:
+            settings = TrainConfig(backbone=backbone, loss=loss, loss_params=loss_params, **numbers,
+                                   **{name: value for name, value in chosen.items() if value},
+                                   eval_at_start=EVAL_AT_START)
+        except SettingRefused as error:  # named as its control is, as a live change's refusal is
+            raise ValueError(live_changes.refusal_words(error)) from None
         named = dataset_name(self.runs, dataset, folder_path, zip_file, hub_dataset)
         config = dataclasses.replace(settings, dataset=named)
         try:

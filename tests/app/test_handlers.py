@@ -316,8 +316,8 @@ GOOD = ("glyphs-mini", "convnet", "norm-softmax", 32, 200, 1e-3, 0, 2, 2, 0.5, 1
     (3, 1.5, "batch size must be a whole number of at least 1, got 1.5"),
     (4, 0, "epochs must be a whole number of at least 1, got 0"),
     (5, -1, "learning rate must be a number above 0, got -1"),
-    (7, -2, "TrainConfig: memvir_n must be an integer >= 0, got -2"),  # N: TrainConfig's to judge, not the page's
-    (8, 2.5, "TrainConfig: memvir_m must be an integer >= 0, got 2.5"),
+    (7, -2, "N must be an integer >= 0, got -2"),  # N: TrainConfig's to judge, named as the page's control is
+    (8, 2.5, "M must be an integer >= 0, got 2.5"),
     (7, None, "N is empty: enter a number"),
     (10, "", "snapshot every is empty: enter a whole number of at least 0"),
     (0, "zip", "upload a zip of class folders first (one folder of images per class)"),
@@ -368,7 +368,7 @@ def test_a_refused_n_costs_no_unpacking_of_the_zip(runs, tmp_path):
             archive.writestr(name, buffer.getvalue())
     settings = list(GOOD)
     settings[0], settings[7] = "zip", -1
-    message = "TrainConfig: memvir_n must be an integer >= 0, got -1"
+    message = "N must be an integer >= 0, got -1"
     with pytest.warns(UserWarning, match=re.escape(message)):
         assert train_tab.TrainHandlers(runs).start(*settings, zip_file=str(upload), visitor="alice") == (
             SKIP, f"⚠️ {message}")

@@ -410,7 +410,7 @@ def test_a_fraction_in_an_integer_control_is_refused_not_rounded(server, control
     """Before, batch size 1.5 was silently rounded to 2 (gr.Number(precision=0) rounds before the handler)."""
     notice = _refusal(server["client"], dataset="glyphs-mini", **{control: 1.5}, api_name="/start_run")
     if control in _MEMVIR_CONTROLS:
-        assert notice == f"TrainConfig: {control} must be an integer >= 0, got 1.5"
+        assert notice == f"{name} must be an integer >= 0, got 1.5"  # TrainConfig's words, the page's name
     else:
         assert notice == f"{name} must be a whole number of at least {0 if control in _ZERO_OK else 1}, got 1.5"
     assert server["app"].run_manager.runs() == []
@@ -427,7 +427,7 @@ def test_a_fraction_sent_as_a_live_change_is_refused(tiny_checkpoints, tmp_path)
         client.predict(dataset="glyphs-mini", batch_size=32, epochs=500, memvir_n=2, memvir_m=2, snapshot_every=0,
                        api_name="/start_run")
         assert _refusal(client, setting="memvir_n", value=3.5, api_name="/update_run") == (
-            "TrainConfig: memvir_n must be an integer >= 0, got 3.5. The run trains on with N = 2 and M = 2.")
+            "N must be an integer >= 0, got 3.5. The run trains on with N = 2 and M = 2.")
         assert app.run_manager.runs()[0].live_values["memvir_n"] == 2
         client.predict(api_name="/stop_run")
 

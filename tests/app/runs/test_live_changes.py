@@ -2,18 +2,40 @@
 name, a control record reads back as the event it was written from, a run's story lists each change at its step,
 and the baseline's status line names the optimiser it trains. Expectations are written out by hand."""
 
+import pickle
 from pathlib import Path
+
+import pytest
 
 from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
 from demo.train import live_view
 from demo.train.presets import PRESETS, tuned_baseline
-from memvir.config import LIVE_SETTINGS, TrainConfig
+from memvir.config import LIVE_SETTINGS, SettingRefused, TrainConfig
 from memvir.events import ControlEvent, StatusEvent
 
 
 def test_every_live_setting_has_the_pages_name():
     assert set(live_changes.LIVE_LABELS) == set(LIVE_SETTINGS)
+
+
+@pytest.mark.parametrize(("settings", "library", "page"), [
+    ({"memvir_n": -1}, "TrainConfig: memvir_n must be an integer >= 0, got -1", "N must be an integer >= 0, got -1"),
+    ({"warmup_epochs": -2}, "TrainConfig: warmup_epochs must be a number from 0 to 1,000,000, got -2",
+     "warm-up (epochs) must be a number from 0 to 1,000,000, got -2"),
+    ({"lr": 0.0}, "TrainConfig: lr must be > 0 and finite, got 0.0", "lr must be > 0 and finite, got 0.0"),
+    ({"batch_size": 0}, "TrainConfig: batch_size must be an integer >= 1, got 0",
+     "batch_size must be an integer >= 1, got 0"),  # not a live setting: the library's name stands
+])
+def test_a_setting_trainconfig_refuses_is_named_as_the_page_names_its_control(settings, library, page):
+    with pytest.raises(SettingRefused) as refused:
+        TrainConfig(**settings)
+    assert str(refused.value) == library  # the CLI and the library keep their words
+    # the run's process sends the refusal across a pipe: its fields survive the pickle
+    crossed = pickle.loads(pickle.dumps(refused.value))
+    assert (crossed.setting, crossed.detail) == (refused.value.setting, refused.value.detail)
+    assert live_changes.refusal_words(crossed) == page
+    assert live_changes.refusal_words(ValueError("anything else")) == "anything else"
 
 
 def test_a_control_record_reads_back_as_the_event_it_was_written_from():

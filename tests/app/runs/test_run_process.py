@@ -129,7 +129,7 @@ def test_live_changes_are_confirmed_with_their_step_or_refused_with_the_trainers
     assert control.message == f"memvir_n 2 -> 3: applied at step {control.step + 1}"
     wait_for(lambda: heard.of(StepEvent)[-1].step > control.step, "a step after it")
     assert heard.of(StepEvent)[control.step].step == control.step + 1  # the step it named is the next one heard
-    with pytest.raises(TrainingRefused, match="memvir_n must be an integer >= 0, got -1"):
+    with pytest.raises(TrainingRefused, match="^N must be an integer >= 0, got -1$"):  # named as the page names it
         process.update({"memvir_n": -1})
     process.pause()
     wait_for(lambda: heard.events and getattr(heard.events[-1], "state", None) == "paused", "the run paused")
