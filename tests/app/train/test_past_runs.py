@@ -21,6 +21,8 @@ from demo.train.poll import PollHandlers, PollState, shown_run
 from demo.train.tab import TrainHandlers
 from memvir.config import TrainConfig
 
+pytestmark = pytest.mark.slow  # one real run of 9 steps, shared by the module
+
 RESTORED = "20261205-093000-glyphs-mini-cosface-memvir-n3-m5-ab12"
 RESTORED_STEPS = (1, 2, 3, 4)
 
