@@ -92,9 +92,9 @@ def test_while_training_the_pacer_holds_layouts_back_and_at_rest_all_are_made(se
     service.watch(track)
     assert track.umap_expected
     wait_for(lambda: track.view(10, umap=True).projection.method == "umap")
-    # the images, the 2 live weights and the 4 stored embeddings, from the PCA picture (the stored weights are drawn
-    # around their live weight, not laid out)
-    assert process.calls == [(len(track.view(10).projection.embedding_xy) + 2 + 4, True)]
+    # every point of the view, from the PCA picture: the 6 images, the 6 class weights (2 classes, live and 2 stored
+    # each) and the 4 stored embeddings
+    assert process.calls == [(6 + 6 + 4, True)]
     track.add(snapshot(20), 60)
     track.add(snapshot(30), 60)
     time.sleep(1.2)  # more than the service's idle wait: it looked, and the pacer said no
