@@ -20,10 +20,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from demo.runs.focus_track import FocusView  # noqa: E402
+from demo.runs.few_class_track import FewClassView  # noqa: E402
 from demo.train.figures import curves, embeddings, spread  # noqa: E402 - after the repository is on the path
-from demo.train.figures.focus import few_class_figure  # noqa: E402
-from memvir.analysis.projection import FocusProjection, ProjectedSnapshot  # noqa: E402
+from demo.train.figures.few_classes import few_class_figure  # noqa: E402
+from memvir.analysis.projection import FewClassProjection, ProjectedSnapshot  # noqa: E402
 
 SNAPSHOT_EVERY, EVAL_EVERY, MARGIN, SETS = 25, 70, 10, 5
 
@@ -55,10 +55,10 @@ def projected(rows: int = 2000, classes: int = 100) -> ProjectedSnapshot:
         probe_xy=rng.normal(size=(200, 2)), probe_labels=rng.integers(0, 20, 200))
 
 
-def focus_view(classes: int = 8, images: int = 20) -> FocusView:
+def focus_view(classes: int = 8, images: int = 20) -> FewClassView:
     rng = np.random.default_rng(2)
     labels = np.arange(classes)
-    projection = FocusProjection(
+    projection = FewClassProjection(
         step=100, margin=MARGIN, method="pca", classes=labels, embedding_xy=rng.normal(size=(classes * images, 2)),
         embedding_labels=np.repeat(labels, images), weight_xy=rng.normal(size=(classes * (SETS + 1), 2)),
         weight_labels=np.tile(labels, SETS + 1), weight_ages=np.repeat(np.arange(SETS + 1), classes),
@@ -66,7 +66,7 @@ def focus_view(classes: int = 8, images: int = 20) -> FocusView:
         memory_ages=np.repeat(np.arange(1, SETS + 1), classes * 4),
         embedding_angles=rng.uniform(30, 70, classes * images), weight_angles=rng.uniform(0, 20, classes * (SETS + 1)),
         memory_angles=rng.uniform(40, 90, classes * 4 * SETS))
-    return FocusView(projection, (-3.0, 3.0), (-3.0, 3.0), 1, 1, 100)
+    return FewClassView(projection, (-3.0, 3.0), (-3.0, 3.0), 1, 1, 100)
 
 
 def median_ms(draw, repeats: int) -> float:

@@ -64,9 +64,9 @@ def app_arm(out: Path, epochs: int, umap: bool) -> dict:
         while run.busy:
             state, *_ = poll(runs, figures, state, "few-umap" if umap else "few", True, visitor="bench")
             time.sleep(1.0)
-        laid_out = sum(1 for step in run.focus.steps()
-                       if run.focus.view(step, umap=True).projection.method == "umap")
-        result = {"images_per_s": median_images_per_s(run.folder), "snapshots": len(run.focus.steps())}
+        laid_out = sum(1 for step in run.few_classes.steps()
+                       if run.few_classes.view(step, umap=True).projection.method == "umap")
+        result = {"images_per_s": median_images_per_s(run.folder), "snapshots": len(run.few_classes.steps())}
         if service is not None:
             result |= {"umap_laid_out": laid_out, "layouts": service.process.layouts - 1,
                        "layout_cpu_s": service.process.layout_cpu_s, "compile_cpu_s": service.process.compile_cpu_s}

@@ -6,7 +6,8 @@ event's `record()`), the latest step, the state, and each snapshot projected to 
 embeddings are not kept, except the latest, which the UMAP worker may project when the run rests (UMAP takes seconds
 of CPU that training would otherwise get), and those of the points that are images (the probe set, the few-class
 view's images: a few hundred rows), for their neighbours on a click (demo.train.neighbours). Each snapshot's few-class
-view goes to `focus` (demo.runs.focus_track). A finished run is read back from its folder alike (`from_folder`).
+view goes to `few_classes` (demo.runs.few_class_track). A finished run is read back from its folder alike
+(`from_folder`).
 
 Its live settings are keyed by memvir.config.LIVE_SETTINGS. The changes asked for wait in the Trainer, which applies
 the newest of each before its next step; the run only notes which are `pending` until the Trainer's ControlEvent
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from demo.runs import live_changes
-from demo.runs.focus_track import FocusTrack
+from demo.runs.few_class_track import FewClassTrack
 from demo.runs.messages import Ready
 from memvir.checkpoint import RunFolder
 from memvir.config import LIVE_SETTINGS
@@ -94,7 +95,7 @@ class LiveRun:
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
-        self.focus = FocusTrack(resting=lambda: self.resting)
+        self.few_classes = FewClassTrack(resting=lambda: self.resting)
         self.total_steps = 0
         self.baseline: LiveRun | None = None
         self.started_at = time.time()
@@ -258,7 +259,7 @@ class LiveRun:
             event.warmup != last.warmup or event.num_virtual_sets != last.num_virtual_sets)
 
     def _add_snapshot(self, event) -> None:
-        self.focus.add(event, self._snapshot_history)
+        self.few_classes.add(event, self._snapshot_history)
         previous = self.snapshots[-1].projected if self.snapshots else None
         try:
             projected = self._project(event, "pca", reference=previous)

@@ -17,14 +17,14 @@ from demo.runs import live_changes
 from demo.runs.live_run import LiveRun
 from demo.train import words
 from demo.train.figures import curves, embeddings, spread, style
-from demo.train.figures.focus import few_class_drift_figure, few_class_figure
+from demo.train.figures.few_classes import few_class_drift_figure, few_class_figure
 from demo.train.presets import optimiser_of
 
 # A run's process imports torch and loads the dataset and the model before its first step: a few seconds.
 STARTING_NOTE = "its training process is loading the dataset and the model"
 # What the picture shows: "few" and "few-umap" are the few-class map in PCA or UMAP, "few-drift" its stored class
-# weights around their live ones (demo.train.figures.focus); "age" and "class" show all classes, coloured by age or by
-# class (demo.train.figures.embeddings.embedding_figure).
+# weights around their live ones (demo.train.figures.few_classes); "age" and "class" show all classes, coloured by
+# age or by class (demo.train.figures.embeddings.embedding_figure).
 FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT = "few", "few-umap", "few-drift"
 FEW_CLASS_PICTURES = (FEW_CLASSES, FEW_CLASSES_UMAP, FEW_CLASSES_DRIFT)
 PICTURES = (*FEW_CLASS_PICTURES, "age", "class")
@@ -199,7 +199,7 @@ def empty_spread():
 def picture_key(run: LiveRun) -> tuple:
     """Changes exactly when the latest picture may: a new snapshot, a UMAP layout arriving, the run coming to rest
     or training again, or its baseline ending (the caption says whether UMAP waits for the CPU, and for what)."""
-    return run.id, run.snapshot_version, run.focus.version, run.resting, run.busy
+    return run.id, run.snapshot_version, run.few_classes.version, run.resting, run.busy
 
 
 class FigureBuilder:
@@ -371,7 +371,7 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, dr
     """(figure, caption) of the few-class view at `step` (the newest when None): its map in PCA or, `umap`, in UMAP,
     or, `drift`, its stored class weights around their live ones."""
     draw = few_class_drift_figure if drift else few_class_figure
-    view = None if run is None else run.focus.view(step, umap)
+    view = None if run is None else run.few_classes.view(step, umap)
     if view is None:
         return draw(None), "No few-class snapshot yet."
     projection = view.projection
@@ -380,10 +380,10 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, dr
     if umap and projection.step < view.newest_step and step is None:
         note = f" · the newest UMAP (the newest snapshot, step {view.newest_step:,}, is being laid out)"
     elif umap and method == "PCA":
-        if not run.focus.umap_expected:
+        if not run.few_classes.umap_expected:
             note = " · UMAP is off on this server"
         else:
-            note = (umap_on_its_way(run, run.focus.umap_waiting()) if run.resting
+            note = (umap_on_its_way(run, run.few_classes.umap_waiting()) if run.resting
                     else " · UMAP not laid out for it: training comes first")
     classes = ", ".join(str(int(label)) for label in projection.classes)
     shown = "true angles" if drift else f"{method}{note}"

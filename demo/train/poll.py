@@ -130,7 +130,7 @@ def kept_steps(run, color_by) -> list[int]:
     if run is None:
         return []
     if color_by in live_view.FEW_CLASS_PICTURES:
-        return run.focus.steps()
+        return run.few_classes.steps()
     with run.lock:
         return [view.step for view in run.snapshots]
 
@@ -187,7 +187,7 @@ def _use_umap(runs: RunManager, run, color_by) -> None:
         return
     run.use_umap(runs.umap_worker)
     if color_by == live_view.FEW_CLASSES_UMAP:
-        runs.umap_worker.watch(run.focus)
+        runs.umap_worker.watch(run.few_classes)
 
 
 LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")

@@ -6,11 +6,12 @@ once, then lays out the point sets it is sent (memvir.analysis.projection.umap_l
 blocks only the calling thread, which waits on a pipe. While a run trains, the child is held stopped between layouts
 (`hold`).
 
-`UmapService` is what the run manager holds: a demo.umap.worker.UmapWorker for the all-classes picture, laid
-out in the child when a run rests (paused or ended), and a thread that lays out each run's few-class views
-(demo.runs.focus_track, `FocusTrack`). While a run trains, the `Pacer` lets those layouts take at most a small share of
-one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while training");
-the snapshots in between keep their PCA. When the run rests, every kept snapshot gets its UMAP, newest first.
+`UmapService` is what the run manager holds: a demo.umap.worker.UmapWorker for the all-classes picture, laid out in the
+child when a run rests (paused or ended), and a thread that lays out each run's few-class views
+(demo.runs.few_class_track, `FewClassTrack`). While a run trains, the `Pacer` lets those layouts take at most a small
+share of one core, measured from the child's CPU time, so training keeps its speed (docs/benchmarks.md, "UMAP while
+training"); the snapshots in between keep their PCA. When the run rests, every kept snapshot gets its UMAP, newest
+first.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from demo.common.cores import machine_cores, run_in_background
 from demo.common.settings import REPO_ROOT
 from demo.umap.child import DIES_WITH_THE_SERVER, send
 from demo.umap.worker import UmapWorker
-from memvir.analysis.projection import project_focus, project_snapshot
+from memvir.analysis.projection import project_few_classes, project_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +197,12 @@ class UmapService(UmapWorker):
         self._tracks: weakref.WeakSet = weakref.WeakSet()
         self._wake = threading.Condition()
         self._stopping = False
-        self._focus_thread = threading.Thread(target=self._lay_out_focus, name="memvir-umap-focus", daemon=True)
-        self._focus_thread.start()
+        self._few_class_thread = threading.Thread(target=self._lay_out_few_classes, name="memvir-umap-few-classes",
+                                                  daemon=True)
+        self._few_class_thread.start()
 
     def watch(self, track) -> None:
-        """Lay out `track`'s few-class views from now on (a FocusTrack; kept only while its run is)."""
+        """Lay out `track`'s few-class views from now on (a FewClassTrack; kept only while its run is)."""
         track.umap_expected = True
         with self._wake:
             self._tracks.add(track)
@@ -221,7 +223,7 @@ class UmapService(UmapWorker):
                 return track, job
         return None, wait
 
-    def _lay_out_focus(self) -> None:
+    def _lay_out_few_classes(self) -> None:
         run_in_background()
         # The child starts now, so that it compiles before the first snapshot needs it, and from this thread, which
         # lasts as long as the service: the kernel ends the child with the thread that started it (DIES_WITH_THE_SERVER)
@@ -241,7 +243,7 @@ class UmapService(UmapWorker):
                     continue
             step, points, reference = job
             try:
-                projection = project_focus(points, "umap", reference, seed=self.seed, layout=self.process.layout)
+                projection = project_few_classes(points, "umap", reference, seed=self.seed, layout=self.process.layout)
             except (UmapFailed, ValueError) as error:
                 log.warning("few-class UMAP of step %s failed: %s", step, error)
                 track.umap_failed(step)
@@ -256,4 +258,4 @@ class UmapService(UmapWorker):
             self._wake.notify_all()
         self.process.close()
         super().close(timeout)
-        self._focus_thread.join(timeout)
+        self._few_class_thread.join(timeout)

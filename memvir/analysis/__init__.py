@@ -5,8 +5,8 @@
 - `snapshots`: what an embedding snapshot holds besides the step's rows: the probe set and the few-class view
   (`SnapshotMaker`).
 - `projection`: a snapshot to 2-D points (PCA, UMAP), aligned from one snapshot to the next (`project_snapshot`
-  giving `ProjectedSnapshot`; for the few-class view `focus_points` giving `FocusPoints`, and `project_focus`
-  giving `FocusProjection`; `umap_layout`, which the app runs off its own thread).
+  giving `ProjectedSnapshot`; for the few-class view `few_class_points` giving `FewClassPoints`, and
+  `project_few_classes` giving `FewClassProjection`; `umap_layout`, which the app runs off its own thread).
 - `drift_frame`: a class's stored weights in a frame of their own around its live weight, at their true angle
   (`drift_offsets`).
 
@@ -20,11 +20,11 @@ _EXPORTS = {
     "class_weight_spread": "memvir.analysis.spread",
     "virtual_spread": "memvir.analysis.spread",
     "SnapshotMaker": "memvir.analysis.snapshots",
-    "FocusPoints": "memvir.analysis.projection",
-    "FocusProjection": "memvir.analysis.projection",
+    "FewClassPoints": "memvir.analysis.projection",
+    "FewClassProjection": "memvir.analysis.projection",
     "ProjectedSnapshot": "memvir.analysis.projection",
-    "focus_points": "memvir.analysis.projection",
-    "project_focus": "memvir.analysis.projection",
+    "few_class_points": "memvir.analysis.projection",
+    "project_few_classes": "memvir.analysis.projection",
     "project_snapshot": "memvir.analysis.projection",
     "umap_layout": "memvir.analysis.projection",
     "drift_offsets": "memvir.analysis.drift_frame",

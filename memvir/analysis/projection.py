@@ -12,7 +12,7 @@ Two methods:
 - UMAP (``umap-learn``, cosine metric), which takes seconds and compiles with numba on first use, so the app runs
   it in the background (another thread, or another process through ``umap_layout``) and never in its own.
 
-The few-class view (``focus_points``, ``project_focus``) takes only the snapshot's focus classes: the current
+The few-class view (``few_class_points``, ``project_few_classes``) takes only the snapshot's focus classes: the current
 embeddings of their clean training images, their live class weights, and each virtual set's stored weights and
 embeddings of those classes. A few hundred points: cheap enough for UMAP at every snapshot, and few enough classes
 that each virtual set shows beside its live class (the paper's Fig. 7; docs/method.md, "What the app shows"). One map
@@ -189,7 +189,7 @@ def project_snapshot(snapshot: SnapshotEvent, method: str = "pca", max_points: i
 
 # ------------------------------------------------------------------------------------------------ the few-class view
 @dataclass(frozen=True)
-class FocusPoints:
+class FewClassPoints:
     """The few-class view's points of one snapshot as unit rows of one array, in three runs: the current embeddings of
     the focus classes' clean training images (``embedding_count`` rows), their class weights (``weight_count`` rows:
     age 0 the live weight, age j the weight stored j(M+1) steps ago), then the stored embeddings of those classes in
@@ -210,18 +210,18 @@ class FocusPoints:
 # from the others (one mark per class in the picture). With half the points as neighbours, neighbourhoods reach other
 # classes, so the layout keeps where the classes lie beside one another; the largest min_dist below umap-learn's
 # spread (1) keeps a class's own points from piling onto one another.
-FOCUS_UMAP_MIN_DIST = 0.99
+FEW_CLASS_UMAP_MIN_DIST = 0.99
 # The view of a map: the points' extent and this share of it on each side, so that the marks at the edge stay whole.
 ZOOM_MARGIN = 0.05
 
 
-def focus_umap_neighbours(count: int) -> int:
+def few_class_umap_neighbours(count: int) -> int:
     """The few-class UMAP's neighbourhood size for ``count`` points: half of them, at least umap-learn's 15."""
     return max(15, count // 2)
 
 
 @dataclass(frozen=True)
-class FocusProjection:
+class FewClassProjection:
     """2-D coordinates of a snapshot's few-class view: every point where one map (PCA or UMAP of all of them together)
     put it, so that a virtual class lies where the map places its stored weight and embeddings. Beside them, each
     point's angle to its class's live weight, and each class weight in its class's drift frame
@@ -248,7 +248,7 @@ class FocusProjection:
     weight_drift: np.ndarray | None = None
 
 
-def focus_points(snapshot: SnapshotEvent) -> FocusPoints:
+def few_class_points(snapshot: SnapshotEvent) -> FewClassPoints:
     """The few-class view's points of ``snapshot``: its focus embeddings, and the rows of its class weights and of its
     stored embeddings (age >= 1; the live batch is left out, the focus embeddings show the classes now) whose label is
     a focus class. ValueError when the snapshot has no focus classes or no focus embeddings."""
@@ -269,7 +269,7 @@ def focus_points(snapshot: SnapshotEvent) -> FocusPoints:
              snapshot.embeddings[torch.from_numpy(memory_rows)]]
     points = torch.cat([normalize(part.double(), dim=1) for part in parts]).numpy()
     focus_labels = snapshot.focus_labels.numpy()
-    return FocusPoints(
+    return FewClassPoints(
         step=snapshot.step, margin=snapshot.margin, classes=classes, points=points,
         labels=np.concatenate([focus_labels, snapshot.class_weight_labels.numpy()[weight_rows],
                                snapshot.labels.numpy()[memory_rows]]),
@@ -279,15 +279,15 @@ def focus_points(snapshot: SnapshotEvent) -> FocusPoints:
     )
 
 
-def _embeddings_correspond(reference: FocusProjection, points: FocusPoints) -> bool:
+def _embeddings_correspond(reference: FewClassProjection, points: FewClassPoints) -> bool:
     """Alignment needs the same images in the same order: the same focus classes give them (the trainer embeds a
     class's training images in dataset order), and equal labels in order is the check we can make."""
     labels = points.labels[:points.embedding_count]
     return len(reference.embedding_labels) == len(labels) >= 2 and np.array_equal(reference.embedding_labels, labels)
 
 
-def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
-                 reference: FocusProjection | None = None) -> FocusProjection:
+def layout_few_classes(points: FewClassPoints, xy: np.ndarray, method: str,
+                 reference: FewClassProjection | None = None) -> FewClassProjection:
     """The projection of ``points`` that a map laid out at ``xy`` ([n, 2], one position per point), turned onto
     ``reference`` (the previous projection, same method) by an orthogonal Procrustes fit on the focus embeddings when
     they are the same images; with each point's angle to its class's live weight and each class weight's place in
@@ -314,7 +314,7 @@ def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
     for label, live in live_rows.items():
         stored = np.flatnonzero((weight_labels == label) & (weight_ages > 0))
         drift[stored] = drift_frame.drift_offsets(points.points[live], points.points[end_embeddings + stored])
-    return FocusProjection(
+    return FewClassProjection(
         step=points.step, margin=points.margin, method=method, classes=points.classes,
         embedding_xy=xy[:end_embeddings], embedding_labels=labels[:end_embeddings],
         weight_xy=xy[end_embeddings:end_weights], weight_labels=weight_labels, weight_ages=weight_ages,
@@ -324,30 +324,30 @@ def layout_focus(points: FocusPoints, xy: np.ndarray, method: str,
     )
 
 
-def project_focus(points: FocusPoints, method: str = "pca", reference: FocusProjection | None = None,
-                  seed: int = 0, layout: Callable[..., np.ndarray] | None = None) -> FocusProjection:
+def project_few_classes(points: FewClassPoints, method: str = "pca", reference: FewClassProjection | None = None,
+                  seed: int = 0, layout: Callable[..., np.ndarray] | None = None) -> FewClassProjection:
     """The few-class view in 2-D: every point (images, live and stored weights, stored embeddings) on one map, by PCA
     fitted on all of them (milliseconds) or by UMAP started from that PCA picture and scaled to its size
-    (``layout_focus``); aligned to ``reference`` either way. From UMAP's own start (a spectral layout) the weights,
-    which sit apart from the images, took the picture and packed every class's images into one corner; from the PCA
-    picture each class starts where its images spread, as in the PCA view. ``layout(points, seed, init,
+    (``layout_few_classes``); aligned to ``reference`` either way. From UMAP's own start (a spectral layout) the
+    weights, which sit apart from the images, took the picture and packed every class's images into one corner; from
+    the PCA picture each class starts where its images spread, as in the PCA view. ``layout(points, seed, init,
     n_neighbors=, min_dist=)`` replaces ``umap_layout`` (the app runs it in another process)."""
     if method not in METHODS:
         raise ValueError(f"unknown projection method {method!r}; use one of {', '.join(METHODS)}")
     pca = pca_2d(torch.from_numpy(points.points))
     if method == "pca":
-        return layout_focus(points, pca, method, reference)
-    xy = (layout or umap_layout)(points.points, seed, pca, n_neighbors=focus_umap_neighbours(len(points.points)),
-                                 min_dist=FOCUS_UMAP_MIN_DIST)
+        return layout_few_classes(points, pca, method, reference)
+    xy = (layout or umap_layout)(points.points, seed, pca, n_neighbors=few_class_umap_neighbours(len(points.points)),
+                                 min_dist=FEW_CLASS_UMAP_MIN_DIST)
     # UMAP's units mean nothing: scaled so that the images span what they span in the PCA picture
     images = slice(0, points.embedding_count)
     span = float(np.ptp(xy[images], axis=0).max())
     if span > 0:
         xy = xy * (float(np.ptp(pca[images], axis=0).max()) / span)
-    return layout_focus(points, xy, method, reference)
+    return layout_few_classes(points, xy, method, reference)
 
 
-def zoomed_extent(projection: FocusProjection, margin: float = ZOOM_MARGIN,
+def zoomed_extent(projection: FewClassProjection, margin: float = ZOOM_MARGIN,
                   ) -> tuple[tuple[float, float], tuple[float, float]]:
     """((x low, x high), (y low, y high)): the extent of every point of ``projection``, widened by ``margin`` of its
     larger span on each side of both axes (equal widening, for a picture with equal units on its axes)."""

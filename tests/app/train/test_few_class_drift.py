@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from demo.runs.focus_track import FocusTrack
-from demo.train.figures.focus import few_class_drift_figure, few_class_figure
+from demo.runs.few_class_track import FewClassTrack
+from demo.train.figures.few_classes import few_class_drift_figure, few_class_figure
 from demo.train.presets import PRESETS
 from memvir.config import TrainConfig
 from memvir.events import SnapshotEvent
@@ -21,17 +21,17 @@ from memvir.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow  # a real run of 54 steps
 
-KEPT = 60  # snapshots a LiveRun keeps, as the page's FocusTrack does
+KEPT = 60  # snapshots a LiveRun keeps, as the page's FewClassTrack does
 
 
 @pytest.fixture(scope="module")
 def run():
-    """(snapshots by step, the FocusTrack the page would keep of them)."""
+    """(snapshots by step, the FewClassTrack the page would keep of them)."""
     preset = PRESETS["glyphs-mini"]
     trainer = Trainer(TrainConfig(dataset="glyphs-mini", **{**preset.settings(), "epochs": 6}, snapshot_every=3,
                                   eval_every=0, eval_at_start=False))
     snapshots = {}
-    track = FocusTrack(lambda: True)
+    track = FewClassTrack(lambda: True)
 
     def keep(event):
         if isinstance(event, SnapshotEvent):
@@ -143,13 +143,13 @@ def test_in_the_drift_picture_each_stored_weight_lies_at_its_true_angle_from_its
 
 @pytest.mark.skipif(os.environ.get("MEMVIR_SLOW") != "1", reason="real UMAP (numba compiles ~15 s); set MEMVIR_SLOW=1")
 def test_in_umap_no_class_collapses_onto_one_point(run):
-    from memvir.analysis.projection import focus_points, project_focus
+    from memvir.analysis.projection import few_class_points, project_few_classes
 
     snapshots, track = run
     steps = [step for step in track.steps() if step >= 24][::3]  # some snapshots with each number of sets
     figures, reference = {}, None
     for step in steps:
-        projection = project_focus(focus_points(snapshots[step]), "umap", reference)
+        projection = project_few_classes(few_class_points(snapshots[step]), "umap", reference)
         track.set_umap(step, projection)
         reference = projection
         figures[step] = few_class_figure(track.view(step, umap=True))

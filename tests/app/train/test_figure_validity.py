@@ -12,13 +12,13 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from demo.runs.focus_track import FocusView
+from demo.runs.few_class_track import FewClassView
 from demo.train.figures.curves import class_count_figure, curves_figure, target_cosine_figure
 from demo.train.figures.embeddings import embedding_figure
-from demo.train.figures.focus import few_class_drift_figure, few_class_figure
+from demo.train.figures.few_classes import few_class_drift_figure, few_class_figure
 from demo.train.figures.spread import class_spread_figure, drift_figure
 from demo.train.figures.style import built, scatter
-from memvir.analysis.projection import FocusProjection, ProjectedSnapshot
+from memvir.analysis.projection import FewClassProjection, ProjectedSnapshot
 
 
 def step_record(step, k, warmup):
@@ -56,8 +56,8 @@ def projected() -> ProjectedSnapshot:
         probe_labels=np.array([5, 5, 6, 6]))
 
 
-def focus_view() -> FocusView:
-    projection = FocusProjection(
+def focus_view() -> FewClassView:
+    projection = FewClassProjection(
         step=70, margin=10, method="umap", classes=np.array([7, 3]),
         embedding_xy=np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0]]), embedding_labels=np.array([3, 3, 7]),
         weight_xy=np.arange(12.0).reshape(6, 2), weight_labels=np.array([3, 7] * 3),
@@ -65,7 +65,7 @@ def focus_view() -> FocusView:
         memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
         weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]),
         weight_drift=np.array([[0.0, 0.0], [0.0, 0.0], [7.0, 0.0], [0.0, 7.5], [14.0, 0.0], [9.0, 12.0]]))
-    return FocusView(projection, (-1.0, 12.0), (-1.0, 12.0), 3, 5, 70)
+    return FewClassView(projection, (-1.0, 12.0), (-1.0, 12.0), 3, 5, 70)
 
 
 FIGURES = {

@@ -126,7 +126,7 @@ def test_start_passes_the_reduction_and_the_classes_shown(runs):
     run = runs.get(state.run_id)
     assert (run.config.memvir_reduction, run.config.focus_classes) == ("balanced", [4, 9, 1])
     run.join(90)
-    assert run.focus.view(None).projection.classes.tolist() == [4, 9, 1]
+    assert run.few_classes.view(None).projection.classes.tolist() == [4, 9, 1]
     with pytest.warns(UserWarning, match="the MemVir loss reduction is one of official, balanced, got mean"):
         assert train.start(*settings, memvir_reduction="mean", visitor="alice")[1].startswith("⚠️")
 
@@ -134,11 +134,11 @@ def test_start_passes_the_reduction_and_the_classes_shown(runs):
 def test_classes_chosen_live_reach_the_next_snapshots_and_only_the_owner_may_choose(runs):
     run = runs.start(quick(epochs=300), "alice")
     state = PollState(run_id=run.id)
-    wait_for(lambda: run.focus.steps())
+    wait_for(lambda: run.few_classes.steps())
     second = ViewsHandlers(runs, figures=None)
     assert second.show_classes(state, "0, 5, 7", visitor="alice") == (
         "Asked for classes 0, 5, 7: the next snapshot draws them.")
-    wait_for(lambda: run.focus.view(None).projection.classes.tolist() == [0, 5, 7])
+    wait_for(lambda: run.few_classes.view(None).projection.classes.tolist() == [0, 5, 7])
     with pytest.warns(UserWarning, match="this run was started by another visitor"):
         second.show_classes(state, "1, 2", visitor="bob")
     with pytest.warns(UserWarning, match=re.escape("focus_classes [99] are not training classes of glyphs-mini")):
@@ -226,9 +226,9 @@ def test_few_class_views_are_laid_out_in_umap_only_once_a_page_shows_them_so(tmp
         live.recolor(PollState(run_id="r1"), True, "age")
         assert runs.umap_worker.watched == [] and runs.used  # PCA shown: no UMAP work while it trains
         live.poll(PollState(), "few-umap", True, visitor="alice")
-        assert runs.umap_worker.watched == [run.focus]
+        assert runs.umap_worker.watched == [run.few_classes]
         live.recolor(PollState(run_id="r1"), True, "few-umap")  # switching to it asks at once
-        assert runs.umap_worker.watched == [run.focus, run.focus]
+        assert runs.umap_worker.watched == [run.few_classes, run.few_classes]
     finally:
         figures.close()
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from demo.common.settings import REPO_ROOT
-from demo.runs.focus_track import FocusTrack
+from demo.runs.few_class_track import FewClassTrack
 from demo.umap.service import Pacer, UmapFailed, UmapProcess, UmapService
 from memvir.analysis.projection import umap_layout
 from memvir.events import SnapshotEvent
@@ -86,7 +86,7 @@ def service():
 def test_while_training_the_pacer_holds_layouts_back_and_at_rest_all_are_made(service):
     service, process = service
     resting = {"value": False}
-    track = FocusTrack(lambda: resting["value"])
+    track = FewClassTrack(lambda: resting["value"])
     wait_for(lambda: process.started)  # the child starts (and compiles) before the first snapshot needs it
     track.add(snapshot(10), 60)
     service.watch(track)
@@ -108,7 +108,7 @@ def test_a_failed_layout_is_not_tried_again_and_the_service_goes_on():
     process = StandInProcess(fail=True)
     service = UmapService(process=process)
     try:
-        track = FocusTrack(lambda: True)
+        track = FewClassTrack(lambda: True)
         track.add(snapshot(10), 60)
         service.watch(track)
         wait_for(lambda: len(process.calls) == 1)

@@ -1,8 +1,8 @@
-"""The few-class view's projection (memvir.analysis.projection.focus_points, project_focus, layout_focus,
-zoomed_extent) against expectations written out here: which rows a snapshot's few-class view holds, a numpy PCA of all
-its points, a view in one plane whose distances the map keeps, each stored weight in its class's drift frame at its
-true angle, Procrustes on the focus embeddings, the UMAP layout called with the PCA picture as its start and its
-few-class neighbourhood (a stand-in layout: no real UMAP here), and the extent that frames a map."""
+"""The few-class view's projection (memvir.analysis.projection.few_class_points, project_few_classes,
+layout_few_classes, zoomed_extent) against expectations written out here: which rows a snapshot's few-class view holds,
+a numpy PCA of all its points, a view in one plane whose distances the map keeps, each stored weight in its class's
+drift frame at its true angle, Procrustes on the focus embeddings, the UMAP layout called with the PCA picture as its
+start and its few-class neighbourhood (a stand-in layout: no real UMAP here), and the extent that frames a map."""
 
 import dataclasses
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from memvir.analysis.projection import (
-    FOCUS_UMAP_MIN_DIST,
+    FEW_CLASS_UMAP_MIN_DIST,
     ZOOM_MARGIN,
-    FocusPoints,
-    focus_points,
-    layout_focus,
-    project_focus,
+    FewClassPoints,
+    few_class_points,
+    layout_few_classes,
+    project_few_classes,
     zoomed_extent,
 )
 from memvir.events import SnapshotEvent
@@ -46,7 +46,7 @@ def unit(rows):
 
 def test_the_few_class_view_holds_the_focus_images_their_weights_of_every_age_and_their_stored_rows():
     snapshot = focus_snapshot()
-    points = focus_points(snapshot)
+    points = few_class_points(snapshot)
     # weights of classes 1 and 2 at ages 0, 1, 2 are rows 1, 2, 4, 5, 7, 8; stored rows (age >= 1) of classes 1, 2 are
     # rows 6, 7 (set 1) and 9, 10, 11 (set 2); the live batch (age 0) is left out
     expected = np.concatenate([unit(snapshot.focus_embeddings), unit(snapshot.class_weights[[1, 2, 4, 5, 7, 8]]),
@@ -59,7 +59,7 @@ def test_the_few_class_view_holds_the_focus_images_their_weights_of_every_age_an
     assert (points.step, points.margin) == (30, 10)
 
 
-def reference_focus_pca(points: FocusPoints) -> np.ndarray:
+def reference_focus_pca(points: FewClassPoints) -> np.ndarray:
     """The axes of all the view's points (numpy SVD, centred on their mean, each axis signed so that its
     largest-magnitude loading is positive); every point placed on them."""
     mean = points.points.mean(axis=0)
@@ -76,8 +76,8 @@ def degrees_between(a, b):
 
 
 def test_pca_places_every_point_of_the_view_on_the_axes_of_them_all():
-    points = focus_points(focus_snapshot())
-    projection = project_focus(points, "pca")
+    points = few_class_points(focus_snapshot())
+    projection = project_few_classes(points, "pca")
     expected = reference_focus_pca(points)
     np.testing.assert_allclose(projection.embedding_xy, expected[:8], atol=1e-9)
     np.testing.assert_allclose(projection.weight_xy, expected[8:14], atol=1e-9)  # live and stored weights alike
@@ -101,10 +101,10 @@ def test_a_view_that_lies_in_one_plane_keeps_every_distance_in_the_pca_map():
     # a stored image at 40. Class 2: images at 180, 190, live weight at 185, stored weight at 205 (set 1). All in one
     # plane through the origin, so the map is that plane itself: every distance on it is the chord 2 sin(angle / 2).
     degrees = [0, 10, 20, 180, 190, 10, 185, 30, 205, 50, 40]
-    points = FocusPoints(step=5, margin=10, classes=np.array([1, 2]), points=on_circle(degrees),
+    points = FewClassPoints(step=5, margin=10, classes=np.array([1, 2]), points=on_circle(degrees),
                          labels=np.array([1, 1, 1, 2, 2, 1, 2, 1, 2, 1, 1]),
                          ages=np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 1]), embedding_count=5, weight_count=5)
-    projection = project_focus(points, "pca")
+    projection = project_few_classes(points, "pca")
     xy = np.concatenate([projection.embedding_xy, projection.weight_xy, projection.memory_xy])
     chords = 2 * np.sin(np.radians(np.abs(np.subtract.outer(degrees, degrees))) / 2)
     np.testing.assert_allclose(np.linalg.norm(xy[:, None] - xy[None], axis=2), chords, atol=1e-9)
@@ -120,8 +120,8 @@ def test_a_view_that_lies_in_one_plane_keeps_every_distance_in_the_pca_map():
 
 
 def test_each_class_weight_lies_in_its_class_drift_frame_at_its_true_angle_from_the_live_one():
-    points = focus_points(focus_snapshot())
-    projection = project_focus(points, "pca")
+    points = few_class_points(focus_snapshot())
+    projection = project_few_classes(points, "pca")
     rows = points.points
     live = {1: rows[8], 2: rows[9]}
     np.testing.assert_array_equal(projection.weight_drift[:2], np.zeros((2, 2)))  # the live weights: the centres
@@ -150,11 +150,11 @@ def rotation(degrees):
 
 
 def test_the_next_snapshot_is_turned_onto_the_previous_one_on_the_focus_images():
-    points = focus_points(focus_snapshot())
-    plain = project_focus(points, "pca")
+    points = few_class_points(focus_snapshot())
+    plain = project_few_classes(points, "pca")
     turn, shift = rotation(50.0), np.array([1.0, -2.0])
     reference = dataclasses.replace(plain, embedding_xy=plain.embedding_xy @ turn + shift)
-    aligned = project_focus(points, "pca", reference)
+    aligned = project_few_classes(points, "pca", reference)
     np.testing.assert_allclose(aligned.embedding_xy, reference.embedding_xy, atol=1e-9)
     np.testing.assert_allclose(aligned.weight_xy, plain.weight_xy @ turn + shift, atol=1e-9)
     np.testing.assert_allclose(aligned.memory_xy, plain.memory_xy @ turn + shift, atol=1e-9)
@@ -162,36 +162,36 @@ def test_the_next_snapshot_is_turned_onto_the_previous_one_on_the_focus_images()
     np.testing.assert_array_equal(aligned.weight_drift, plain.weight_drift)
     # other images (the visitor chose other classes) or another method: no alignment
     other_images = dataclasses.replace(reference, embedding_labels=reference.embedding_labels[::-1])
-    np.testing.assert_array_equal(project_focus(points, "pca", other_images).embedding_xy, plain.embedding_xy)
+    np.testing.assert_array_equal(project_few_classes(points, "pca", other_images).embedding_xy, plain.embedding_xy)
     other_method = dataclasses.replace(reference, method="umap")
-    np.testing.assert_array_equal(project_focus(points, "pca", other_method).embedding_xy, plain.embedding_xy)
+    np.testing.assert_array_equal(project_few_classes(points, "pca", other_method).embedding_xy, plain.embedding_xy)
 
 
 def test_umap_lays_out_every_point_from_the_pca_picture_with_a_wide_neighbourhood_scaled_to_the_pca_picture():
-    points = focus_points(focus_snapshot())
+    points = few_class_points(focus_snapshot())
     calls = []
 
     def layout(array, seed, init, **options):
         calls.append((array, seed, init, options))
         return init[:, ::-1] * 2.0  # any layout: the axes swapped and stretched
 
-    projection = project_focus(points, "umap", seed=5, layout=layout)
+    projection = project_few_classes(points, "umap", seed=5, layout=layout)
     (array, seed, init, options), = calls
     np.testing.assert_array_equal(array, points.points)
     pca = reference_focus_pca(points)
     np.testing.assert_allclose(init, pca, atol=1e-9)
     # 19 points: umap-learn's own 15 neighbours; the few-class view's min_dist
-    assert options == {"n_neighbors": 15, "min_dist": FOCUS_UMAP_MIN_DIST}
+    assert options == {"n_neighbors": 15, "min_dist": FEW_CLASS_UMAP_MIN_DIST}
     assert seed == 5 and projection.method == "umap"
     # the stretch undone: the images span what they span in the PCA picture
     np.testing.assert_allclose(projection.embedding_xy, pca[:8, ::-1], atol=1e-9)
     np.testing.assert_allclose(projection.weight_xy, pca[8:14, ::-1], atol=1e-9)
     np.testing.assert_allclose(projection.memory_xy, pca[14:, ::-1], atol=1e-9)
-    np.testing.assert_array_equal(projection.weight_drift, project_focus(points, "pca").weight_drift)
+    np.testing.assert_array_equal(projection.weight_drift, project_few_classes(points, "pca").weight_drift)
 
 
 def test_the_zoomed_extent_holds_every_point_with_the_margin_and_no_more():
-    projection = project_focus(focus_points(focus_snapshot()), "pca")
+    projection = project_few_classes(few_class_points(focus_snapshot()), "pca")
     # a known layout: x from -1 to 3 (the larger span, 4), y from 0 to 2
     projection = dataclasses.replace(projection, embedding_xy=np.array([[-1.0, 0.0]] * 8),
                                      weight_xy=np.array([[3.0, 2.0]] * 6), memory_xy=np.array([[0.5, 1.0]] * 5))
@@ -205,23 +205,23 @@ def test_the_zoomed_extent_holds_every_point_with_the_margin_and_no_more():
 
 
 def test_a_larger_view_takes_half_its_points_as_neighbours():
-    from memvir.analysis.projection import focus_umap_neighbours
+    from memvir.analysis.projection import few_class_umap_neighbours
 
-    assert [focus_umap_neighbours(count) for count in (15, 30, 31, 120, 301)] == [15, 15, 15, 60, 150]
+    assert [few_class_umap_neighbours(count) for count in (15, 30, 31, 120, 301)] == [15, 15, 15, 60, 150]
 
 
 def test_layouts_of_the_wrong_shape_and_snapshots_without_a_few_class_view_are_refused():
     snapshot = focus_snapshot()
-    points = focus_points(snapshot)
+    points = few_class_points(snapshot)
     with pytest.raises(ValueError, match=r"one 2-D position per point .*, shape \(19, 2\); got \(3, 2\)"):
-        layout_focus(points, np.zeros((3, 2)), "pca")
+        layout_few_classes(points, np.zeros((3, 2)), "pca")
     with pytest.raises(ValueError, match="unknown projection method 'tsne'"):
-        project_focus(points, "tsne")
+        project_few_classes(points, "tsne")
     with pytest.raises(ValueError, match="no few-class view"):
-        focus_points(dataclasses.replace(snapshot, focus_classes=torch.empty(0, dtype=torch.long)))
+        few_class_points(dataclasses.replace(snapshot, focus_classes=torch.empty(0, dtype=torch.long)))
     with pytest.raises(ValueError, match="focus_labels has 3 entries but snapshot.focus_embeddings has 8 rows"):
-        focus_points(dataclasses.replace(snapshot, focus_labels=torch.tensor([1, 1, 2])))
+        few_class_points(dataclasses.replace(snapshot, focus_labels=torch.tensor([1, 1, 2])))
     # class 2's live weight (row 9) made a stored one: nothing to draw its stored weights around
     without_live = dataclasses.replace(points, ages=np.where(np.arange(19) == 9, 1, points.ages))
     with pytest.raises(ValueError, match=r"needs each class's live weight; classes \[2\] have none"):
-        project_focus(without_live, "pca")
+        project_few_classes(without_live, "pca")

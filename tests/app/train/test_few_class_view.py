@@ -1,4 +1,4 @@
-"""The few-class view as the page keeps and draws it: FocusTrack (PCA at once, UMAP when the UMAP process hands it
+"""The few-class view as the page keeps and draws it: FewClassTrack (PCA at once, UMAP when the UMAP process hands it
 back, which snapshot it asks for while training or at rest, axes framed on the points), few_class_figure (what each
 trace is, where it is, colours that stay with their class, shades by age, a legend of one entry per kind) and
 few_class_drift_figure (a panel per class, each stored weight at its true angle). Expectations written out."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from demo.runs.focus_track import UMAP_LAG, FocusTrack, FocusView
-from demo.train.figures.focus import (
+from demo.runs.few_class_track import UMAP_LAG, FewClassTrack, FewClassView
+from demo.train.figures.few_classes import (
     LEGEND_GREY,
     _panel_domains,
     class_colors,
@@ -20,7 +20,7 @@ from demo.train.figures.focus import (
     in_view_square,
     shade,
 )
-from memvir.analysis.projection import FocusProjection
+from memvir.analysis.projection import FewClassProjection
 from memvir.events import SnapshotEvent
 
 
@@ -45,13 +45,13 @@ class Resting:
         return self.value
 
 
-def umap_of(projection: FocusProjection) -> FocusProjection:
+def umap_of(projection: FewClassProjection) -> FewClassProjection:
     return dataclasses.replace(projection, method="umap")
 
 
 # ---------------------------------------------------------------------------------------------- the track
 def test_snapshots_are_kept_in_pca_and_thinned_as_the_run_thins_its_snapshots():
-    track = FocusTrack()
+    track = FewClassTrack()
     for step in (10, 20, 30, 40, 50):
         track.add(snapshot(step), history=4)
     # as LiveRun: the fifth overflows 4, every other older one goes, the newest stays
@@ -63,14 +63,14 @@ def test_snapshots_are_kept_in_pca_and_thinned_as_the_run_thins_its_snapshots():
 
 
 def test_a_snapshot_without_a_few_class_view_is_not_kept():
-    track = FocusTrack()
+    track = FewClassTrack()
     track.add(dataclasses.replace(snapshot(10), focus_classes=torch.empty(0, dtype=torch.long)), history=60)
     assert track.steps() == [] and track.view(None) is None
 
 
 def test_while_training_only_the_newest_snapshot_is_laid_out_and_one_at_a_time():
     resting = Resting(False)
-    track = FocusTrack(resting)
+    track = FewClassTrack(resting)
     track.add(snapshot(10), 60)
     step, points, reference = track.next_umap_job()
     assert (step, reference) == (10, None) and points.step == 10
@@ -86,7 +86,7 @@ def test_while_training_only_the_newest_snapshot_is_laid_out_and_one_at_a_time()
 
 def test_at_rest_every_snapshot_is_laid_out_newest_first_each_from_its_nearest_layout():
     resting = Resting(True)
-    track = FocusTrack(resting)
+    track = FewClassTrack(resting)
     for step in (10, 20, 30):
         track.add(snapshot(step), 60)
     done = []
@@ -101,7 +101,7 @@ def test_at_rest_every_snapshot_is_laid_out_newest_first_each_from_its_nearest_l
 
 def test_following_in_umap_shows_the_newest_layout_unless_it_lags_too_far():
     resting = Resting(False)
-    track = FocusTrack(resting)
+    track = FewClassTrack(resting)
     track.add(snapshot(10), 60)
     track.set_umap(10, umap_of(track.view(10).projection))
     for step in range(20, 20 + 10 * UMAP_LAG, 10):
@@ -115,7 +115,7 @@ def test_following_in_umap_shows_the_newest_layout_unless_it_lags_too_far():
 
 
 def test_each_picture_is_framed_on_its_own_points_with_a_small_margin():
-    track = FocusTrack(lambda: True)
+    track = FewClassTrack(lambda: True)
     for step in (10, 20):
         track.add(snapshot(step), 60)
     for step, stretch in ((10, 40.0), (20, 1.0)):  # an early layout far wider than the later one
@@ -137,7 +137,8 @@ def test_each_picture_is_framed_on_its_own_points_with_a_small_margin():
 # ---------------------------------------------------------------------------------------------- the figures
 def test_a_view_s_ranges_become_the_square_from_minus_one_to_one_with_distances_in_proportion():
     projection = dataclasses.replace(hand_view().projection)
-    view = FocusView(projection, (0.0, 4.0), (1.0, 2.0), 1, 1, 120)  # 4 wide, 1 high: widened to 4 x 4 about (2, 1.5)
+    # 4 wide, 1 high: widened to 4 x 4 about (2, 1.5)
+    view = FewClassView(projection, (0.0, 4.0), (1.0, 2.0), 1, 1, 120)
     corners = np.array([[0.0, 1.0], [4.0, 2.0], [2.0, 1.5]])
     np.testing.assert_allclose(in_view_square(corners, view), [[-1.0, -0.25], [1.0, 0.25], [0.0, 0.0]])
 
@@ -145,7 +146,7 @@ def test_a_view_s_ranges_become_the_square_from_minus_one_to_one_with_distances_
 
 def hand_view(margin=10):
     """Two classes (3 and 7); images now, live weights, one stored weight per class at ages 1 and 2, stored rows."""
-    projection = FocusProjection(
+    projection = FewClassProjection(
         step=120, margin=margin, method="pca", classes=np.array([7, 3]),
         embedding_xy=np.array([[0.0, 0.0], [0.1, 0.0], [1.0, 1.0]]), embedding_labels=np.array([3, 3, 7]),
         weight_xy=np.array([[0.0, 0.5], [1.0, 1.5], [0.1, 0.6], [1.1, 1.4], [0.2, 0.7], [1.2, 1.3]]),
@@ -154,7 +155,7 @@ def hand_view(margin=10):
         memory_ages=np.array([1, 1, 2]), embedding_angles=np.array([50.0, 55.0, 60.0]),
         weight_angles=np.array([0.0, 0.0, 7.0, 7.5, 14.0, 15.0]), memory_angles=np.array([70.0, 75.0, 80.0]),
         weight_drift=np.array([[0.0, 0.0], [0.0, 0.0], [7.0, 0.0], [0.0, -7.5], [-14.0, 0.0], [9.0, 12.0]]))
-    return FocusView(projection, (-1.0, 2.0), (-1.0, 2.0), 3, 5, 120)
+    return FewClassView(projection, (-1.0, 2.0), (-1.0, 2.0), 3, 5, 120)
 
 
 def data_traces(figure):

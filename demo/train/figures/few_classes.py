@@ -1,5 +1,5 @@
-"""The few-class pictures of a `FocusView` (demo.runs.focus_track): the map (the paper's Fig. 7, for a few classes) and
-the drift of each class's stored weights, one small panel per class.
+"""The few-class pictures of a `FewClassView` (demo.runs.few_class_track): the map (the paper's Fig. 7, for a few
+classes) and the drift of each class's stored weights, one small panel per class.
 
 Each class has one colour, the same in every snapshot and in both pictures (its place among the focus classes,
 sorted); age shades it towards white, so a virtual set of j(M+1) steps ago is the paler the older it is. Symbols say
@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
-from demo.runs.focus_track import FocusView
+from demo.runs.few_class_track import FewClassView
 from demo.train.figures.embeddings import age_label
 from demo.train.figures.style import HOUSE_AXIS, built, empty_figure, house_layout, merged, scatter
 
@@ -66,7 +66,7 @@ def _hover_data(labels: np.ndarray, angles: np.ndarray) -> np.ndarray:
     return np.column_stack([labels, angles, np.cos(np.radians(angles)), np.arange(len(labels))])
 
 
-def _oldest(view: FocusView) -> int:
+def _oldest(view: FewClassView) -> int:
     projection = view.projection
     return int(max(projection.weight_ages.max(initial=0), projection.memory_ages.max(initial=0)))
 
@@ -105,7 +105,7 @@ def _legend_entries() -> list[dict]:
     return entries
 
 
-def in_view_square(xy: np.ndarray, view: FocusView) -> np.ndarray:
+def in_view_square(xy: np.ndarray, view: FewClassView) -> np.ndarray:
     """Map positions [n, 2] moved and scaled as one (distances keep their ratios) so that `view`'s ranges, widened
     on the shorter side to a square about their middle, become the square from -1 to 1."""
     (x_low, x_high), (y_low, y_high) = view.x_range, view.y_range
@@ -114,7 +114,7 @@ def in_view_square(xy: np.ndarray, view: FocusView) -> np.ndarray:
     return (np.asarray(xy, dtype=float) - middle) / half
 
 
-def few_class_figure(view: FocusView | None) -> go.Figure:
+def few_class_figure(view: FewClassView | None) -> go.Figure:
     """The few-class map of `view`: embeddings now (dots), class weights now (outlined diamonds), and for each
     virtual set its stored class weights (diamonds) and stored embeddings (rings), paler with age, all where the map
     put them; the images drawn last, on top. The legend holds one grey entry per kind (KINDS); each kind and age is
@@ -200,7 +200,7 @@ def _panel_domains(count: int) -> list[tuple[list[float], list[float]]]:
     return domains
 
 
-def few_class_drift_figure(view: FocusView | None) -> go.Figure:
+def few_class_drift_figure(view: FewClassView | None) -> go.Figure:
     """The drift of `view`'s stored class weights: one panel per class (sorted), the live weight (outlined diamond)
     in its middle and each stored weight (diamonds, paler with age) at its true angle from it in degrees, joined to it
     by a spoke, in the class's drift frame (memvir.analysis.drift_frame); every panel to one scale, with a dashed

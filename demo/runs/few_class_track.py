@@ -1,7 +1,7 @@
-"""The few-class view of one run's snapshots, as the page keeps it: `FocusTrack`.
+"""The few-class view of one run's snapshots, as the page keeps it: `FewClassTrack`.
 
-Each snapshot's focus classes (a few training classes: their current embeddings, live class weights, and each
-virtual set's stored weights and embeddings of them; memvir.analysis.projection.focus_points) are projected with PCA at
+Each snapshot's focus classes (a few training classes: their current embeddings, live class weights, and each virtual
+set's stored weights and embeddings of them; memvir.analysis.projection.few_class_points) are projected with PCA at
 once, on the trainer's side of the listener (milliseconds for a few hundred points), and with UMAP when the page's UMAP
 process gets to them (demo.umap.service, which asks `next_umap_job` and hands back `set_umap`). A few hundred points
 make it cheap enough to lay out many snapshots while the run trains, and few enough classes that each virtual set shows
@@ -17,7 +17,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from memvir.analysis.projection import FocusPoints, FocusProjection, focus_points, project_focus, zoomed_extent
+from memvir.analysis.projection import (
+    FewClassPoints,
+    FewClassProjection,
+    few_class_points,
+    project_few_classes,
+    zoomed_extent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +33,19 @@ UMAP_LAG = 5
 
 
 @dataclass
-class FocusEntry:
+class FewClassEntry:
     step: int
-    points: FocusPoints | None  # dropped once UMAP has had its go: a few hundred kB each, 60 kept per run
-    pca: FocusProjection
-    umap: FocusProjection | None = None
+    points: FewClassPoints | None  # dropped once UMAP has had its go: a few hundred kB each, 60 kept per run
+    pca: FewClassProjection
+    umap: FewClassProjection | None = None
     umap_failed: bool = False
 
 
 @dataclass(frozen=True)
-class FocusView:
+class FewClassView:
     """What the page draws: a projection, the axis ranges that frame its points, and where it sits."""
 
-    projection: FocusProjection
+    projection: FewClassProjection
     x_range: tuple[float, float]
     y_range: tuple[float, float]
     position: int  # 1-based among the kept snapshots
@@ -47,14 +53,14 @@ class FocusView:
     newest_step: int  # the newest kept snapshot's step (a UMAP shown while training may be older)
 
 
-class FocusTrack:
+class FewClassTrack:
     """The few-class projections of one run's snapshots, thread-safe. `version` grows whenever what a view would show
     changes (a snapshot, or a UMAP layout arriving)."""
 
     def __init__(self, resting: Callable[[], bool] = lambda: True):
         self.resting = resting  # True while the run does not train (paused or ended): UMAP then fills in every snapshot
         self._lock = threading.Lock()
-        self._entries: list[FocusEntry] = []
+        self._entries: list[FewClassEntry] = []
         self._laying_out: int | None = None  # the step whose UMAP the UMAP process is making
         self.umap_expected = False  # set once a UMAP process watches this track (demo.umap.service)
         self.version = 0
@@ -64,21 +70,21 @@ class FocusTrack:
         """Keep `snapshot`'s few-class view in PCA (trainer thread); at most `history` views, thinned out from the
         start on as LiveRun thins its snapshots, so that both hold the same steps."""
         try:
-            points = focus_points(snapshot)
+            points = few_class_points(snapshot)
         except ValueError as error:
             log.debug("snapshot at step %s has no few-class view: %s", snapshot.step, error)
             return
         with self._lock:
             reference = self._entries[-1].pca if self._entries else None
-        projection = project_focus(points, "pca", reference)
+        projection = project_few_classes(points, "pca", reference)
         with self._lock:
-            self._entries.append(FocusEntry(snapshot.step, points, projection))
+            self._entries.append(FewClassEntry(snapshot.step, points, projection))
             if len(self._entries) > history:
                 self._entries = self._entries[:-1][::2] + [self._entries[-1]]
             self.version += 1
 
     # ---------------------------------------------------------------------------------------------- UMAP
-    def next_umap_job(self) -> tuple[int, FocusPoints, FocusProjection | None] | None:
+    def next_umap_job(self) -> tuple[int, FewClassPoints, FewClassProjection | None] | None:
         """(step, points, reference) of the next snapshot to lay out with UMAP, or None: while the run trains only the
         newest (older ones stay PCA), at rest every one newest first. One at a time per run. The reference is the UMAP
         nearest in steps, for the layout to start from and be turned onto."""
@@ -95,7 +101,7 @@ class FocusTrack:
             self._laying_out = chosen.step
             return chosen.step, chosen.points, reference
 
-    def set_umap(self, step: int, projection: FocusProjection) -> None:
+    def set_umap(self, step: int, projection: FewClassProjection) -> None:
         with self._lock:
             self._laying_out = None
             for entry in self._entries:
@@ -111,7 +117,7 @@ class FocusTrack:
                     entry.umap_failed, entry.points = True, None
 
     # ---------------------------------------------------------------------------------------------- views out
-    def view(self, step: int | None, umap: bool = False) -> FocusView | None:
+    def view(self, step: int | None, umap: bool = False) -> FewClassView | None:
         """The view at the last snapshot taken at or before `step` (the newest when None), in PCA, or with `umap` in
         UMAP where it has one. Following the newest in UMAP while the run trains, the newest UMAP stands in if it is
         at most UMAP_LAG snapshots behind; further behind, UMAP cannot keep up and the newest PCA is shown."""
@@ -130,7 +136,7 @@ class FocusTrack:
         entry = entries[index]
         projection = (entry.umap if umap else None) or entry.pca
         x_range, y_range = zoomed_extent(projection)
-        return FocusView(projection, x_range, y_range, index + 1, len(entries), entries[-1].step)
+        return FewClassView(projection, x_range, y_range, index + 1, len(entries), entries[-1].step)
 
     def umap_waiting(self) -> int:
         """How many kept views still wait for their UMAP (neither laid out nor failed)."""
