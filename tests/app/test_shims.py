@@ -163,6 +163,7 @@ def test_a_file_box_passes_the_uploads_path_without_writing_a_file(tmp_path):
 def _asgi_call(middleware, path: str, chunks: list[bytes], declared: int | None = None):
     """(what the middleware sent back, the chunks left unread) for one POST of `chunks`."""
     import asyncio
+    import concurrent.futures
 
     incoming = [{"type": "http.request", "body": chunk, "more_body": number < len(chunks) - 1}
                 for number, chunk in enumerate(chunks)]
@@ -175,7 +176,11 @@ def _asgi_call(middleware, path: str, chunks: list[bytes], declared: int | None 
         sent.append(message)
 
     headers = [] if declared is None else [(b"content-length", str(declared).encode())]
-    asyncio.run(middleware({"type": "http", "method": "POST", "path": path, "headers": headers}, receive, send))
+    call = middleware({"type": "http", "method": "POST", "path": path, "headers": headers}, receive, send)
+    # on a thread of its own: a browser test earlier on this test worker keeps Playwright's event loop running in
+    # the main thread (its session-wide browser), where asyncio.run refuses to start another
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(asyncio.run, call).result()
     return sent, incoming
 
 
