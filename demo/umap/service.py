@@ -157,7 +157,9 @@ class UmapProcess:
             process.wait(2)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(2)
+            # SIGKILL cannot be refused, but on a loaded machine the child may take more than 2 s to be reaped: a
+            # close that raised here left the app's own close half done
+            process.wait()
 
 
 class Pacer:
