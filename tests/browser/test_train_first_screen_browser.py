@@ -103,7 +103,13 @@ def test_the_sticky_run_buttons_are_never_overdrawn_by_the_settings_scrolling_un
             window.scrollTo(0, y);
             await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
             for (const id of ['start', 'stop']) {
-                const button = document.getElementById(id);
+                // gradio may be redrawing the button when the page's poll updates it (seen once under load, three
+                // workers on two cores): wait for it to be back rather than read a missing element
+                let button = document.getElementById(id);
+                while (!button) {
+                    await new Promise(r => requestAnimationFrame(r));
+                    button = document.getElementById(id);
+                }
                 const box = button.getBoundingClientRect();
                 if (box.bottom <= 0 || box.top >= window.innerHeight) continue;
                 const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
