@@ -44,7 +44,10 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         start, listed = page.locator("#start").bounding_box(), page.locator("#past-runs").bounding_box()
         assert start["y"] + start["height"] <= height  # the list leaves Start on the first screen
         if name == "phone":  # under the status line and the loss chart, which follow Start and the settings' summary
-            assert listed["y"] > page.locator("#curves-plot").bounding_box()["y"]
+            # below the chart's bottom edge (an empty chart not yet drawn has no height: the list then starts where
+            # it does, 838.19 px both, seen once in a whole-suite run)
+            chart = page.locator("#curves-plot").bounding_box()
+            assert listed["y"] >= chart["y"] + chart["height"] - 1, (listed, chart)
         choice = page.get_by_label("Runs on this server")
         choice.scroll_into_view_if_needed()
         choice.click()
