@@ -17,6 +17,7 @@ the newest of each before its next step; the run only notes which are `pending` 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -36,6 +37,37 @@ from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEve
 log = logging.getLogger(__name__)
 # Live settings whose changes the page answers beside a control of their own (the classes box), not beside N and M's
 OWN_NOTE = ("focus_classes",)
+
+
+class Pace:
+    """A run's pace over its recent wall-clock time, evaluations and other runs' load included, for the time left.
+
+    The Trainer's images/s is a moving average of the steps' own time: it leaves out the pauses between steps
+    (evaluations, snapshots, checkpoints) and swings with a moment's load, so an estimate from it jumped by minutes
+    between two reads. Steps per second over the last `window` seconds of arrivals is the rate the run really went.
+    """
+
+    def __init__(self, window: float = 120.0, least: float = 20.0, clock=time.monotonic):
+        self.window, self.least, self.clock = window, least, clock
+        self._arrivals: collections.deque[tuple[float, int]] = collections.deque()
+
+    def step(self, step: int) -> None:
+        now = self.clock()
+        self._arrivals.append((now, step))
+        while now - self._arrivals[0][0] > self.window:
+            self._arrivals.popleft()
+
+    def restart(self) -> None:
+        """Forget the arrivals: the run paused, resumed or restarted, so the time before says nothing of its pace."""
+        self._arrivals.clear()
+
+    def steps_per_second(self) -> float | None:
+        """None until the arrivals span `least` seconds."""
+        if len(self._arrivals) < 2:
+            return None
+        (first_time, first_step), (last_time, last_step) = self._arrivals[0], self._arrivals[-1]
+        span = last_time - first_time
+        return (last_step - first_step) / span if span >= self.least and last_step > first_step else None
 
 
 
@@ -88,6 +120,7 @@ class LiveRun:
         self.message = "starting"
         self.records: list[dict] = []
         self.last_step = None  # the latest StepEvent
+        self.pace = Pace()
         self.control_message: str | None = None  # the latest live change's outcome: applied at a step, or refused
         self.live_values = {name: getattr(config, name) for name in LIVE_SETTINGS}
         self.changes: list[live_changes.LiveChange] = []  # every live change applied so far, in order
@@ -217,7 +250,10 @@ class LiveRun:
                 self.records.append(event.record())
             if isinstance(event, StepEvent):
                 self.last_step = event
+                self.pace.step(event.step)
             elif isinstance(event, StatusEvent):
+                if event.state != self.state:
+                    self.pace.restart()
                 self.state, self.message = event.state, event.message
                 # only a lost process's failure names a checkpoint (a diverged Trainer's does not): Resume continues it
                 self.resumable_failure = event.state == "failed" and event.checkpoint is not None

@@ -33,14 +33,24 @@ STATE_LABELS = {"starting": "Starting", "running": "Training", "paused": "Paused
                 "finished": "Finished", "failed": "Failed"}
 
 
-def format_duration(seconds: float) -> str:
-    """'45 s', '3 min 20 s', '2 h 05 min'."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+def time_left_words(seconds: float) -> str:
+    """'30 s', '4 min', '2 h 05 min': a time left, no finer than an estimate is (10 s below 90 s, else minutes)."""
+    if seconds < 90:
+        return f"{max(10, int(seconds / 10 + 0.5) * 10)} s"
+    minutes = int(seconds / 60 + 0.5)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def seconds_left(run: LiveRun) -> float | None:
+    """The steps left at the run's pace over its recent minutes (`LiveRun.pace`: evaluations and load included),
+    else, in its first seconds, at the Trainer's images/s; None while it does not train."""
+    step = run.last_step
+    if run.state != "running" or step is None:
+        return None
+    rate = run.pace.steps_per_second()
+    if rate is None and step.images_per_s > 0:
+        rate = step.images_per_s / run.config.batch_size
+    return (run.total_steps - step.step) / rate if rate else None
 
 
 def progress_line(run: LiveRun) -> str:
@@ -60,9 +70,8 @@ def progress_line(run: LiveRun) -> str:
     elif run.kind != "baseline":  # a baseline's own line says what it is (`baseline_line`)
         parts.append("baseline (N = 0): no virtual classes")
     parts.append(f"{step.images_per_s:,.0f} images/s")
-    if run.state == "running" and step.images_per_s > 0:
-        left = (run.total_steps - step.step) * run.config.batch_size / step.images_per_s
-        parts.append(f"about {format_duration(left)} left")
+    if (left := seconds_left(run)) is not None:
+        parts.append(f"about {time_left_words(left)} left")
     return " · ".join(parts)
 
 

@@ -149,9 +149,10 @@ def test_thumbnail_shows_glyphs_as_dark_ink_on_white():
 
 
 # ---------------------------------------------------------------------------------------------- status line
-@pytest.mark.parametrize(("seconds", "text"), [(0, "0 s"), (45, "45 s"), (200, "3 min 20 s"), (7500, "2 h 05 min")])
-def test_format_duration(seconds, text):
-    assert live_view.format_duration(seconds) == text
+@pytest.mark.parametrize(("seconds", "text"), [(0, "10 s"), (28.16, "30 s"), (44.9, "40 s"), (89, "90 s"),
+                                                (90, "2 min"), (200, "3 min"), (3569, "59 min"), (7500, "2 h 05 min")])
+def test_time_left_is_worded_no_finer_than_an_estimate(seconds, text):
+    assert live_view.time_left_words(seconds) == text
 
 
 def _run(tmp_path, **overrides):
@@ -174,11 +175,34 @@ def test_status_line_says_epoch_step_classes_virtual_sets_speed_and_time_left(tm
     run._on_event(StatusEvent("running", 0, "training"))
     run._on_event(_step(123))
     text = live_view.status_markdown(run, "owner")
-    # time left: (475 - 123) steps x 128 images / 1600 images/s = 28.16 s
+    # time left before the run's pace is known: (475 - 123) steps x 128 images / 1600 images/s = 28.16 s
     assert ("**Training** · epoch 2 of 5 · step 123 of 475 · classes in use s(i) 2,042 · virtual sets 1 of 5 · "
-            "1,600 images/s · about 28 s left") in text
+            "1,600 images/s · about 30 s left") in text
     assert "another visitor" not in text
     assert "watching a run started by another visitor (read-only)" in live_view.status_markdown(run, "someone")
+
+
+def test_time_left_follows_the_runs_pace_over_its_recent_minutes_not_one_moments_images_per_second(tmp_path):
+    run = _run(tmp_path, epochs=50)
+    run.total_steps = 4000
+    now = [1000.0]
+    run.pace.clock = lambda: now[0]
+    run._on_event(StatusEvent("running", 0, "training"))
+    for step in range(100, 400, 10):  # 10 steps every 2 s, an evaluation's 30 s pause after step 250
+        now[0] += 30.0 if step == 260 else 2.0
+        run._on_event(_step(step, images_per_s=9000.0 if step == 390 else 640.0))
+    # by hand: step s arrives at 1000 + 2 (s - 90) / 10 (+ 28 from step 260 on), so 390 at 1088; the 120 s window
+    # reaches back to 968 and holds every arrival from step 100 (1002): 290 steps in 86 s, the pause included,
+    # where the last images/s (9,000) would say 51 s; left: (4000 - 390) / (290 / 86) = 1,070.6 s
+    assert live_view.seconds_left(run) == pytest.approx((4000 - 390) / (290 / 86))
+    assert "about 18 min left" in live_view.status_markdown(run, "owner")
+    # a pause forgets the pace: after it, the Trainer's images/s again until 20 s of arrivals
+    run._on_event(StatusEvent("paused", 390, "paused"))
+    assert live_view.seconds_left(run) is None
+    run._on_event(StatusEvent("running", 390, "training"))
+    now[0] += 600.0
+    run._on_event(_step(400, images_per_s=1280.0))
+    assert live_view.seconds_left(run) == pytest.approx((4000 - 400) * 128 / 1280.0)
 
 
 def test_a_baselines_status_line_says_it_is_one_rather_than_counting_no_virtual_sets(tmp_path):
