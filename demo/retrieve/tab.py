@@ -330,6 +330,13 @@ class RetrieveHandlers:
         tiles = [(thumbnail(gallery.image(i), gallery.glyphs), pick_caption(gallery, i)) for i in sample]
         return describe(checkpoint, gallery, indexed), tiles, {"sample": sample, "gallery": gallery.key}
 
+    def sample_unless_shown(self, checkpoint_choice, source, files=None, picked=None, progress=PROGRESS):
+        """Pick opened before Load: the chosen gallery loaded and sampled as Load does, so that the tab has images to
+        click; nothing changes while a sample is shown (Load shows another checkpoint's)."""
+        if picked:
+            return gr.skip(), gr.skip(), gr.skip()
+        return self.prepare(checkpoint_choice, source, files, progress)
+
     def query_class_hint(self, checkpoint_choice, source, files=None):
         """(the "Query's class" box's placeholder, the class list's choices) for the gallery chosen."""
         return (gr.update(placeholder=query_class_example(self.retrieval, checkpoint_choice, source, files)),
@@ -606,7 +613,7 @@ def _search_view(ui: SimpleNamespace) -> None:
                                                  elem_id="search-drawing")
             ui.compare_drawing_button = gr.Button("Side by side with the second checkpoint",
                                                   elem_id="compare-drawing")
-        with gr.Tab("Pick", elem_id="query-pick"):
+        with gr.Tab("Pick", elem_id="query-pick") as ui.pick_tab:
             # "contain": a photo's thumbnail whole, not cropped to the square tile.
             ui.sample_gallery = gr.Gallery(label="Click an image to search with it", columns=8, height=300,
                                            allow_preview=False, object_fit="contain", elem_id="sample")
@@ -676,7 +683,7 @@ def _metrics_view(ui: SimpleNamespace) -> None:
 
 
 def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab: gr.Tab) -> None:
-    """The checkpoint lists, Load, the query's class hint, the downloads."""
+    """The checkpoint lists, Load (and Pick opened before it), the query's class hint, the downloads."""
     hidden = {"api_visibility": "private", "show_progress": "hidden"}
     gallery = [ui.checkpoint, ui.source, ui.gallery_files]
     retrieve_tab.select(handlers.checkpoint_list, None, [ui.checkpoint], api_name="list_checkpoints",
@@ -689,6 +696,8 @@ def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab:
                          api_visibility="private").then(
         handlers.query_class_hint, gallery, [ui.query_class, ui.class_list], api_name="query_class_hint_after_load",
         **hidden)
+    ui.pick_tab.select(handlers.sample_unless_shown, [*gallery, ui.picked], [ui.about, ui.sample_gallery, ui.picked],
+                       api_name="sample_for_pick", api_visibility="private")
     ui.source.change(gallery_upload_shown, [ui.source], [ui.gallery_files], api_name="show_gallery_upload", **hidden)
     gr.on([ui.checkpoint.change, ui.source.change], handlers.query_class_hint, gallery,
           [ui.query_class, ui.class_list], api_name="query_class_hint", **hidden)

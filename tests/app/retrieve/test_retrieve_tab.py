@@ -292,6 +292,16 @@ def test_an_unreachable_hub_is_said_in_the_visitor_s_words_in_one_toast(tiny):
         assert operator_words not in str(toasts[0].message).replace("someone/some-model", "")
 
 
+def test_pick_opened_before_load_shows_the_chosen_gallerys_sample_and_leaves_a_shown_one_alone(tiny):
+    service, checkpoint = tiny
+    handlers = retrieve_tab.RetrieveHandlers(service)
+    about, tiles, picked = handlers.sample_unless_shown(checkpoint, "test split", None, None)
+    loaded = handlers.prepare(checkpoint, "test split")
+    assert picked == loaded[2] and about == loaded[0]  # what Load gives: the same sample of the same gallery
+    assert [caption for _, caption in tiles] == [caption for _, caption in loaded[1]] and len(tiles) > 0
+    assert handlers.sample_unless_shown(checkpoint, "test split", None, picked) == (gr.skip(),) * 3
+
+
 def test_pick_images_are_captioned_as_typed_and_shown_whole(tiny, tmp_path):
     service, checkpoint = tiny
     handlers = retrieve_tab.RetrieveHandlers(service)
