@@ -697,7 +697,7 @@ def _wire_choices(handlers: RetrieveHandlers, ui: SimpleNamespace, retrieve_tab:
         handlers.query_class_hint, gallery, [ui.query_class, ui.class_list], api_name="query_class_hint_after_load",
         **hidden)
     ui.pick_tab.select(handlers.sample_unless_shown, [*gallery, ui.picked], [ui.about, ui.sample_gallery, ui.picked],
-                       api_name="sample_for_pick", api_visibility="private")
+                       api_name="sample_for_pick", api_visibility="private", show_progress="minimal")
     ui.source.change(gallery_upload_shown, [ui.source], [ui.gallery_files], api_name="show_gallery_upload", **hidden)
     gr.on([ui.checkpoint.change, ui.source.change], handlers.query_class_hint, gallery,
           [ui.query_class, ui.class_list], api_name="query_class_hint", **hidden)

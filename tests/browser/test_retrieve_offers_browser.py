@@ -10,10 +10,13 @@ pytestmark = pytest.mark.browser
 
 WAIT_MS = 120_000
 PHONE = (390, 844)
-# Each Pick image's fit in its square tile, and whether its caption's text is wider than the caption's box.
+# Each Pick image's fit in its square tile, whether the tile lies whole inside the gallery's box (gradio's grid of
+# eight columns at least 100 px wide cut the eighth off beside the settings), and whether its caption's text is wider
+# than the caption's box.
 PICK_BOXES = """() => [...document.querySelectorAll('#sample .thumbnail-item')].map(tile => {
     const image = tile.querySelector('img'), label = tile.querySelector('.caption-label');
-    return {fit: getComputedStyle(image).objectFit,
+    const box = tile.closest('#sample').getBoundingClientRect(), own = tile.getBoundingClientRect();
+    return {fit: getComputedStyle(image).objectFit, inside: own.left >= box.left - 0.5 && own.right <= box.right + 0.5,
             caption: label ? label.textContent.trim() : null,
             cut: label ? label.scrollWidth > label.clientWidth : null};
 })"""
@@ -32,6 +35,7 @@ def _pick_images_are_whole_and_their_captions_uncut(page, screenshot, size, load
     tiles = _open_pick(page, load_first)
     assert len(tiles) == 48
     assert all(tile["fit"] == "contain" for tile in tiles)  # not cropped to the square tile
+    assert all(tile["inside"] for tile in tiles), sum(not tile["inside"] for tile in tiles)  # no column cut off
     assert all(tile["caption"] and not tile["cut"] for tile in tiles), [t for t in tiles if t["cut"]][:3]
     screenshot(f"retrieve-pick-{'phone' if size == PHONE else 'desktop'}", page, full_page=False)
 
