@@ -217,8 +217,10 @@ def test_the_report_rewrites_only_its_profile_s_block_of_a_document(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("before\n<!-- cpu tables -->\nold tables\n<!-- /cpu tables -->\nafter\n")
     assert fair_study.update_doc(doc, CPU, tmp_path)
-    empty = fair_study.final_table(Results(tmp_path / "results.json"), CPU) + "\n\n" + fair_study.comparison_table([])
-    assert doc.read_text() == f"before\n<!-- cpu tables -->\n{empty}\n<!-- /cpu tables -->\nafter\n"
+    # a profile with a search of its own: the search table alone until a final is in
+    search = fair_study.search_table(Results(tmp_path / "results.json"), CPU)
+    assert "| baseline | 0 |" in search
+    assert doc.read_text() == f"before\n<!-- cpu tables -->\n{search}\n<!-- /cpu tables -->\nafter\n"
     assert not fair_study.update_doc(doc, PROFILES["schedule"], tmp_path)  # no block of its own: untouched
     assert doc.read_text().startswith("before\n<!-- cpu tables -->")
 
@@ -276,6 +278,23 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_step_schedule_study(
     for table in (fair_study.final_table(results, schedule),
                   fair_study.comparison_table(fair_study.comparisons(results, schedule))):
         assert table in doc
+
+
+def test_docs_reproduction_gives_the_widened_search_s_tables_so_far_on_its_one_commit():
+    """The widened search's block in docs/reproduction.md is the report's, recomputed from its results.json as runs
+    finish (the search table, then the finals once any is in), and every run trained on the commit its protocol
+    names."""
+    root = Path(__file__).resolve().parents[2]
+    wide = PROFILES["wide"]
+    results = Results(root / "docs" / "reproduction" / "wide" / "results.json")
+    assert {r["commit"][:7] for r in results.records} <= {"b94ea0d"}
+    doc = (root / "docs" / "reproduction.md").read_text()
+    block = doc.split("<!-- wide tables -->\n", 1)[1].split("\n<!-- /wide tables -->", 1)[0]
+    tables = [fair_study.search_table(results, wide)]
+    if results.find(profile="wide", phase="final"):
+        tables += [fair_study.final_table(results, wide),
+                   fair_study.comparison_table(fair_study.comparisons(results, wide))]
+    assert block == "\n\n".join(tables)
 
 
 REGIME = PROFILES["regime"]
