@@ -25,7 +25,12 @@ MemVir's selection moves by M+1 steps a call, so a pair recurs every M+1 calls w
 the pairs of the newest selected step are new (2k-1 of the k^2 blocks). Given MemVir's own ``live`` (a ``LiveBlock``
 whose ``stored_sets`` names the stored steps), a loss whose stored logits are fixed functions of the stored data keeps
 each pair's vector between calls and computes only the missing pairs: every loss but CurricularFace, whose running t
-moves the logits at every call. The kept pairs are dropped when the memory's identity changes (a reset, a resume, a
+moves the logits at every call. Where MemVir names the step its live inputs are stored as (``stored_sets.live_step``:
+its memory keeps their values exactly) and the loss is given MemVir's output unchanged, the live blocks computed with
+autograd at this call already hold that step's pairs with the selected steps (live rows x each set's weights, each
+set's rows x live weights, live x live), which the calls that select it need: they are kept from this call, so that in
+a run that calls the loss at every step no stored block is computed at all (Proxy-Anchor still computes its newest
+step's). The kept pairs are dropped when the memory's identity changes (a reset, a resume, a
 change of N or M, a move), when the loss's settings, dtype or device change, and when a step leaves the memory; they
 are not saved (a resumed run computes them again). A plain ``(B, C)`` computes every stored block at every call.
 
@@ -131,6 +136,13 @@ def _check_live(live, num_rows: int, num_classes: int) -> tuple[int, int]:
     return sizes
 
 
+def _live_inputs(live, embeddings: torch.Tensor, class_weights: torch.Tensor):
+    """(live embeddings, live class weights) as MemVir took them, where ``live`` is its output's and the call's
+    inputs are that output unchanged (memvir.memory.LiveInputs); else None."""
+    inputs = getattr(live, "inputs", None)
+    return None if inputs is None else inputs.of(embeddings, class_weights)
+
+
 def _check_share(share) -> tuple[int, int]:
     """(part, parts) from ``share`` (None: the whole loss, (0, 1)), or a ValueError that says what it must be."""
     if share is None:
@@ -156,13 +168,17 @@ class _Blocks:
     virtual sets are (module docstring, "Cache"), None when unknown or when there is no stored class."""
 
     def __init__(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
-                 live: tuple[int, int], normalize: bool, stored_sets=None):
+                 live: tuple[int, int], normalize: bool, stored_sets=None, live_inputs=None):
         num_rows, self.num_live_classes = live
         self.num_live_rows, self.num_classes = num_rows, class_weights.shape[0]
         self.labels, self.live_labels, self.stored_labels = labels, labels[:num_rows], labels[num_rows:]
         prepare = functools.partial(F.normalize, dim=1) if normalize else (lambda tensor: tensor)
-        self.live_rows = prepare(_first(embeddings, num_rows))
-        self.live_columns = prepare(_first(class_weights, self.num_live_classes))
+        # MemVir's live inputs themselves where given (``live_inputs``): a slice of its concatenated output would make
+        # autograd write a gradient as large as the whole output, the memory's part of it zeros
+        live_rows, live_columns = live_inputs or (_first(embeddings, num_rows),
+                                                  _first(class_weights, self.num_live_classes))
+        self.live_rows = prepare(live_rows)
+        self.live_columns = prepare(live_columns)
         self._prepare, self._unprepared_stored_rows = prepare, embeddings[num_rows:].detach()
         self.num_stored_rows = self._unprepared_stored_rows.shape[0]
         with torch.no_grad():
@@ -170,6 +186,9 @@ class _Blocks:
             # F.normalize's divisor, max(norm, eps)
             self.stored_scales = 1.0 / self.stored_columns.norm(dim=1).clamp_min(1e-12) if normalize else None
         self.stored_sets = stored_sets if len(self.stored_columns) else None
+        # the stored step the live rows and weight rows become (module docstring, "Cache"), where they are MemVir's
+        # own inputs: what the live blocks give is then kept as that step's pairs with the stored ones
+        self.live_step = None if self.stored_sets is None or live_inputs is None else self.stored_sets.live_step
         # every row's and class's blocks, and which share of the rows or classes these are (``share``)
         self.whole, self.part = self, (0, 1)
         self.classes: torch.Tensor | None = None  # a class share's classes, by their numbers in the call; None: all
@@ -355,9 +374,10 @@ class _StoredPairs:
                     by_column.setdefault(b, []).append(a)
         return whole, by_column
 
-    def keep(self, row_step: int, column_step: int, value) -> None:
+    def keep(self, row_step: int, column_step: int, value, computed: bool = True) -> None:
+        """Keep one pair's value; ``computed``: made for this (a stored block), not taken from the live blocks."""
         self.values.setdefault(row_step, {})[column_step] = value
-        self.computed += 1
+        self.computed += computed
 
 
 def _row_chunks(set_rows: list[slice], chosen: list[int], size: int):
@@ -441,12 +461,13 @@ class MetricLoss(nn.Module, ABC):
             _validate.check_classes_per_set(classes_per_set, class_weights.shape[0])
         part, parts = _check_share(share)
         stored_sets = getattr(live, "stored_sets", None) if self.keeps_stored_pairs else None
-        live = _check_live(live, embeddings.shape[0], class_weights.shape[0])
+        live_block, live = live, _check_live(live, embeddings.shape[0], class_weights.shape[0])
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
+        live_inputs = _live_inputs(live_block, embeddings, class_weights)
         blocks = _Blocks(embeddings.to(dtype), labels.long(), class_weights.to(dtype), live, self.compares_cosines,
-                         stored_sets)
+                         stored_sets, live_inputs and tuple(tensor.to(dtype) for tensor in live_inputs))
         if blocks.stored_sets is not None:
             self._check_stored_sets(blocks)
         blocks = blocks.share(part, parts) if self.shares_by == "rows" else blocks.class_share(part, parts)
@@ -519,6 +540,8 @@ class _CrossEntropyLoss(MetricLoss):
             self._log_normalisers(blocks, blocks.stored_rows, blocks.stored_labels, similarities[stored],
                                   targets[stored], constant_stored_block=True),
         ])
+        if blocks.live_step is not None:
+            self._stored_pairs.own[blocks.live_step] = similarities[live].detach()
         per_row = log_normalisers - targets
         # the divisors count every row of the call, not only this share's (module docstring, "Shares")
         if classes_per_set is None:
@@ -539,14 +562,33 @@ class _CrossEntropyLoss(MetricLoss):
 
     def _log_normalisers(self, blocks, rows, labels, similarities, targets, constant_stored_block=False):
         """[R] log sum_j exp(z_ij) of ``rows`` over every class: the live classes' block, then the stored classes'
-        (for stored rows a constant, made without autograd a chunk of rows at a time)."""
-        parts = [self._log_sum_exp(rows @ blocks.live_columns.T, labels, similarities, targets)]
+        (for stored rows a constant, made without autograd a chunk of rows at a time). Where the live rows become a
+        stored step (``blocks.live_step``), each (row step, weight step) pair's log-sum-exps among these blocks are
+        kept for the calls that select that step (module docstring, "Cache"): no stored block is computed for them
+        again."""
+        live_block = self._log_sum_exp(rows @ blocks.live_columns.T, labels, similarities, targets)
+        parts = [live_block]
+        pairs, steps, live_step = self._stored_pairs, blocks.stored_sets and blocks.stored_sets.steps, blocks.live_step
+        if live_step is not None and not constant_stored_block:  # the live rows against the live weights
+            pairs.keep(live_step, live_step, live_block.detach(), computed=False)
+        elif live_step is not None:  # each stored set's rows against the live weights
+            kept = live_block.detach()
+            for step, set_rows in zip(steps, blocks.stored_set_rows(), strict=True):
+                pairs.keep(step, live_step, kept[set_rows], computed=False)
         if len(blocks.stored_columns):
             stored_labels = labels - blocks.num_live_classes
             if constant_stored_block and blocks.stored_sets is not None:
                 parts.append(self._kept_log_sum_exp(blocks, stored_labels, similarities, targets))
             elif constant_stored_block:
                 parts.append(self._chunked_log_sum_exp(blocks, rows, stored_labels, similarities, targets))
+            elif live_step is not None:  # the live rows against each stored set's weights, one pair a set
+                logits = _with_targets(self.other_logits(blocks.stored_similarities(rows), similarities),
+                                       stored_labels, targets)
+                per_set = torch.logsumexp(logits.view(rows.shape[0], len(steps), blocks.num_live_classes), dim=2)
+                kept = per_set.detach()
+                for index, step in enumerate(steps):
+                    pairs.keep(live_step, step, kept[:, index], computed=False)
+                parts.append(torch.logsumexp(per_set, dim=1))
             else:
                 parts.append(self._log_sum_exp(blocks.stored_similarities(rows), stored_labels, similarities, targets))
         return functools.reduce(torch.logaddexp, parts)

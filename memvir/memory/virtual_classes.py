@@ -65,15 +65,41 @@ class StoredSets(NamedTuple):
     steps: tuple[int, ...]  # the call each virtual set j = 1..k was stored at
     rows: tuple[int, ...]  # each set's row count
     oldest: int  # the oldest step the memory holds: no later call selects an older one
+    # the step this call's live inputs are stored as, where the memory keeps their values exactly (its dtype is
+    # theirs): a loss may keep what it computes from them, with gradients, as the pairs of that stored step
+    live_step: int | None = None
+
+
+class LiveInputs(NamedTuple):
+    """The live inputs of one MemVir call beside the output that holds them, so that a loss given the output itself
+    takes its live rows and weight rows from the inputs rather than slicing them out of the concatenation: autograd
+    then never writes a gradient as large as the whole output, the memory's part of it zeros (memvir.losses,
+    "Blocks"). The output's versions say whether it was changed in place after the call."""
+
+    embeddings: torch.Tensor  # MemVir's input [B, D]
+    class_weights: torch.Tensor  # MemVir's input [C, D]
+    output: tuple[torch.Tensor, torch.Tensor]  # the output's embeddings and class weights
+    versions: tuple[int, int]  # their versions at the call
+
+    def of(self, embeddings: torch.Tensor, class_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(embeddings, class_weights) of the call when the loss was given that call's output unchanged, else None."""
+        given = (embeddings, class_weights)
+        same = all(a is b for a, b in zip(given, self.output, strict=True))
+        if same and tuple(t._version for t in given) == self.versions:
+            return self.embeddings, self.class_weights
+        return None
 
 
 class LiveBlock(tuple):
     """(B, C): how many of a MemVir output's rows and weight rows are live, the keyword ``live`` of a memvir.losses
-    loss; ``stored_sets`` (a `StoredSets`, None without virtual sets) says which stored steps the rest are."""
+    loss; ``stored_sets`` (a `StoredSets`, None without virtual sets) says which stored steps the rest are, and
+    ``inputs`` (a `LiveInputs`, None when unknown) the call's live inputs themselves."""
 
-    def __new__(cls, num_live_rows: int, num_live_classes: int, stored_sets: StoredSets | None = None):
+    def __new__(cls, num_live_rows: int, num_live_classes: int, stored_sets: StoredSets | None = None,
+                inputs: LiveInputs | None = None):
         block = super().__new__(cls, (num_live_rows, num_live_classes))
         block.stored_sets = stored_sets
+        block.inputs = inputs
         return block
 
     def __getnewargs__(self):  # copy and pickle rebuild it through __new__
@@ -92,6 +118,7 @@ class AugmentedBatch(tuple):
         batch = super().__new__(cls, (embeddings, labels, class_weights))
         batch.num_live_rows, batch.num_live_classes = num_live_rows, num_live_classes
         batch.stored_sets = stored_sets
+        batch.live_inputs = None  # set by MemVir (`LiveInputs`); a copy or a pickle goes without
         return batch
 
     def __getnewargs__(self):  # copy and pickle rebuild it through __new__
@@ -99,8 +126,8 @@ class AugmentedBatch(tuple):
 
     @property
     def live(self) -> LiveBlock:
-        """(B, C), carrying ``stored_sets``: the keyword ``live`` of a memvir.losses loss."""
-        return LiveBlock(self.num_live_rows, self.num_live_classes, self.stored_sets)
+        """(B, C), carrying ``stored_sets`` and the live inputs: the keyword ``live`` of a memvir.losses loss."""
+        return LiveBlock(self.num_live_rows, self.num_live_classes, self.stored_sets, self.live_inputs)
 
 
 class MemVir(nn.Module):
@@ -341,15 +368,17 @@ class MemVir(nn.Module):
         slots = [self._slot(age) for age in ages]
         sizes = [self._batch_sizes[s] for s in slots]
         # the stored steps are the calls just before this one, one a call, so the step `age` calls ago is step - age
+        # the live inputs are stored next (`_store`), as they are where the ring has their dtypes
+        exact = self._embeddings.dtype == embeddings.dtype and self._weights.dtype == class_weights.dtype
         stored_sets = StoredSets(self._contents, tuple(self.step - age for age in ages), tuple(sizes),
-                                 self.step - self._count)
+                                 self.step - self._count, self.step if exact else None)
         # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
         embedding_views = [self._embeddings[s, :size] for s, size in zip(slots, sizes, strict=True)]
         weight_views = [self._weights[s] for s in slots]
         label_parts = [labels] + [
             self._labels[s, :size] + j * num_classes for j, (s, size) in enumerate(zip(slots, sizes, strict=True), 1)
         ]
-        return AugmentedBatch(
+        out = AugmentedBatch(
             _concat(embeddings, embedding_views),
             torch.cat(label_parts),
             _concat(class_weights, weight_views),
@@ -357,6 +386,9 @@ class MemVir(nn.Module):
             num_classes,
             stored_sets,
         )
+        output = (out[0], out[2])
+        out.live_inputs = LiveInputs(embeddings, class_weights, output, tuple(t._version for t in output))
+        return out
 
     # ----------------------------------------------------------------------------------------------- control
     def check_hparams(self, num_steps: int | None = None, margin: int | None = None,
