@@ -125,6 +125,9 @@ class LiveRun:
         self.live_values = {name: getattr(config, name) for name in LIVE_SETTINGS}
         self.changes: list[live_changes.LiveChange] = []  # every live change applied so far, in order
         self.pending: dict = {}  # changes asked for that the Trainer has not yet applied or refused (`asked`)
+        # setting -> (the page that asked, the value) of its latest ask: a page's own change, once applied, is not
+        # sent back to it (demo.train.poll), as the visitor may have typed a newer one that is on its way
+        self.last_asks: dict = {}
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
@@ -194,14 +197,16 @@ class LiveRun:
             self.pending = {}  # what a previous process was asked died with it
         self.reserved = False
 
-    def asked(self, changes: dict) -> dict:
+    def asked(self, changes: dict, page: str | None = None) -> dict:
         """Its process is being asked for these live changes (they apply before its next step): pending until its
         Trainer applies or refuses them. Noted before the ask is sent, as the answer may come before the ask returns.
         A setting asked back to the value it has is no change: the Trainer applies nothing and says nothing of it.
-        Returns what was pending before, for `withdraw`."""
+        `page`: the page that asks (its session), None for a client of the API. Returns what was pending before, for
+        `withdraw`."""
         with self.lock:
             before = dict(self.pending)
             for name, value in changes.items():
+                self.last_asks[name] = (page, value)
                 if value == self.live_values.get(name):
                     self.pending.pop(name, None)
                 else:

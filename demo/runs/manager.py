@@ -295,11 +295,12 @@ class RunManager:
             self._launch(baseline, self._spec(baseline, None, self._baseline_threads()), forget_on_failure=False)
         return run
 
-    def update(self, run_id: str | None, visitor: str, changes: dict) -> LiveRun:
+    def update(self, run_id: str | None, visitor: str, changes: dict, page: str | None = None) -> LiveRun:
         """Ask the running trainer for live changes ({setting: value} of memvir.config.LIVE_SETTINGS), applied before
         its next step (the run's ControlEvent says at which). Its Trainer checks them (TrainConfig's ranges, MemVir's
         memory against its limit) and refuses what does not fit with its reason (RunError); the run trains on as it
-        was."""
+        was. `page`: the page that asks (its session; None for a client of the API), whose own change is not sent
+        back to it once applied (LiveRun.last_asks)."""
         unknown = sorted(set(changes) - set(LIVE_SETTINGS))
         if unknown:
             raise RunError(f"{', '.join(unknown)} cannot change while a run trains; live settings: "
@@ -307,14 +308,14 @@ class RunManager:
         run = self._owned(run_id, visitor)
         if run.ready is None or not run.training:
             raise RunError(f"the run is not training (it is {run.state}); the new values apply to the next Start")
-        self._ask(run, changes)
+        self._ask(run, changes, page=page)
         return run
 
     @staticmethod
-    def _ask(run: LiveRun, changes: dict, note: bool = True) -> None:
+    def _ask(run: LiveRun, changes: dict, note: bool = True, page: str | None = None) -> None:
         """Send live changes to a run's process, noted as pending first (its answer may arrive before the reply);
         `note`: a refusal is said beside the live controls (the classes shown have a note of their own)."""
-        before = run.asked(changes)
+        before = run.asked(changes, page)
         try:
             run.process.update(changes)
         except TrainingRefused as error:

@@ -87,12 +87,15 @@ class PollHandlers:
         run = shown_run(self.runs, state, visitor)
         _use_umap(self.runs, run, color_by)
         interval, pages = self.runs.audience.interval(run, visitor)
+        # the note beside the controls read before the status line: a change the note calls applied is in the
+        # status line of the same answer (read the other way round, a change applied between the two reads was
+        # 'applied' beside the controls and missing from the status line until the next poll)
+        controls, sent_controls = _controls(run, visitor, state.controls, getattr(request, "session_hash", None))
         status = live_view.status_markdown(run, visitor) + crowd_note(interval, pages)
         curves, sent_curves = _curves(self.figures, run, state.curves)
         (embedding, caption, slider), sent_embedding = _embedding(self.figures, run, state.embedding, color_by,
                                                                   follow)
         views = views_key(self.figures, run)
-        controls, sent_controls = _controls(run, visitor, state.controls)
         new_state = dataclasses.replace(state, run_id=run.id if run else state.run_id, curves=sent_curves,
                                         embedding=sent_embedding, controls=sent_controls, views=views,
                                         interval=interval)
@@ -194,13 +197,15 @@ LIVE_SLIDERS = ("memvir_n", "memvir_m", "warmup_epochs")
 """The live controls, in the order of the poll's and the load event's outputs, which follow the run's values."""
 
 
-def _controls(run, visitor: str, sent: ControlsSent | None):
+def _controls(run, visitor: str, sent: ControlsSent | None, page: str | None = None):
     """((the note beside the live controls, then each slider), each a skip when unchanged; what the page has then).
 
     The note says what became of the run's latest live change: pending, applied at a step, or refused and why
     (LiveRun.controls_note); nothing once the run rests. While the run trains its sliders follow its live values as
-    it confirms them (a setting the visitor's own change is pending for is left alone: the value under their hand
-    is the one on its way), read-only for a visitor whose run it is not."""
+    it confirms them, read-only for a visitor whose run it is not. Left alone: a setting the visitor's own change is
+    pending for (the value under their hand is the one on its way), and one whose value this `page` (its session)
+    asked for last: the page shows it, or a newer value typed since, which the page sends once this ask is answered
+    (trigger_mode "always_last") and which the applied value, sent back, would overwrite."""
     if run is None:
         wanted = ControlsSent(None)
         if sent is None or wanted == sent:
@@ -211,13 +216,15 @@ def _controls(run, visitor: str, sent: ControlsSent | None):
         training = run.training
         values = tuple(run.live_values[name] for name in LIVE_SLIDERS) if training else None
         pending = dict(run.pending)
+        own = {name for name in LIVE_SLIDERS
+               if page is not None and run.last_asks.get(name) == (page, run.live_values[name])}
     wanted = ControlsSent(run.id, note, values, not training or run.owner == visitor)
     before = sent if sent is not None and sent.run_id == run.id else ControlsSent(run.id, note=None)
     sliders = []
     for index, name in enumerate(LIVE_SLIDERS):
         update = {}
         old = before.values[index] if before.values is not None else None
-        if values is not None and values[index] != old and name not in pending:
+        if values is not None and values[index] != old and name not in pending and name not in own:
             update["value"] = values[index]
         if wanted.interactive != before.interactive or update:
             update["interactive"] = wanted.interactive

@@ -239,8 +239,12 @@ class TrainHandlers:
     @reporting(message_slot=0, outputs=1)
     def update(self, state: PollState, setting, value, visitor=None, request: gr.Request = None):
         """A live control moved (`setting`, one of LIVE_SLIDERS): the visitor's running run takes `value` before its
-        next step. Its Trainer checks it (TrainConfig's ranges, MemVir's memory) and says why it refuses; the page
-        says it is pending until the run confirms the step it applied at (LiveRun.controls_note)."""
+        next step. Its Trainer checks it (TrainConfig's ranges, MemVir's memory) and says why it refuses; the note
+        beside the controls says it is pending until the run confirms the step it applied at (LiveRun.controls_note).
+
+        An ask sent leaves that note to the poll alone (gr.skip here): an answer written here could land after a
+        poll's newer note ('applied at step 17'), which the poll, having sent it, would not send again, and the page
+        would say 'pending' for good."""
         visitor = visitor_key(visitor, request)
         if setting not in LIVE_SLIDERS:
             raise ValueError(f"the live controls are {', '.join(LIVE_SLIDERS)}, got {setting!r}")
@@ -252,8 +256,8 @@ class TrainHandlers:
             before = run.pending.get(setting, run.live_values[setting])
         if before == value:
             return "The run already uses this setting."
-        self.runs.update(run.id, visitor, {setting: value})
-        return f"Asked for {live_changes.changes_words({setting: value}, {setting: before})}: {live_changes.PENDING}."
+        self.runs.update(run.id, visitor, {setting: value}, page=getattr(request, "session_hash", None))
+        return gr.skip()
 
     @reporting(message_slot=1, outputs=20)
     def reset(self, state: PollState, visitor=None, request: gr.Request = None):

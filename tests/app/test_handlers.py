@@ -235,6 +235,52 @@ def test_the_live_controls_show_the_run_read_only_to_a_watcher_and_what_became_o
     _, _, controls, *_ = _split(live.poll(owner, "age", True, visitor="alice"))
     assert controls == ["", SKIP, SKIP, SKIP]
 
+def test_a_pages_own_live_change_once_applied_is_not_sent_back_over_the_newer_one_typed_since(tmp_path):
+    """N 2 -> 3 asked from a page, and 4 typed there while that ask is on its way: the page sends 4 once the first
+    ask is answered, reading the box then (trigger_mode "always_last"). Before, a poll between the run applying 3 and
+    that answer sent 3 back to the box, over the 4, and the second ask went out as 3: the run stayed at 3 and the
+    visitor's last change was lost. The page that asked is not sent its own applied value; the owner's other tab is;
+    a refused ask puts the box back at the run's value."""
+    runs, figures = StandInRuns(), StandInFigures()
+    live = PollHandlers(runs, figures)
+    run = runs.run = _live_run(tmp_path)  # the library's N 2
+    run.reserved = True
+    tab_a, tab_b = SimpleNamespace(session_hash="tab-a"), SimpleNamespace(session_hash="tab-b")
+
+    def poll(state, tab):
+        state, _, controls, *_ = _split(live.poll(state, "age", True, visitor="alice", request=tab))
+        return state, controls
+
+    page_a, _ = poll(PollState(), tab_a)
+    page_b, _ = poll(PollState(), tab_b)
+    run.asked({"memvir_n": 3}, page="tab-a")
+    page_a, controls = poll(page_a, tab_a)
+    assert controls == ["Asked for N 2 -> 3: pending, the run applies it before its next step.", SKIP, SKIP, SKIP]
+    run._on_event(ControlEvent(40, {"memvir_n": 3}, "", previous={"memvir_n": 2}))
+    page_a, controls = poll(page_a, tab_a)
+    assert controls == ["N 2 -> 3: applied at step 41", SKIP, SKIP, SKIP]  # the box keeps what the visitor typed
+    page_b, controls = poll(page_b, tab_b)
+    assert controls == ["N 2 -> 3: applied at step 41", gr.update(value=3, interactive=True), SKIP, SKIP]
+
+    # the 4 typed meanwhile goes out: applied, it is the page's own again; the other tab follows
+    run.asked({"memvir_n": 4}, page="tab-a")
+    run._on_event(ControlEvent(45, {"memvir_n": 4}, "", previous={"memvir_n": 3}))
+    page_a, controls = poll(page_a, tab_a)
+    assert controls == ["N 3 -> 4: applied at step 46", SKIP, SKIP, SKIP]
+    page_b, controls = poll(page_b, tab_b)
+    assert controls[1] == gr.update(value=4, interactive=True)
+
+    # refused: the box that asked goes back to the run's N, as the note says
+    run.asked({"memvir_n": 40}, page="tab-a")
+    page_a, controls = poll(page_a, tab_a)
+    run._on_event(ControlRefused(50, {"memvir_n": 40}, "can't allocate memory", ""))
+    page_a, controls = poll(page_a, tab_a)
+    assert controls[1] == gr.update(value=4, interactive=True)
+    # a change a client of the API made (no page) reaches every page, the one that asked before too
+    run.asked({"memvir_n": 5})
+    run._on_event(ControlEvent(55, {"memvir_n": 5}, "", previous={"memvir_n": 4}))
+    assert poll(page_a, tab_a)[1][1] == gr.update(value=5, interactive=True)
+
 
 def _snapshot(step: int) -> SnapshotEvent:
     generator = torch.Generator().manual_seed(step)
@@ -415,12 +461,16 @@ def test_start_then_stop_and_reset_to_the_librarys_defaults(runs):
 
     # a live change, then the page reloaded: its sliders show the run's values (N 3, not the settings it started
     # with), and a change of M from a page that still shows N 4 leaves N alone
-    assert train.update(state, "memvir_n", 3.0, visitor="alice").startswith("Asked for N 2 -> 3: pending")
+    # the note beside the controls is the poll's alone (an answer here could land after its newer one); the run
+    # notes which page asked, whose box is then not sent its own value back (the poll)
+    tab = SimpleNamespace(session_hash="tab-1")
+    assert train.update(state, "memvir_n", 3.0, visitor="alice", request=tab) == SKIP
+    assert run.last_asks == {"memvir_n": ("tab-1", 3)}
     page = PageHandlers(runs, RetrievalService(runs.settings))
     assert page.load(visitor="alice")[4:7] == (3, 2, 0.5)
     watcher = page.load(visitor="bob")  # another visitor's page watches the run that trains, and sees it as it is
     assert watcher[1].run_id == run.id and watcher[4:7] == (3, 2, 0.5)
-    assert train.update(state, "memvir_m", 5, visitor="alice").startswith("Asked for M 2 -> 5: pending")
+    assert train.update(state, "memvir_m", 5, visitor="alice") == SKIP
     with run.lock:
         assert (run.pending.get("memvir_n", run.live_values["memvir_n"]),
                 run.pending.get("memvir_m", run.live_values["memvir_m"])) == (3, 5)
