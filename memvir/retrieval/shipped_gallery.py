@@ -1,6 +1,6 @@
 """A checkpoint's own gallery: the index of its dataset's test split, kept beside it and used only while it is fresh.
 
-Embedding a gallery is the slow part of a first search (the 12,252 glyphs of the test split take half a minute on
+Embedding a gallery is the slow part of a first search (the 12,250 glyphs of the test split take half a minute on
 two busy cores), so a checkpoint folder may carry its gallery ready-made in ``gallery/``: the GalleryIndex as
 ``GalleryIndex.save`` writes it, and ``checkpoint.json``, which records what the index was built from (the sha256 of
 the checkpoint's config.json and model.safetensors, and a fingerprint of the split: its labels, class names and the

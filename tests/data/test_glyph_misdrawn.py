@@ -11,7 +11,7 @@ from fontTools.ttLib import TTFont
 
 from memvir.data import load_dataset
 from memvir.data.glyphs.misdrawn import base_likeness, compatibility_base, copied_characters, misdrawn_faces
-from memvir.data.glyphs.render import FACE_FILES, FONT_DIR
+from memvir.data.glyphs.render import FACE_FILES, FONT_DIR, GlyphRenderer
 
 SERIF_BOLD = FACE_FILES.index("DejaVuSerif-Bold.ttf")
 SERIF_ITALIC = FACE_FILES.index("DejaVuSerif-Italic.ttf")
@@ -96,9 +96,14 @@ def test_a_copy_of_a_look_alike_of_the_base_is_not_a_fault():
 
 
 @pytest.fixture(scope="module")
-def glyph_class_code_points():
-    splits = load_dataset("glyphs")
-    return sorted(int(code_point) for split in (splits.train, splits.test) for code_point in split.code_points)
+def glyph_splits():
+    return load_dataset("glyphs")
+
+
+@pytest.fixture(scope="module")
+def glyph_class_code_points(glyph_splits):
+    splits = (glyph_splits.train, glyph_splits.test)
+    return sorted(int(code_point) for split in splits for code_point in split.code_points)
 
 
 def test_every_face_maps_every_glyph_class_character(fonts, glyph_class_code_points):
@@ -112,3 +117,22 @@ def test_every_face_maps_every_glyph_class_character(fonts, glyph_class_code_poi
 def test_among_the_glyph_classes_only_the_shifted_serif_bold_capitals_are_flagged(glyph_class_code_points):
     flagged = {code_point: faces for code_point in glyph_class_code_points if (faces := misdrawn_faces(code_point))}
     assert flagged == {code_point: {SERIF_BOLD: drawn} for code_point, drawn in SHIFTED.items()}
+
+
+def test_the_dataset_drops_the_misdrawn_images_and_keeps_their_classes(glyph_splits):
+    faces_of = {}
+    for split in (glyph_splits.train, glyph_splits.test):
+        for index in range(len(split)):
+            label = int(split.labels[index])
+            pixels = np.asarray(split.image(index))
+            assert pixels.any()
+            faces_of.setdefault(int(split.code_points[label]), []).append(pixels)
+    # 2,042 classes as before; the three shifted capitals keep eleven faces, every other class all twelve
+    assert len(faces_of) == 2042
+    assert {code_point for code_point, images in faces_of.items() if len(images) != 12} == set(SHIFTED)
+    assert all(len(faces_of[code_point]) == 11 for code_point in SHIFTED)
+    # the face dropped is Serif Bold's: the eleven kept are the other faces' renders, in face order
+    renderer = GlyphRenderer(glyph_splits.info.image_size)
+    for code_point in SHIFTED:
+        expected = np.delete(renderer.render(code_point), SERIF_BOLD, axis=0)
+        np.testing.assert_array_equal(np.stack(faces_of[code_point]), expected)

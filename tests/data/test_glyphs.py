@@ -265,6 +265,22 @@ def test_a_corrupt_cache_file_is_rendered_again(render_calls, fresh_cache, damag
     assert again.test.num_classes == MINI_CLASSES
 
 
+def test_a_blank_face_is_no_item_and_the_other_faces_keep_their_order():
+    # three classes of twelve hand-made renders, each face a different pixel lit; class 1 loses face 5
+    renders = np.zeros((3, 12, 32, 32), dtype=np.uint8)
+    for label in range(3):
+        for face in range(12):
+            renders[label, face, label, face] = 255
+    renders[1, 5] = 0
+    split = glyphs_module.GlyphDataset(np.array([0x41, 0x42, 0x43]), renders, lambda pixels: pixels)
+    assert len(split) == 35 and split.num_classes == 3
+    assert split.labels.tolist() == [0] * 12 + [1] * 11 + [2] * 12
+    faces_of_class_1 = [int(np.argmax(np.asarray(split.image(index))[1])) for index in range(12, 23)]
+    assert faces_of_class_1 == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
+    pixels, label = split.raw(17)  # the sixth item of class 1 is its face 6
+    assert label == 1 and pixels[0, 1, 6] == 255 and split[17][1] == 1
+
+
 def test_renderer_rejects_missing_and_blank_glyphs():
     renderer = GlyphRenderer(32)
     assert renderer.render(ord("A")).shape == (12, 32, 32)
@@ -312,15 +328,15 @@ def test_full_glyphs_classes_dedup_split_and_statistics():
         points = [int(p) for p in split.code_points]
         assert any(p < 0x80 for p in points) and any(0x370 <= p < 0x400 for p in points)
         assert any(0x400 <= p < 0x530 for p in points) and any(0x2190 <= p < 0x2300 for p in points)
-    # no render shared between two classes
+    # no image shared between two classes
     owners = {}
     for split_index, split in enumerate((full.train, full.test)):
-        for label in range(split.num_classes):
-            for face in range(12):
-                digest = hashlib.blake2b(split.renders[label, face].tobytes(), digest_size=16).digest()
-                assert owners.setdefault(digest, (split_index, label)) == (split_index, label)
-    # the normalisation constants are the measured statistics of the clean 32-pixel train renders
-    pixels = full.train.renders.astype(np.float64) / 255.0
+        for index in range(len(split)):
+            digest = hashlib.blake2b(np.asarray(split.image(index)).tobytes(), digest_size=16).digest()
+            label = int(split.labels[index])
+            assert owners.setdefault(digest, (split_index, label)) == (split_index, label)
+    # the normalisation constants are the measured statistics of the clean 32-pixel train images
+    pixels = np.stack([np.asarray(full.train.image(index)) for index in range(len(full.train))]) / 255.0
     assert abs(pixels.mean() - full.info.mean[0]) < 0.005
     assert abs(pixels.std() - full.info.std[0]) < 0.005
 

@@ -1,7 +1,9 @@
 """The embedded glyph dataset: Unicode characters in twelve DejaVu faces; works offline, with nothing to download.
 
 `glyphs` holds every character that survives the checks in `glyph_render` (about 2,000 classes); `glyphs-mini` is
-48 characters drawn from the same candidates by a fixed shuffle and checked the same way, for fast tests. Classes,
+48 characters drawn from the same candidates by a fixed shuffle and checked the same way, for fast tests. A face whose
+glyph for a kept character is another character's (`misdrawn`) loses that one image, not the class: the class keeps
+its other faces, and the class list, hence the split, stays what the renders alone decide. Classes,
 not images, are split: half train, half test, by a fixed project seed. The clean renders are cached on disk (one
 .npz per variant and image size), so only the first start renders (docs/benchmarks.md, "The Trainer", has the
 time); later starts load the file.
@@ -26,6 +28,7 @@ import torch
 from PIL import Image
 
 from memvir.data.glyphs.cache import cache_dir, load_arrays, save_arrays
+from memvir.data.glyphs.misdrawn import misdrawn_faces
 from memvir.data.glyphs.render import (
     FACE_FILES,
     FONT_DIR,
@@ -53,19 +56,23 @@ FINE_TUNE_BLOCKS = ("Cyrillic", "Cyrillic Supplement", "Armenian", "Georgian")
 GLYPH_MEAN = (0.096,)
 GLYPH_STD = (0.272,)
 # Part of the cache key: raise it whenever the rendering changes, so no stale cache is read.
-_RENDER_VERSION = 1
+_RENDER_VERSION = 2
 
 
 class GlyphDataset(SplitDataset):
-    """One split of the glyph dataset: item i is face i % 12 of class i // 12.
+    """One split of the glyph dataset: its items are the (class, face) renders, class by class, face by face.
 
-    `renders` holds the clean uint8 renders [classes, 12, H, W] (ink 255 on 0); `transform` maps a uint8 tensor
-    [1, H, W] to the model's input (random augmentation for train, plain normalisation for test).
+    `renders` holds the clean uint8 renders [classes, 12, H, W] (ink 255 on 0). A face whose glyph draws another
+    character is left blank there (`glyph_classes`) and is no item, so that class has eleven items; every other
+    class has twelve (in a split with no image dropped, item i is face i % 12 of class i // 12). `transform` maps a
+    uint8 tensor [1, H, W] to the model's input (random augmentation for train, plain normalisation for test).
     """
 
     def __init__(self, code_points: np.ndarray, renders: np.ndarray, transform, batch_transform=None):
+        # a clean render is never blank (the renderer rejects blank glyphs), so blank marks a dropped image
+        self.items = np.flatnonzero(renders.any(axis=(2, 3)).ravel())  # class * NUM_FACES + face
         super().__init__(
-            labels=np.repeat(np.arange(len(code_points)), NUM_FACES),
+            labels=self.items // NUM_FACES,
             class_names=[class_name(int(code_point)) for code_point in code_points],
         )
         self.code_points = code_points
@@ -74,12 +81,12 @@ class GlyphDataset(SplitDataset):
         self.batch_transform = batch_transform
 
     def image(self, index: int) -> Image.Image:
-        label, face = divmod(int(index), NUM_FACES)
+        label, face = divmod(int(self.items[index]), NUM_FACES)
         return Image.fromarray(self.renders[label, face])
 
     def raw(self, index: int) -> tuple[torch.Tensor, int]:
         """The clean uint8 render [1, H, W] and label of item `index`, for `batch_transform`."""
-        label, face = divmod(int(index), NUM_FACES)
+        label, face = divmod(int(self.items[index]), NUM_FACES)
         return torch.from_numpy(self.renders[label, face]).unsqueeze(0), label
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
@@ -112,7 +119,8 @@ def _cache_key(candidates: list[int], limit: int | None, image_size: int) -> str
 def glyph_classes(variant: str, image_size: int) -> tuple[np.ndarray, np.ndarray]:
     """The classes of `glyphs` or `glyphs-mini`: (code points int32 [n], clean renders uint8 [n, 12, size, size]).
 
-    Read from the disk cache when a valid file is there; otherwise rendered and written to it.
+    A face whose glyph for the character draws another character (`misdrawn_faces`) is left blank. Read from the
+    disk cache when a valid file is there; otherwise rendered and written to it.
     """
     candidates, limit = _variant_candidates(variant)
     path = cache_dir() / f"{variant}-{image_size}px-{_cache_key(candidates, limit, image_size)}.npz"
@@ -125,6 +133,10 @@ def glyph_classes(variant: str, image_size: int) -> tuple[np.ndarray, np.ndarray
     code_points, renders = render_glyph_classes(candidates, image_size, limit=limit)
     by_code_point = np.argsort(code_points)  # glyphs-mini is found in shuffled order; classes read better sorted
     code_points, renders = code_points[by_code_point], renders[by_code_point]
+    # Checked after the classes are chosen, so that dropping an image never changes which characters are classes.
+    for label, code_point in enumerate(code_points):
+        for face in misdrawn_faces(int(code_point)):
+            renders[label, face] = 0
     save_arrays(path, code_points=code_points, renders=renders)
     return code_points, renders
 
@@ -167,7 +179,7 @@ def variant_classes(variant: str, image_size: int) -> tuple[np.ndarray, np.ndarr
 def load_glyphs(variant: str, image_size: int = GLYPH_IMAGE_SIZE, seed: int = 0) -> DatasetSplits:
     """The train and test splits of a glyph variant (`GLYPH_VARIANTS`) at `image_size` pixels (grayscale).
 
-    Train items are the 12 (class, face) renders with fresh random augmentation at every read, drawn from a
+    Train items are the (class, face) renders with fresh random augmentation at every read, drawn from a
     stream seeded by `seed` (see `SeededTransform`); test items are the clean renders, normalised, the same pixels
     in every run and process.
     """

@@ -6,6 +6,10 @@ if none of its renders equals a render of a character kept before it. So Greek A
 twelve faces) and Cyrillic A (identical in the eight Sans and Sans Mono faces; only DejaVu Serif draws it apart) both
 give way to Latin A, and every image of the dataset belongs to exactly one class: no retrieval query has an
 identical twin under another label.
+
+A face can also map a character to a real glyph that is another character's (DejaVu Serif Bold draws MODIFIER LETTER
+CAPITAL T with its "S"): `memvir.data.glyphs.misdrawn` finds such faces, and the dataset drops those images only, after
+the classes are chosen here.
 """
 
 import hashlib
