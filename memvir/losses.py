@@ -136,11 +136,11 @@ def _check_live(live, num_rows: int, num_classes: int) -> tuple[int, int]:
     return sizes
 
 
-def _live_inputs(live, embeddings: torch.Tensor, class_weights: torch.Tensor):
-    """(live embeddings, live class weights) as MemVir took them, where ``live`` is its output's and the call's
-    inputs are that output unchanged (memvir.memory.LiveInputs); else None."""
+def _live_inputs(live, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor):
+    """MemVir's live inputs (memvir.memory.LiveInputs), where ``live`` is its output's and the call's inputs are that
+    output unchanged; else None."""
     inputs = getattr(live, "inputs", None)
-    return None if inputs is None else inputs.of(embeddings, class_weights)
+    return None if inputs is None else inputs.of(embeddings, labels, class_weights)
 
 
 def _check_share(share) -> tuple[int, int]:
@@ -175,8 +175,16 @@ class _Blocks:
         prepare = functools.partial(F.normalize, dim=1) if normalize else (lambda tensor: tensor)
         # MemVir's live inputs themselves where given (``live_inputs``): a slice of its concatenated output would make
         # autograd write a gradient as large as the whole output, the memory's part of it zeros
-        live_rows, live_columns = live_inputs or (_first(embeddings, num_rows),
-                                                  _first(class_weights, self.num_live_classes))
+        if live_inputs is None:
+            live_rows, live_columns = _first(embeddings, num_rows), _first(class_weights, self.num_live_classes)
+        else:
+            live_rows, live_columns = live_inputs.embeddings.to(embeddings.dtype), live_inputs.class_weights.to(
+                embeddings.dtype)
+        # where the labels are known to lie outside a block, its logits need no target put in (``_log_sum_exp``):
+        # MemVir's output as it is has each stored row's label in its own set, and the live rows' among the live
+        # classes where it checked them
+        self.stored_targets_in_stored_sets = live_inputs is not None
+        self.live_targets_in_live_classes = live_inputs is not None and live_inputs.labels_checked
         self.live_rows = prepare(live_rows)
         self.live_columns = prepare(live_columns)
         self._prepare, self._unprepared_stored_rows = prepare, embeddings[num_rows:].detach()
@@ -465,9 +473,9 @@ class MetricLoss(nn.Module, ABC):
         # float16/bfloat16 exp/logsumexp at scale 64 overflow or lose the margin; float64 stays float64 so that
         # gradcheck and float64 reference tests see the exact computation.
         dtype = torch.promote_types(torch.promote_types(embeddings.dtype, class_weights.dtype), torch.float32)
-        live_inputs = _live_inputs(live_block, embeddings, class_weights)
+        live_inputs = _live_inputs(live_block, embeddings, labels, class_weights)
         blocks = _Blocks(embeddings.to(dtype), labels.long(), class_weights.to(dtype), live, self.compares_cosines,
-                         stored_sets, live_inputs and tuple(tensor.to(dtype) for tensor in live_inputs))
+                         stored_sets, live_inputs)
         if blocks.stored_sets is not None:
             self._check_stored_sets(blocks)
         blocks = blocks.share(part, parts) if self.shares_by == "rows" else blocks.class_share(part, parts)
@@ -566,7 +574,19 @@ class _CrossEntropyLoss(MetricLoss):
         stored step (``blocks.live_step``), each (row step, weight step) pair's log-sum-exps among these blocks are
         kept for the calls that select that step (module docstring, "Cache"): no stored block is computed for them
         again."""
-        live_block = self._log_sum_exp(rows @ blocks.live_columns.T, labels, similarities, targets)
+        # a stored row's target is among the stored classes, a live row's (where known) among the live ones
+        targets_in_live = not (constant_stored_block and blocks.stored_targets_in_stored_sets)
+        targets_in_stored = constant_stored_block or not blocks.live_targets_in_live_classes
+        # where the other logits are the similarities times a factor, the rows carry it into the products of the blocks
+        # with gradients: a pass over each block, and one over its gradient, fewer
+        factor = self.other_logit_factor()
+        scaled_rows = rows if factor is None else rows * factor
+
+        def logits_of(products):
+            return products if factor is not None else self.other_logits(products, similarities)
+
+        live_block = self._logits_log_sum_exp(logits_of(scaled_rows @ blocks.live_columns.T), labels, targets,
+                                              targets_in_live)
         parts = [live_block]
         pairs, steps, live_step = self._stored_pairs, blocks.stored_sets and blocks.stored_sets.steps, blocks.live_step
         if live_step is not None and not constant_stored_block:  # the live rows against the live weights
@@ -582,22 +602,35 @@ class _CrossEntropyLoss(MetricLoss):
             elif constant_stored_block:
                 parts.append(self._chunked_log_sum_exp(blocks, rows, stored_labels, similarities, targets))
             elif live_step is not None:  # the live rows against each stored set's weights, one pair a set
-                logits = _with_targets(self.other_logits(blocks.stored_similarities(rows), similarities),
-                                       stored_labels, targets)
+                logits = logits_of(blocks.stored_similarities(scaled_rows))
+                if targets_in_stored:
+                    logits = _with_targets(logits, stored_labels, targets)
                 per_set = torch.logsumexp(logits.view(rows.shape[0], len(steps), blocks.num_live_classes), dim=2)
                 kept = per_set.detach()
                 for index, step in enumerate(steps):
                     pairs.keep(live_step, step, kept[:, index], computed=False)
                 parts.append(torch.logsumexp(per_set, dim=1))
             else:
-                parts.append(self._log_sum_exp(blocks.stored_similarities(rows), stored_labels, similarities, targets))
+                parts.append(self._logits_log_sum_exp(logits_of(blocks.stored_similarities(scaled_rows)),
+                                                      stored_labels, targets, targets_in_stored))
         return functools.reduce(torch.logaddexp, parts)
+
+    def other_logit_factor(self) -> float | None:
+        """a where ``other_logits(s, ...)`` is a * s for every block of similarities, else None."""
+        return None
 
     def _log_sum_exp(self, block, local_labels, similarities, targets):
         """[R] log-sum-exp of the logits of one block of similarities (rows x some classes, ``local_labels`` counted
         from its first class), each row's target entry, where it lies in the block, carrying its margin."""
-        logits = self.other_logits(block, similarities)
-        return torch.logsumexp(_with_targets(logits, local_labels, targets), dim=1)
+        return self._logits_log_sum_exp(self.other_logits(block, similarities), local_labels, targets)
+
+    def _logits_log_sum_exp(self, logits, local_labels, targets, may_hold_targets=True):
+        """``_log_sum_exp`` of a block's logits. ``may_hold_targets`` False: no row's target lies in the block (known
+        from where the labels come), so none is looked for (two passes over the block and two over its gradient
+        fewer)."""
+        if may_hold_targets:
+            logits = _with_targets(logits, local_labels, targets)
+        return torch.logsumexp(logits, dim=1)
 
     def _chunked_log_sum_exp(self, blocks, rows, local_labels, similarities, targets):
         """``_log_sum_exp`` of stored ``rows`` against the stored classes, a block no gradient reaches: made
@@ -688,6 +721,9 @@ class NormSoftmaxLoss(_CrossEntropyLoss):
     def target_logits(self, target_similarities):
         return self.scale * target_similarities
 
+    def other_logit_factor(self):
+        return self.scale
+
     def other_logits(self, similarities, target_similarities):
         return self.scale * similarities
 
@@ -707,6 +743,9 @@ class CosFaceLoss(_CrossEntropyLoss):
     def target_logits(self, target_similarities):
         return self.scale * (target_similarities - self.margin)
 
+    def other_logit_factor(self):
+        return self.scale
+
     def other_logits(self, similarities, target_similarities):
         return self.scale * similarities
 
@@ -725,6 +764,9 @@ class ArcFaceLoss(_CrossEntropyLoss):
 
     def target_logits(self, target_similarities):
         return self.scale * _additive_angular_margin(target_similarities, self.margin)
+
+    def other_logit_factor(self):
+        return self.scale
 
     def other_logits(self, similarities, target_similarities):
         return self.scale * similarities

@@ -236,13 +236,15 @@ def test_memvir_returns_a_three_tuple_that_says_its_live_block():
     assert out.stored_sets.steps == (0,) and out.stored_sets.live_step is None
 
 
+@pytest.mark.parametrize("check_values", [True, False])
 @pytest.mark.parametrize("name", LOSSES)
-def test_the_loss_takes_memvirs_live_inputs_not_a_slice_of_its_output(name):
+def test_the_loss_takes_memvirs_live_inputs_not_a_slice_of_its_output(name, check_values):
     """Given MemVir's output as it is and its own ``live``, a loss takes the live rows and weight rows from MemVir's
     inputs: no gradient reaches the concatenated output (autograd writes none as large as it, zeros in the memory's
-    part), and the inputs' gradients are the plain ones. An output changed in place after the call is sliced, as any
-    other input, and the gradient reaches the inputs through it."""
-    mv = MemVir(2, 0)
+    part), and the inputs' gradients are the plain ones, whether MemVir checked the live labels (then no target is
+    looked for among the stored classes) or not. An output changed in place after the call is sliced, as any other
+    input, and the gradient reaches the inputs through it."""
+    mv = MemVir(2, 0, check_values=check_values)
     generator = torch.Generator().manual_seed(7)
     for _ in range(3):
         x = torch.randn(BATCH, DIM, generator=generator, dtype=torch.float64, requires_grad=True)

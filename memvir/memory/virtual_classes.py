@@ -74,20 +74,21 @@ class LiveInputs(NamedTuple):
     """The live inputs of one MemVir call beside the output that holds them, so that a loss given the output itself
     takes its live rows and weight rows from the inputs rather than slicing them out of the concatenation: autograd
     then never writes a gradient as large as the whole output, the memory's part of it zeros (memvir.losses,
-    "Blocks"). The output's versions say whether it was changed in place after the call."""
+    "Blocks"). The output's versions say whether it was changed in place after the call. Given that output, a loss
+    also knows where its labels lie: each stored row's in its own set (the memory stores labels in [0, C) only), and
+    the live rows' in [0, C) where ``labels_checked`` (MemVir checked them at the call)."""
 
     embeddings: torch.Tensor  # MemVir's input [B, D]
     class_weights: torch.Tensor  # MemVir's input [C, D]
-    output: tuple[torch.Tensor, torch.Tensor]  # the output's embeddings and class weights
-    versions: tuple[int, int]  # their versions at the call
+    output: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # the output's embeddings, labels and class weights
+    versions: tuple[int, int, int]  # their versions at the call
+    labels_checked: bool
 
-    def of(self, embeddings: torch.Tensor, class_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(embeddings, class_weights) of the call when the loss was given that call's output unchanged, else None."""
-        given = (embeddings, class_weights)
+    def of(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor) -> LiveInputs | None:
+        """These live inputs when the loss was given this call's output unchanged, else None."""
+        given = (embeddings, labels, class_weights)
         same = all(a is b for a, b in zip(given, self.output, strict=True))
-        if same and tuple(t._version for t in given) == self.versions:
-            return self.embeddings, self.class_weights
-        return None
+        return self if same and tuple(t._version for t in given) == self.versions else None
 
 
 class LiveBlock(tuple):
@@ -386,8 +387,8 @@ class MemVir(nn.Module):
             num_classes,
             stored_sets,
         )
-        output = (out[0], out[2])
-        out.live_inputs = LiveInputs(embeddings, class_weights, output, tuple(t._version for t in output))
+        out.live_inputs = LiveInputs(embeddings, class_weights, tuple(out), tuple(t._version for t in out),
+                                     self.check_values)
         return out
 
     # ----------------------------------------------------------------------------------------------- control
