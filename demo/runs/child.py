@@ -25,7 +25,7 @@ from pathlib import Path
 from demo.common.cores import run_in_background
 from demo.runs.live_changes import refusal_words
 from demo.runs.memory_budget import memory_budget
-from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, Crash, LaunchSpec, Ready, Reply
+from demo.runs.messages import GO, PAUSE, RESUME, STOP, UPDATE, ClassNames, Crash, LaunchSpec, Ready, Reply
 from demo.runs.snapshot_transport import to_message
 from memvir.config import TrainConfig
 from memvir.memory.size import MemoryLimitError
@@ -75,7 +75,9 @@ def main(connection, spec: LaunchSpec) -> None:
         outbox.put(Ready(step=trainer.step, total_steps=trainer.total_steps, history=list(trainer.history),
                          config=trainer.config.to_dict(), num_classes=int(trainer.class_weights.shape[0]),
                          dim=int(trainer.class_weights.shape[1]), device=str(trainer.device),
-                         threads=torch.get_num_threads()))
+                         threads=torch.get_num_threads(),
+                         class_names=ClassNames(tuple(map(str, trainer.data.train.class_names)),
+                                                tuple(map(str, trainer.data.test.class_names)))))
         if commands.wait_for_go(trainer):
             try:
                 trainer.run()

@@ -29,7 +29,7 @@ import numpy as np
 
 from demo.runs import live_changes
 from demo.runs.few_class_track import FewClassTrack
-from demo.runs.messages import Ready
+from demo.runs.messages import UNNAMED_CLASSES, Ready
 from memvir.checkpoint import RunFolder
 from memvir.config import LIVE_SETTINGS
 from memvir.events import ControlEvent, ControlRefused, SnapshotEvent, StatusEvent, StepEvent
@@ -128,6 +128,7 @@ class LiveRun:
         # setting -> (the page that asked, the value) of its latest ask: a page's own change, once applied, is not
         # sent back to it (demo.train.poll), as the visitor may have typed a newer one that is on its way
         self.last_asks: dict = {}
+        self.class_names = UNNAMED_CLASSES  # its dataset's, once its process is ready (Ready); none read from a folder
         self.snapshots: list[SnapshotView] = []
         self.latest_raw_snapshot = None
         self.snapshot_version = 0
@@ -191,6 +192,7 @@ class LiveRun:
         with self.lock:
             self.records = list(ready.history)
             self.live_values = {name: ready.config.get(name, value) for name, value in self.live_values.items()}
+            self.class_names = ready.class_names
             self.changes = live_changes.record_changes(self.records)
             self.total_steps = ready.total_steps
             self.resumable_failure = False

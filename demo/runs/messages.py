@@ -39,6 +39,25 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class ClassNames:
+    """A run's class names as its dataset gives them ("Ն U+0546" for a glyph, a sub-folder's or a Hub label's name),
+    by the label that indexes them: the training classes (as the Trainer trains them, validation classes held out),
+    which its snapshots' rows and class weights are, and the test classes, which its probe images are."""
+
+    train: tuple = ()
+    test: tuple = ()
+
+    def words(self, labels, split: str = "train") -> list[str]:
+        """Each label's name, as the neighbours of a clicked image say it; its number where no name is known (a
+        run read back from its folder)."""
+        names = self.train if split == "train" else self.test
+        return [names[label] if 0 <= label < len(names) else str(label) for label in (int(x) for x in labels)]
+
+
+UNNAMED_CLASSES = ClassNames()  # names not known (a run read back from its folder): the labels' numbers stand in
+
+
+@dataclass(frozen=True)
 class Ready:
     """The Trainer is built: what the server needs of it, since it never holds the Trainer itself."""
 
@@ -50,6 +69,7 @@ class Ready:
     dim: int  # embedding dimension D
     device: str  # where it trains, as torch.device names it ("cpu", "cuda:0")
     threads: int  # torch's threads in the process
+    class_names: ClassNames = UNNAMED_CLASSES  # the names the page's pictures give their points on hover
 
 
 @dataclass(frozen=True)

@@ -350,7 +350,7 @@ def embedding_view(run: LiveRun | None, step: int | None, color_by: str):
     elif method == "PCA" and not run.resting:
         note = " · UMAP follows when the run pauses or ends"
     caption = f"Snapshot {position} of {count} kept · step {view.step:,} · {method}{note}"
-    return embeddings.embedding_figure(view.projected, color_by), caption
+    return embeddings.embedding_figure(view.projected, color_by, run.class_names), caption
 
 
 def umap_on_its_way(run: LiveRun, waiting: int = 0) -> str:
@@ -400,4 +400,4 @@ def few_class_view(run: LiveRun | None, step: int | None, umap: bool = False, dr
                f"training classes {classes}")
     if not drift and run.config.dataset == "glyphs":
         caption += "  \n" + words.GLYPHS_MAP_NOTE
-    return draw(view), caption
+    return draw(view, run.class_names), caption

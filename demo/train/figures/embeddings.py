@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import qualitative, sample_colorscale
 
+from demo.runs.messages import UNNAMED_CLASSES, ClassNames
 from demo.train.figures.style import built, empty_figure, house_layout, merged, scatter
 from memvir.analysis.projection import ProjectedSnapshot
 
@@ -46,10 +47,24 @@ def _class_marker(labels: np.ndarray) -> dict:
     return dict(color=np.asarray(labels) % len(CLASS_PALETTE), colorscale=scale, cmin=0, cmax=last, showscale=False)
 
 
-def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age") -> go.Figure:
+def _probe_trace(projected: ProjectedSnapshot, color_by: str, class_names: ClassNames) -> dict:
+    """The probe set's test-class images as small crosses, grey by age or coloured by class."""
+    probe_labels = np.asarray(projected.probe_labels)
+    probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
+    # meta "pick" and the row last in customdata: a click opens the image's neighbours (demo.train.neighbours)
+    return scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
+                   mode="markers", customdata=np.column_stack([probe_labels, np.arange(len(probe_labels))]),
+                   text=class_names.words(probe_labels, "test"), meta={"pick": "probe"},
+                   marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
+                   hovertemplate="probe, test class %{text}<br>click: its nearest neighbours<extra></extra>")
+
+
+def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age",
+                     class_names: ClassNames = UNNAMED_CLASSES) -> go.Figure:
     """The embedding picture (paper Fig. 7): batch and memory rows as dots coloured by age (one legend entry per
     age, dark = current) or by class; class weights as diamonds (real ones outlined, virtual ones fading with age);
-    the fixed probe set of test-class images as small crosses. Hover shows class and age."""
+    the fixed probe set of test-class images as small crosses. Hover shows class and age, the class by its name in
+    `class_names` (each point's `text`), as the neighbours of a clicked image name it."""
     if color_by not in COLOR_BY:
         raise ValueError(f"color_by must be one of {', '.join(COLOR_BY)}; got {color_by!r}")
     if projected is None or len(projected.xy) == 0:
@@ -59,6 +74,8 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
     ages, labels = np.asarray(projected.ages), np.asarray(projected.labels)
     weight_ages, weight_labels = np.asarray(projected.weight_ages), np.asarray(projected.weight_labels)
     oldest = int(max(ages.max(), weight_ages.max(initial=0)))
+    row_classes = np.array(class_names.words(labels), dtype=object)
+    weight_classes = np.array(class_names.words(weight_labels), dtype=object)
     traces = []
 
     if color_by == "age":
@@ -66,16 +83,16 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
             rows = ages == age
             name = age_label(int(age), margin)
             traces.append(scatter(x=projected.xy[rows, 0], y=projected.xy[rows, 1], name=name, mode="markers",
-                                  customdata=labels[rows], legendgroup=f"age{age}",
+                                  customdata=labels[rows], text=row_classes[rows], legendgroup=f"age{age}",
                                   marker=dict(size=5, color=age_color(int(age), oldest), opacity=0.75),
-                                  hovertemplate=f"class %{{customdata}}<br>{name}<extra></extra>"))
+                                  hovertemplate=f"class %{{text}}<br>{name}<extra></extra>"))
     else:
         row_names = np.array([age_label(int(age), margin) for age in ages], dtype=object)
         traces.append(scatter(x=projected.xy[:, 0], y=projected.xy[:, 1], name="batch + memory rows",
                               mode="markers", customdata=np.stack([labels.astype(object), row_names], axis=1),
-                              marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
-                                          **_class_marker(labels)),
-                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+                              text=row_classes, marker=dict(size=5, opacity=1.0 - 0.6 * ages / max(oldest, 1),
+                                                            **_class_marker(labels)),
+                              hovertemplate="class %{text}<br>%{customdata[1]}<extra></extra>"))
 
     def weight_colors(rows):
         return _age_marker(weight_ages[rows], oldest) if color_by == "age" else _class_marker(weight_labels[rows])
@@ -84,30 +101,24 @@ def embedding_figure(projected: ProjectedSnapshot | None, color_by: str = "age")
     if real.any():
         traces.append(scatter(x=projected.weight_xy[real, 0], y=projected.weight_xy[real, 1],
                               name="class weights (real)", mode="markers", customdata=weight_labels[real],
+                              text=weight_classes[real],
                               marker=dict(symbol="diamond", size=11, line=dict(color="#222222", width=1.5),
                                           **weight_colors(real)),
-                              hovertemplate="class %{customdata}<br>class weight now<extra></extra>"))
+                              hovertemplate="class %{text}<br>class weight now<extra></extra>"))
     if (~real).any():
         virtual_ages = weight_ages[~real]
         names = np.array([age_label(int(age), margin, "class weight") for age in virtual_ages], dtype=object)
         traces.append(scatter(x=projected.weight_xy[~real, 0], y=projected.weight_xy[~real, 1],
                               name="class weights (virtual)", mode="markers",
                               customdata=np.stack([weight_labels[~real].astype(object), names], axis=1),
+                              text=weight_classes[~real],
                               marker=dict(symbol="diamond", size=9, line=dict(width=0),
                                           opacity=0.8 - 0.55 * (virtual_ages - 1) / max(oldest - 1, 1),
                                           **weight_colors(~real)),
-                              hovertemplate="class %{customdata[0]}<br>%{customdata[1]}<extra></extra>"))
+                              hovertemplate="class %{text}<br>%{customdata[1]}<extra></extra>"))
 
     if len(projected.probe_xy):
-        probe_labels = np.asarray(projected.probe_labels)
-        probe_colors = dict(color="#888888") if color_by == "age" else _class_marker(probe_labels)
-        # meta "pick" and the row last in customdata: a click opens the image's neighbours (demo.train.neighbours)
-        traces.append(scatter(x=projected.probe_xy[:, 0], y=projected.probe_xy[:, 1], name="probe (test classes)",
-                              mode="markers", customdata=np.column_stack([probe_labels, np.arange(len(probe_labels))]),
-                              meta={"pick": "probe"},
-                              marker=dict(symbol="x", size=6, line=dict(width=0), **probe_colors),
-                              hovertemplate="probe, test class %{customdata[0]}<br>click: its nearest neighbours"
-                                            "<extra></extra>"))
+        traces.append(_probe_trace(projected, color_by, class_names))
 
     method = projected.method.upper()
     axis = "PC" if projected.method == "pca" else method

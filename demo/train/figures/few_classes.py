@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from plotly.colors import hex_to_rgb, qualitative
 
 from demo.runs.few_class_track import FewClassView
+from demo.runs.messages import UNNAMED_CLASSES, ClassNames
 from demo.train.figures.embeddings import age_label
 from demo.train.figures.style import HOUSE_AXIS, built, empty_figure, house_layout, merged, scatter
 
@@ -114,13 +115,14 @@ def in_view_square(xy: np.ndarray, view: FewClassView) -> np.ndarray:
     return (np.asarray(xy, dtype=float) - middle) / half
 
 
-def few_class_figure(view: FewClassView | None) -> go.Figure:
+def few_class_figure(view: FewClassView | None, class_names: ClassNames = UNNAMED_CLASSES) -> go.Figure:
     """The few-class map of `view`: embeddings now (dots), class weights now (outlined diamonds), and for each
     virtual set its stored class weights (diamonds) and stored embeddings (rings), paler with age, all where the map
     put them; the images drawn last, on top. The legend holds one grey entry per kind (KINDS); each kind and age is
     one trace of points whose `meta` names it: {"kind": "embeddings" | "weights", "age": j}; each point's
-    `customdata` is (class, degrees to its class's live weight, their cosine, row). The picture frames the points
-    (`view`'s ranges) with equal units, drawn in the square from -1 to 1 on both axes (`in_view_square`)."""
+    `customdata` is (class, degrees to its class's live weight, their cosine, row), its `text` the class's name in
+    `class_names` (hover says it, as the neighbours of a clicked image do). The picture frames the points (`view`'s
+    ranges) with equal units, drawn in the square from -1 to 1 on both axes (`in_view_square`)."""
     if view is None:
         return empty_figure("No few-class snapshot yet — press Start; it appears at the first snapshot.")
     projection = view.projection
@@ -139,9 +141,9 @@ def few_class_figure(view: FewClassView | None) -> go.Figure:
         square = in_view_square(xy, view)
         traces.append(scatter(
             x=square[:, 0], y=square[:, 1], name=name, mode="markers", customdata=_hover_data(labels, angles),
-            legendgroup=f"{kind}-{min(age, 1)}", showlegend=False, meta=meta,
+            text=class_names.words(labels), legendgroup=f"{kind}-{min(age, 1)}", showlegend=False, meta=meta,
             marker=dict(_marker(kind, age), color=[shade(colors[int(label)], age, oldest) for label in labels]),
-            hovertemplate=f"class %{{customdata[0]:d}}<br>{name}{distance}<extra></extra>"))
+            hovertemplate=f"class %{{text}}<br>{name}{distance}<extra></extra>"))
 
     # drawn from the bottom up: stored weights (older first, the newer on top), live weights, stored images, images
     for age in range(oldest, 0, -1):
@@ -200,12 +202,13 @@ def _panel_domains(count: int) -> list[tuple[list[float], list[float]]]:
     return domains
 
 
-def few_class_drift_figure(view: FewClassView | None) -> go.Figure:
+def few_class_drift_figure(view: FewClassView | None, class_names: ClassNames = UNNAMED_CLASSES) -> go.Figure:
     """The drift of `view`'s stored class weights: one panel per class (sorted), the live weight (outlined diamond)
     in its middle and each stored weight (diamonds, paler with age) at its true angle from it in degrees, joined to it
     by a spoke, in the class's drift frame (memvir.analysis.drift_frame); every panel to one scale, with a dashed
-    guide circle at a round angle (`drift_guide`). Traces as the map's: `meta` {"kind": "weights", "age": j, "class":
-    c}, `customdata` (class, degrees, cosine, row)."""
+    guide circle at a round angle (`drift_guide`), the class's name in `class_names` over its panel. Traces as the
+    map's: `meta` {"kind": "weights", "age": j, "class": c}, `customdata` (class, degrees, cosine, row), `text` the
+    class's name."""
     if view is None:
         return empty_figure("No few-class snapshot yet — press Start; it appears at the first snapshot.")
     projection = view.projection
@@ -228,7 +231,8 @@ def few_class_drift_figure(view: FewClassView | None) -> go.Figure:
                                                      scaleanchor=x_name, scaleratio=1))
         shapes.append(dict(type="circle", xref=x_name, yref=y_name, x0=-guide, x1=guide, y0=-guide, y1=guide,
                            line=dict(color="#9aa5b1", width=1, dash="dot")))
-        annotations.append(dict(text=f"class {label}", xref=f"{x_name} domain", yref=f"{y_name} domain", x=0, y=1,
+        (named,) = class_names.words([label])
+        annotations.append(dict(text=f"class {named}", xref=f"{x_name} domain", yref=f"{y_name} domain", x=0, y=1,
                                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11)))
         rows = np.flatnonzero(projection.weight_labels == label)
         stored = rows[projection.weight_ages[rows] > 0]
@@ -247,8 +251,9 @@ def few_class_drift_figure(view: FewClassView | None) -> go.Figure:
                 xaxis=x_name, yaxis=y_name, name=name, showlegend=False,
                 meta={"kind": "weights", "age": age, "class": label},
                 customdata=_hover_data(projection.weight_labels[chosen], projection.weight_angles[chosen]),
+                text=[named] * len(chosen),
                 marker=dict(_marker("weights", age), color=shade(colors[label], age, oldest)),
-                hovertemplate=f"class %{{customdata[0]:d}}<br>{name}{distance}<extra></extra>"))
+                hovertemplate=f"class %{{text}}<br>{name}{distance}<extra></extra>"))
     rows_of_panels = math.ceil(len(classes) / DRIFT_COLUMNS)
     ages = _ages_words(oldest, margin)
     cosine = math.cos(math.radians(guide))

@@ -4,6 +4,7 @@ import numpy as np
 import plotly.io as pio
 import pytest
 
+from demo.runs.messages import ClassNames
 from demo.train.figures.curves import (
     MAX_PLOTTED_POINTS,
     class_count_figure,
@@ -269,7 +270,9 @@ def test_embedding_by_age_has_one_trace_per_age_dark_to_light():
         np.testing.assert_array_equal(data.x, projected.xy[rows, 0])
         np.testing.assert_array_equal(data.y, projected.xy[rows, 1])
         np.testing.assert_array_equal(data.customdata, projected.labels[rows])
-        assert "class %{customdata}" in data.hovertemplate and name in data.hovertemplate
+        # hover names the class; with no names known (a run read back from its folder), by its number
+        assert list(data.text) == [str(label) for label in projected.labels[rows]]
+        assert "class %{text}" in data.hovertemplate and name in data.hovertemplate
     assert [len(trace(fig, name).x) for name in names] == [5, 3, 2]
     shades = [luminance(trace(fig, name).marker.color) for name in names]
     assert shades[0] < shades[1] < shades[2]
@@ -293,6 +296,16 @@ def test_embedding_class_weights_real_outlined_virtual_fading_and_probe_crosses(
     # each cross's class, then its row: what a click on it sends (demo.train.neighbours)
     np.testing.assert_array_equal(probe.customdata, [[5, 0], [5, 1], [6, 2], [6, 3]])
     assert probe.meta == {"pick": "probe"}
+
+    # hover names each class as the neighbours do: a training class's name for weights, a test class's for probes
+    names = ClassNames(train=("Ж U+0416", "Ն U+0546", "ア U+30A2"), test=tuple(f"folder {c}" for c in range(7)))
+    named = embedding_figure(projected_snapshot(), class_names=names)
+    for name in ("class weights (real)", "class weights (virtual)"):
+        labels = np.asarray(trace(named, name).customdata).reshape(len(trace(named, name).x), -1)[:, 0]
+        assert list(trace(named, name).text) == [names.train[int(label)] for label in labels]
+        assert trace(named, name).hovertemplate.startswith("class %{text}<br>")
+    assert list(trace(named, "probe (test classes)").text) == ["folder 5", "folder 5", "folder 6", "folder 6"]
+    assert trace(named, "probe (test classes)").hovertemplate.startswith("probe, test class %{text}<br>")
 
 
 def test_embedding_by_class_colours_rows_by_label_and_hovers_class_and_age():

@@ -6,6 +6,7 @@ import re
 import time
 
 import gradio as gr
+import numpy as np
 import pytest
 
 from demo.common.inputs import whole_numbers
@@ -16,6 +17,7 @@ from demo.train import views as train_views
 from demo.train.poll import PollHandlers, PollState, views_key
 from demo.train.views import ViewsHandlers, ViewsSent
 from memvir.config import TrainConfig
+from memvir.data import load_dataset
 
 SKIP = gr.skip()
 
@@ -170,6 +172,27 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
     assert re.fullmatch(r"Snapshot 6 of 6 kept · step 18 · true angles · training classes( \d+,){7} \d+", caption)
     assert len(figure.layout.annotations) == 8
     assert {trace.meta["age"] for trace in figure.data if trace.meta} == {0, 1, 2}
+
+    # hover names each point's class as the neighbours of a clicked image do: the dataset's own name ('Ж U+0416'),
+    # training classes in the map, the drift panels and the rows and weights of all classes; test classes for probes
+    data = load_dataset("glyphs-mini")
+    drift_titles = [note.text for note in figure.layout.annotations]
+    assert drift_titles == [f"class {data.train.class_names[label]}" for label in _focus(live, state)]
+    named = 0
+    for picture in ("few", "few-drift", "class", "age"):
+        for trace in live.recolor(state, True, picture)[0].data:
+            if trace.hovertemplate and "class %{text}" in trace.hovertemplate:
+                split = data.test if "probe" in trace.hovertemplate else data.train
+                labels = [int(np.ravel(row)[0]) for row in trace.customdata]  # a point's class comes first
+                assert list(trace.text) == [split.class_names[label] for label in labels], picture
+                named += len(labels)
+    assert named > 100 and all(re.fullmatch(r". U\+[0-9A-F]{4,5}", name) for name in data.train.class_names)
+
+
+def _focus(live, state) -> list[int]:
+    """The classes the few-class map shows (its meta'd traces' classes)."""
+    figure, _ = live.recolor(state, True, "few")
+    return sorted({int(row[0]) for trace in figure.data if trace.meta for row in trace.customdata})
 
 
 def test_the_baseline_notice_says_it_trains_beside_the_run_at_a_cost(runs):
