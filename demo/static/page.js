@@ -22,6 +22,10 @@
 //
 // Start and Compare with baseline bring the status line and the loss chart into view (the run's buttons stay in sight
 // while the visitor scrolls through the settings, page.css): what the click started, or why it was refused, is there.
+//
+// On a phone the settings fold under Start and their one-line summary: their accordion (#train-settings, open as the
+// page is built, for wide screens) is closed once, as it is first drawn on a screen as narrow as page.css's phone
+// layout; a tap on its header opens it.
 () => {
     const STALE_AFTER_MS = 10000;
     let lastHeard = Date.now();
@@ -171,8 +175,20 @@
         }
     }
 
+    const phone = window.matchMedia("(max-width: 600px)");  // page.css's phone layout
+    let settingsSeen = false;
+
+    function foldSettingsOnPhone() {
+        const header = settingsSeen ? null : document.querySelector("#train-settings > .label-wrap");
+        if (!header) return;
+        settingsSeen = true;
+        if (phone.matches && header.classList.contains("open")) header.click();
+    }
+
+    foldSettingsOnPhone();
     let scheduled = false;
     new MutationObserver(() => {
+        foldSettingsOnPhone();  // at once, not a frame later: the open settings are never drawn on a phone
         if (scheduled) return;
         scheduled = true;
         requestAnimationFrame(() => {

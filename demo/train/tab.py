@@ -439,26 +439,29 @@ def _run_settings() -> RunSettings:
     first_screen = gr.Markdown(words.first_screen(*(DEFAULTS[name] for name in (
         "dataset", "loss", "batch_size", "epochs", "memvir_n", "memvir_m", "warmup_epochs"))),
         elem_id="first-screen", elem_classes="small-note", padding=True)
-    dataset = refuse_outside_choices(gr.Dropdown(
-        DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
-        info=words.DATASET_INFO), "the dataset")
-    folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
-                             info="One sub-folder of images per class; the first half of the classes (by name) "
-                                  "trains, the rest tests.")
-    zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False, file_types=[".zip"])
-    hub_dataset = gr.Textbox("", label="Hub dataset", placeholder="OWNER/NAME or OWNER/NAME@REVISION",
-                             visible=False, info=words.HUB_DATASET_INFO)
-    # one per row: side by side, the names sat under the dropdowns' arrows
-    backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
-                                                  label="Backbone"), "the backbone")
-    loss = refuse_outside_choices(gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss"), "the loss")
-    with gr.Row():
-        # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
-        batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
-        epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
-    with gr.Row():
-        lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
-        seed = gr.Number(DEFAULTS["seed"], label="Seed")
+    # Open, and folded by page.js on a phone, where Start and the summary above it fill the first screen. Gradio draws
+    # a closed accordion's content only once it is opened: closed here, a wide screen would have to open it.
+    with gr.Accordion("Settings", open=True, elem_id="train-settings"):
+        dataset = refuse_outside_choices(gr.Dropdown(
+            DATASET_CHOICES, value=DEFAULTS["dataset"], label="Dataset", elem_id="dataset",
+            info=words.DATASET_INFO), "the dataset")
+        folder_path = gr.Textbox("", label="Folder path", placeholder="/data/my-classes", visible=False,
+                                 info="One sub-folder of images per class; the first half of the classes (by name) "
+                                      "trains, the rest tests.")
+        zip_file = gr.File(label="Zip of class folders", file_count="single", visible=False, file_types=[".zip"])
+        hub_dataset = gr.Textbox("", label="Hub dataset", placeholder="OWNER/NAME or OWNER/NAME@REVISION",
+                                 visible=False, info=words.HUB_DATASET_INFO)
+        # one per row: side by side, the names sat under the dropdowns' arrows
+        backbone = refuse_outside_choices(gr.Dropdown(list(BACKBONE_CHOICES), value=DEFAULTS["backbone"],
+                                                      label="Backbone"), "the backbone")
+        loss = refuse_outside_choices(gr.Dropdown(list(LOSS_CHOICES), value=DEFAULTS["loss"], label="Loss"), "the loss")
+        with gr.Row():
+            # Integer controls without precision=0, which rounds 1.5 to 2 unseen (demo.common.inputs).
+            batch_size = gr.Number(DEFAULTS["batch_size"], label="Batch size")
+            epochs = gr.Number(DEFAULTS["epochs"], label="Epochs")
+        with gr.Row():
+            lr = gr.Number(DEFAULTS["lr"], label="Learning rate")
+            seed = gr.Number(DEFAULTS["seed"], label="Seed")
     return RunSettings(first_screen, dataset, folder_path, zip_file, hub_dataset, backbone, loss, batch_size, epochs,
                        lr, seed)
 

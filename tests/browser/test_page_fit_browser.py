@@ -3,6 +3,7 @@ shows its whole value or placeholder (the dataset's name and the bundled checkpo
 left by Tab closes its list."""
 
 import pytest
+from train_page import open_settings
 
 pytestmark = pytest.mark.browser
 
@@ -26,6 +27,7 @@ CLIPPED = """() => [...document.querySelectorAll('input[type=text], input:not([t
 def test_every_text_box_shows_its_whole_value_or_placeholder(open_page, bundled_app_url, width, height):
     page = open_page(bundled_app_url, width, height)
     page.locator("#start").wait_for(timeout=90_000)
+    open_settings(page, 90_000)  # a phone folds them
     page.locator("#dataset input").wait_for(timeout=90_000)
     assert page.evaluate(CLIPPED) == []
     page.get_by_role("tab", name="Retrieve").click()
@@ -72,8 +74,8 @@ CUT_CHART_TEXT = """() => [...document.querySelectorAll('.js-plotly-plot')].filt
 
 def test_the_first_phone_screen(open_page, bundled_app_url):
     """At 390 x 844: Start's top within the first screen, the settings' summary and the three lines of what Start
-    does under it, one Retrieve tab button, no chart text cut at the chart's edges, gradio's own footer links gone
-    but its API page."""
+    does under it, the settings folded under them (a tap opens them), one Retrieve tab button, no chart text cut at
+    the chart's edges, gradio's own footer links gone but its API page."""
     page = open_page(bundled_app_url, 390, 844)
     page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
                            timeout=90_000)
@@ -97,6 +99,14 @@ def test_the_first_phone_screen(open_page, bundled_app_url):
     assert page.evaluate(CUT_CHART_TEXT) == []
     links = page.locator("footer a, footer button").all_inner_texts()
     assert not [link for link in links if "Runs" in link or "Settings" in link or "Gradio" in link], links
+
+    # the settings folded under the summary, their header within the first screen; a tap opens them
+    fold = page.locator("#train-settings > .label-wrap")
+    folded = fold.bounding_box()
+    assert first.bounding_box()["y"] < folded["y"] and folded["y"] + folded["height"] <= 844, folded
+    assert not page.locator("#dataset").is_visible()
+    fold.click()
+    page.locator("#dataset").wait_for(state="visible", timeout=30_000)
 
 
 def test_charts_follow_dark_mode(browser, bundled_app_url):
