@@ -27,7 +27,9 @@ def check_values(embeddings, labels, class_weights, storing: bool) -> None:
     batch, num_classes = embeddings.shape[0], class_weights.shape[0]
     checks = [((labels < 0) | (labels >= num_classes)).any()]
     if storing:
-        checks += [~torch.isfinite(embeddings).all(), ~torch.isfinite(class_weights).all()]
+        # a sum is NaN or inf wherever a value is, in one pass (isfinite().all() takes several, and its own tensor);
+        # a sum that overflowed with every value finite is told apart below, before anything is refused
+        checks += [~torch.isfinite(embeddings.sum()), ~torch.isfinite(class_weights.sum())]
     labels_out_of_range, *non_finite = torch.stack(checks).tolist()  # one device sync for all the checks
     if labels_out_of_range:
         low, high = int(labels.min()), int(labels.max())
@@ -37,6 +39,8 @@ def check_values(embeddings, labels, class_weights, storing: bool) -> None:
         )
     if any(non_finite):
         rows = int((~torch.isfinite(embeddings)).any(1).sum()), int((~torch.isfinite(class_weights)).any(1).sum())
+        if rows == (0, 0):  # the sums overflowed, every value finite
+            return
         raise NonFiniteError(
             f"MemVir: this step holds NaN or inf ({rows[0]} of {batch} embedding rows, {rows[1]} of {num_classes} "
             "class-weight rows); it is refused and nothing is stored, so the memory stays clean for later steps. "

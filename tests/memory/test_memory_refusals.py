@@ -252,6 +252,23 @@ def test_a_non_finite_step_is_refused_and_never_poisons_the_memory(poisoned):
         assert all(torch.isfinite(part).all() for part in out)
 
 
+@pytest.mark.parametrize("poisoned", ["embeddings", "class_weights"])
+def test_large_finite_values_are_stored_and_an_inf_among_them_refused(poisoned):
+    """Values near float32's largest, whose sum overflows, are finite: stored as they are. An inf among them, or a
+    -inf beside a +inf, is still refused."""
+    mv = MemVir(1, 0)
+    embeddings, labels, weights = step_inputs(0)
+    large = embeddings if poisoned == "embeddings" else weights
+    large.fill_(3e38)
+    mv(embeddings, labels, weights)
+    assert mv.num_stored == 1 and torch.equal(mv(*step_inputs(1))[2 if poisoned == "class_weights" else 0][
+        -large.shape[0]:], large)
+    for bad in (float("inf"), float("-inf")):
+        large[0, 0] = bad
+        with pytest.raises(NonFiniteError, match="NaN or inf"):
+            mv(embeddings, labels, weights)
+
+
 def test_a_non_finite_step_during_the_warmup_passes_through_since_nothing_is_stored():
     mv = MemVir(2, 0, warmup_steps=5)
     embeddings, labels, weights = step_inputs(0)
