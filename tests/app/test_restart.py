@@ -1,7 +1,12 @@
 """A restart loses no run: `python app.py` killed with SIGKILL while a run trains (a Space restarting, say); the run's
-process, having lost its server, stops with a checkpoint; the next `python app.py` on the same data lists the run,
-says what happened, and a visitor (any: who started it was the previous server's to know) resumes it from the page,
-from that checkpoint, as the CLI's --resume does. Waits poll against a deadline; nothing asserts how fast."""
+process, having lost its server, stops with a checkpoint; the next server on the same data lists the run, says what
+happened, and a visitor (any: who started it was the previous server's to know) resumes it from the page, from that
+checkpoint, as the CLI's --resume does. Waits poll against a deadline; nothing asserts how fast.
+
+The killed server is `python app.py` itself (a SIGKILL needs a process of its own). The next one is the same page
+built from the same data folder, served in this process (tests/served_app.py): a server that never saw the run, which
+is all a restart is to the data folder, without a second interpreter's imports; the Space's start and the
+hostile-uploads tests start `python app.py` end to end."""
 
 import json
 import os
@@ -14,7 +19,9 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
-from served_app import free_port, poll_status_until, step_of
+from served_app import free_port, poll_status_until, serving, step_of
+
+from demo.common.settings import AppSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0
@@ -67,8 +74,8 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
     saved_at = int(load_state(folder / "trainer_state.pt")["step"])
     assert saved_at >= 9
 
-    server, url = _serve(data)
-    try:
+    settings = AppSettings(data_dir=data, checkpoints_dir=REPO_ROOT / "checkpoints", umap=False)  # as _serve's
+    with serving(settings) as (url, _):  # the server after the restart
         client = Client(url, verbose=False)  # a new visitor's page
         status = poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run listed again",
                                    DEADLINE_S)
@@ -82,6 +89,3 @@ def test_a_run_cut_off_by_the_servers_kill_is_listed_after_the_restart_and_resum
         assert "another visitor" not in resumed and "whoever presses" not in resumed  # the visitor's run now
         client.predict(api_name="/stop_run")
         poll_status_until(client, lambda status: status.startswith("**Stopped**"), "the run stopped", DEADLINE_S)
-    finally:
-        server.terminate()
-        server.wait(30)

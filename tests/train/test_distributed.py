@@ -8,6 +8,7 @@ gradients are the one-process step's.
 
 import importlib.util
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -111,16 +112,26 @@ def loss_shares_through_gather(world: World) -> dict:
 
 
 def spawn_ranks(function, world_size: int, tmp_path_factory) -> Path:
-    """Run function(rank, (port, port), folder) on `world_size` spawned ranks; the folder they wrote to.
+    """Run function(rank, (port, port), folder) on `world_size` ranks, each a process of its own; the folder they
+    wrote to.
 
-    On this 2-core machine gloo's TCP transport now and then aborts a rank early on ("terminate called without an
-    active exception", seen in about 1 of 30 runs, a few seconds in): start the ranks again, on a new port and
-    folder, up to twice. What the tests assert is unchanged."""
+    The ranks fork from multiprocessing's forkserver, which imported torch and the Trainer once (as tests/cli_process.py
+    and the app's runs do), instead of each spawning an interpreter that imports them again: what a rank computes does
+    not depend on how its process started, and test_torchrun_cli_trains_resumes_and_reports_once starts real
+    torchrun ranks. On this 2-core machine gloo's TCP transport now and then aborts a rank early on ("terminate called
+    without an active exception", seen in about 1 of 30 runs, a few seconds in): start the ranks again, on a new port
+    and folder, up to twice. What the tests assert is unchanged."""
+    if "forkserver" in torch.multiprocessing.get_all_start_methods():
+        start_method = "forkserver"
+        # read only when this test process's forkserver starts (the first process it forks may be a CLI's or a run's)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["memvir.train.trainer", "test_distributed"])
+    else:
+        start_method = "spawn"
     for attempt in range(3):
         folder = tmp_path_factory.mktemp("ddp")
         try:
-            torch.multiprocessing.spawn(function, args=((free_port(), free_port()), folder), nprocs=world_size,
-                                        join=True)
+            torch.multiprocessing.start_processes(function, args=((free_port(), free_port()), folder),
+                                                  nprocs=world_size, join=True, start_method=start_method)
             return folder
         except torch.multiprocessing.ProcessExitedException:
             if attempt == 2:
