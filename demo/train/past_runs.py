@@ -5,8 +5,10 @@ when it started, its name), and the handlers behind the list (`PastRunsHandlers`
 Picking a run shows it as a watcher sees it: the page's poll follows the run picked (`PollState.picked`,
 demo.train.poll.shown_run) rather than the visitor's latest, with its curves, snapshots and results table; under the
 list, its final figures and, where its folder holds a model, the model's files (config, weights and model card) to
-download. The buttons act on it only where the visitor may steer it, as on any run shown. The first choice,
-`FOLLOW`, gives the page its usual run back (the visitor's own latest, else the latest that trains), as Start does.
+download. The buttons act on it only where the visitor may steer it, as on any run shown. A run picked while it
+trains is followed as the visitor's own is: its status, curves and results table by the polls, and its final figures
+and model under the list by the second poll when it ends (`picked_view`). The first choice, `FOLLOW`, gives the page
+its usual run back (the visitor's own latest, else the latest that trains), as Start does.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def summary_markdown(run: LiveRun, visitor: str) -> str:
     if table:
         lines += ["", table]
     elif run.training:
-        lines.append("Its final figures and its model come when it ends: pick it again then.")
+        lines.append("Its final figures and its model come here when it ends.")
     return "\n".join(lines)
 
 
@@ -120,6 +122,20 @@ def model_zip(runs: RunManager, run: LiveRun):
         return write_zip(run.folder, settings.downloads_dir, settings.max_downloads_bytes, settings.max_upload_age_s)
     except (ValueError, OSError):  # a folder changed under it (a resumed run saving): offered again at the next pick
         return None
+
+
+def picked_view(runs: RunManager, state: PollState, run: LiveRun | None, visitor: str, sent: str | None):
+    """(the words under the list, its model's download, the words now) for the page's second poll, which follows the
+    run shown as it trains and ends: a run picked while it trained gets its final figures and its model there when
+    it ends, without a pick again. Skips while the words are those `sent` (the model's zip is looked for only when
+    they change); no run picked, nothing under the list."""
+    picked = state.picked and run is not None and run.id == state.run_id
+    words = summary_markdown(run, visitor) if picked else NOTHING_PICKED
+    if words == sent:
+        return gr.skip(), gr.skip(), sent
+    archive = model_zip(runs, run) if picked else None
+    download = gr.update(value=None, visible=False) if archive is None else gr.update(value=str(archive), visible=True)
+    return words, download, words
 
 
 class PastRunsHandlers:

@@ -531,7 +531,7 @@ def build(runs: RunManager, figures: FigureBuilder, visitor: gr.BrowserState, ti
                 live, advanced, push = _live_controls(), _advanced_settings(), _push_controls()
             with gr.Column(scale=3, elem_classes="train-view"):
                 picker = past_runs.build()
-                views = train_views.build(runs, figures, state, visitor, timer, (live.notice, *live.sliders))
+                views = train_views.build(runs, figures, state, visitor, timer, (live.notice, *live.sliders), picker)
     _wire_suggestions(basics, live, advanced, views.notice)
     started, reset = _wire_run_buttons(handlers, buttons, basics, live, advanced, views, state, visitor)
     _wire_past_runs(past_runs.PastRunsHandlers(runs), picker, (started, reset), views, state, visitor)

@@ -23,7 +23,7 @@ from demo.common.inputs import whole_numbers
 from demo.common.shared_plot import SharedPlot
 from demo.common.shims import refuse_outside_choices
 from demo.runs.manager import RunManager
-from demo.train import live_view, neighbours, words
+from demo.train import live_view, neighbours, past_runs, words
 from demo.train.live_view import FigureBuilder
 from demo.train.neighbours import NeighbourHandlers
 from demo.train.poll import PollHandlers, PollState, shown_run
@@ -45,6 +45,7 @@ class ViewsSent:
 
     key: tuple | None
     results: str
+    picked: str | None = None  # the words under the runs' list (demo.train.past_runs.picked_view); None: not sent
 
 
 class ViewsHandlers:
@@ -57,8 +58,9 @@ class ViewsHandlers:
         self.figures = figures
 
     def poll_views(self, state: PollState, sent: ViewsSent | None, visitor=None, request: gr.Request = None):
-        """After a poll whose views key changed (which settles the run shown): the spread curves and the results
-        table, when they changed."""
+        """After a poll whose views key changed (which settles the run shown, and changes as it ends): the spread
+        curves, the results table, and the words and the model's download under the runs' list for a run picked
+        there, when they changed."""
         visitor = visitor_key(visitor, request)
         run = shown_run(self.runs, state, visitor)
         if run is None:
@@ -66,10 +68,12 @@ class ViewsHandlers:
         else:
             key, spread = self.figures.spread(run)
             results = results_markdown(run, run.baseline)
-        wanted = ViewsSent(key, results)
+        words, download, picked = past_runs.picked_view(self.runs, state, run, visitor,
+                                                         sent.picked if sent is not None else None)
+        wanted = ViewsSent(key, results, picked)
         if sent is not None and sent.key == key:
             spread = (gr.skip(), gr.skip())
-        return wanted, *spread, results if sent is None or sent.results != results else gr.skip()
+        return wanted, *spread, results if sent is None or sent.results != results else gr.skip(), words, download
 
     @reporting(message_slot=0, outputs=1)
     def show_classes(self, state: PollState, focus_classes, visitor=None, request: gr.Request = None):
@@ -184,9 +188,10 @@ def _snapshot_view() -> SnapshotView:
 
 
 def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr.BrowserState,
-          timer: gr.Timer, controls: tuple) -> Views:
+          timer: gr.Timer, controls: tuple, picker: past_runs.PastRuns) -> Views:
     """The views, inside the tab's right-hand column, with their events. `controls`: the note beside the live
-    controls and the controls (demo.train.poll.LIVE_SLIDERS), which the poll keeps at the run's values."""
+    controls and the controls (demo.train.poll.LIVE_SLIDERS), which the poll keeps at the run's values; `picker`: the
+    runs' list, whose words and download under it the second poll keeps at the run picked."""
     live, handlers, clicks = PollHandlers(runs, figures), ViewsHandlers(runs, figures), NeighbourHandlers(runs)
     charts, snapshot = _charts(), _snapshot_view()
     # A click on an image's point, as the page's script sends it (demo/static/page.js): out of sight
@@ -209,7 +214,8 @@ def build(runs: RunManager, figures: FigureBuilder, state: gr.State, visitor: gr
     # snapshots), never while a page rests, rather than after every poll. The timer stopped, then the second poll.
     views_due.tick(stopped, None, [views_due], api_name="views_due", api_visibility="private", show_progress="hidden",
                    queue=False).then(
-        handlers.poll_views, [state, views_sent, visitor], [views_sent, charts.drift, charts.spread, charts.results],
+        handlers.poll_views, [state, views_sent, visitor],
+        [views_sent, charts.drift, charts.spread, charts.results, picker.summary, picker.download],
         api_name="poll_views", api_visibility="private", show_progress="hidden", queue=False)
     _wire_snapshot(live, handlers, snapshot, state, visitor)
     show_picked.click(clicks.show_neighbours, [state, picked_point, snapshot.color_by],

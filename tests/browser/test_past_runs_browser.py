@@ -1,7 +1,8 @@
-"""The Train tab's "Runs on this server" in a real headless chromium: a run another visitor trained and finished
-earlier on the shared app is picked from the list by a fresh visitor, at desktop width and on a phone (390 px), and
-the page shows it: its status line, its loss curve as plotly drew it, its last evaluation as its metrics.jsonl has
-it, and its model to download. Read from the page; waits are Playwright's, bounded; nothing asserts speed."""
+"""The Train tab's "Runs on this server" in a real headless chromium: a run another visitor started on the shared app
+is picked from the list by a fresh visitor while it trains (paused), and followed to its end without a pick again,
+at desktop width; picked again, finished, on a phone (390 px). The page shows it: its status line, its loss curve as
+plotly drew it, its last evaluation as its metrics.jsonl has it, and its model to download. Read from the page; waits
+are Playwright's, bounded; nothing asserts speed."""
 
 import json
 import re
@@ -15,30 +16,43 @@ pytestmark = pytest.mark.browser
 WAIT_MS = 120_000
 
 
-def _finished_run(app):
-    """A short glyphs-mini run started by another visitor on the shared app, finished: (its LiveRun, its last
-    evaluation record)."""
+def _paused_run(app):
+    """A short glyphs-mini run started by another visitor on the shared app, paused as it trains (its LiveRun)."""
     from memvir import TrainConfig
 
     run = app.run_manager.start(TrainConfig(dataset="glyphs-mini", batch_size=32, epochs=1, eval_at_start=False,
                                             snapshot_every=3, log_every=1, memvir_n=2, memvir_m=1,
                                             warmup_epochs=0.2), "an-earlier-visitor")
+    app.run_manager.pause(run.id, run.owner)
+    _wait_until(lambda: run.state == "paused", run)
+    return run
+
+
+def _wait_until(condition, run):
     deadline = time.monotonic() + WAIT_MS / 1000
-    while (run.training or run.state != "finished") and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert run.state == "finished", run.message
+    assert condition(), run.message
+
+
+def _final(run) -> tuple[dict, int]:
+    """(the finished run's last evaluation record, how many steps its log holds)."""
     records = [json.loads(line) for line in (run.folder / "metrics.jsonl").read_text().splitlines()]
-    return run, [record for record in records if record.get("type") == "eval"][-1]
+    return ([record for record in records if record.get("type") == "eval"][-1],
+            len([1 for record in records if record.get("type") == "step"]))
 
 
 def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(open_page, app_url, request,
                                                                                 screenshot):
-    run, final = _finished_run(request.getfixturevalue("_app_served")[0])
-    steps = len([1 for line in (run.folder / "metrics.jsonl").read_text().splitlines()
-                 if json.loads(line).get("type") == "step"])
+    app = request.getfixturevalue("_app_served")[0]
+    run = _paused_run(app)
     for name, width, height in (("desktop", 1400, 900), ("phone", 390, 844)):
         page = open_page(app_url, width, height)
-        # a fresh visitor's page shows no run: the other visitor's finished one is only in the list
+        if name == "desktop":  # a fresh visitor's page watches the run that trains; after Reset, only newer runs
+            page.wait_for_function("() => document.querySelector('#run-status')?.innerText.startsWith('Paused')",
+                                   timeout=WAIT_MS)
+            page.locator("#reset").click()
+        # the page shows no run: the other visitor's is only in the list
         page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
                                timeout=WAIT_MS)
         start, listed = page.locator("#start").bounding_box(), page.locator("#past-runs").bounding_box()
@@ -53,11 +67,20 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         choice.click()
         option = page.get_by_role("option", name=re.compile(re.escape(run.id)))
         option.wait_for(timeout=WAIT_MS)
-        assert option.inner_text().startswith("Finished · glyphs-mini, norm-softmax, N = 2, M = 1, 1 epoch · "
+        state = "Paused" if name == "desktop" else "Finished"
+        assert option.inner_text().startswith(f"{state} · glyphs-mini, norm-softmax, N = 2, M = 1, 1 epoch · "
                                               "another visitor's · started ")
         option.click()
+        if name == "desktop":  # picked as it trains (paused): followed to its end, its figures and model then
+            page.wait_for_function("() => document.querySelector('#run-status').innerText.startsWith('Paused')",
+                                   timeout=WAIT_MS)
+            page.wait_for_function("() => document.querySelector('#past-run-summary').innerText"
+                                   ".includes('come here when it ends')", timeout=WAIT_MS)
+            app.run_manager.resume(run.id, run.owner)
         page.wait_for_function("() => document.querySelector('#run-status').innerText.startsWith('Finished')",
                                timeout=WAIT_MS)
+        _wait_until(lambda: not run.training, run)
+        final, steps = _final(run)
         assert "You are watching a run started by another visitor" in page.locator("#run-status").inner_text()
         page.wait_for_function("() => document.querySelector('#past-run-summary').innerText.includes('Recall@1')",
                                timeout=WAIT_MS)

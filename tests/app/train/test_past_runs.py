@@ -19,6 +19,7 @@ from demo.train.live_view import FigureBuilder
 from demo.train.past_runs import FOLLOW, FOLLOW_LABEL, PastRunsHandlers
 from demo.train.poll import PollHandlers, PollState, shown_run
 from demo.train.tab import TrainHandlers
+from demo.train.views import ViewsHandlers, ViewsSent
 from memvir.config import TrainConfig
 
 pytestmark = pytest.mark.slow  # one real run of 9 steps, shared by the module
@@ -134,6 +135,27 @@ def test_another_visitor_picks_a_finished_run_watches_it_and_downloads_its_model
     # the buttons act on the run picked, and refuse bob
     assert TrainHandlers(runs).push_to_hub(state, "bob/model", visitor="bob").endswith(
         "only the visitor who started this run can push it")
+
+
+def test_a_run_picked_while_it_trained_gets_its_final_figures_and_model_when_it_ends_without_a_pick_again(
+        server, figures):
+    """Before, the words under the list said 'pick it again then' and stayed so after the run picked had ended. The
+    page's second poll, which the views key sends when the run shown ends (its results key holds its state), brings
+    them: its last evaluation and its model to download; then they are not sent again."""
+    runs, alice, _ = server
+    second = ViewsHandlers(runs, figures)
+    state = PollState(run_id=alice.id, picked=True)
+    # what bob's page was sent while alice's run trained: the status and curves follow it through the polls
+    while_training = ViewsSent(None, "", f"Showing `{alice.id}` (another visitor's run: ...). Pick the first line "
+                                         "...\nIts final figures and its model come here when it ends.")
+    sent, *_, summary, download = second.poll_views(state, while_training, visitor="bob")
+    final = json.loads([record for record in (alice.folder / "metrics.jsonl").read_text().splitlines()
+                        if json.loads(record).get("type") == "eval"][-1])
+    assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in summary and sent.picked == summary
+    assert download["visible"] is True and Path(download["value"]).name == f"{alice.id}.zip"
+    assert second.poll_views(state, sent, visitor="bob")[-2:] == (gr.skip(), gr.skip())
+    # following the usual run again (the first line): nothing under the list
+    assert second.poll_views(PollState(), sent, visitor="bob")[-2:] == ("", gr.update(value=None, visible=False))
 
 
 def test_a_run_the_server_no_longer_keeps_is_refused_in_words(server):

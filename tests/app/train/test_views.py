@@ -58,15 +58,17 @@ class StandInRuns:
 def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_change(tmp_path):
     runs, figures = StandInRuns(), StandInFigures()
     second = ViewsHandlers(runs, figures)
-    sent, drift, spread, results = second.poll_views(PollState(), None, visitor="bob")
-    assert sent == ViewsSent(None, "") and results == ""
+    sent, drift, spread, results, picked, download = second.poll_views(PollState(), None, visitor="bob")
+    assert sent == ViewsSent(None, "", "") and results == ""
+    assert (picked, download) == ("", gr.update(value=None, visible=False))  # no run picked: nothing under the list
     assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
-    assert second.poll_views(PollState(), sent, visitor="bob")[1:] == (SKIP, SKIP, SKIP)
+    assert second.poll_views(PollState(), sent, visitor="bob")[1:] == (SKIP,) * 5
 
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
     runs.run = run
-    sent, drift, spread, results = second.poll_views(PollState(), sent, visitor="bob")
-    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), ""), "drift ('r1', 1)", "spread ('r1', 1)", SKIP)
+    sent, drift, spread, results, *_ = second.poll_views(PollState(), sent, visitor="bob")
+    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), "", ""), "drift ('r1', 1)", "spread ('r1', 1)",
+                                              SKIP)
     figures.key = ("r1", 2)
     assert second.poll_views(PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
 
@@ -82,7 +84,7 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
     figures = FigureBuilder()
     second = ViewsHandlers(runs, figures)
     try:
-        _, drift, spread, results = second.poll_views(PollState(run_id=run.id), None, visitor="alice")
+        _, drift, spread, results, *_ = second.poll_views(PollState(run_id=run.id), None, visitor="alice")
     finally:
         figures.close()
     final = [record for record in run.records if record["type"] == "eval"][-1]
