@@ -30,15 +30,17 @@ def _git(folder, *args) -> str:
                            *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-@pytest.fixture
-def olah(tmp_path):
-    """olah serving a git repo of a checkpoint (branch main, tag v1) from its mirrors folder; (url, model, commit)."""
+@pytest.fixture(scope="module")
+def olah(tmp_path_factory):
+    """olah serving a git repo of a checkpoint (branch main, tag v1) from its mirrors folder; (url, model, commit,
+    the repo's folder). One server for the module: its tests only read from it, each with a Hub cache of its own."""
     try:
         import olah  # noqa: F401
     except ImportError:
         if os.environ.get("CI") == "true":
             pytest.fail("olah is missing: pip install -r requirements-dev.txt")
         pytest.skip("olah is not installed (requirements-dev.txt has it)")
+    tmp_path = tmp_path_factory.mktemp("olah")
     repo = tmp_path / "mirrors" / "models" / REPO
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -73,7 +75,7 @@ def olah(tmp_path):
                 if time.monotonic() > deadline:
                     raise AssertionError(f"olah did not listen on port {port} in {START_S} s") from None
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{port}", model, commit
+        yield f"http://127.0.0.1:{port}", model, commit, repo
     finally:
         server.terminate()
         try:
@@ -85,11 +87,10 @@ def olah(tmp_path):
 
 
 def test_pull_from_olah_at_a_revision(olah, monkeypatch, tmp_path):
-    url, model, commit = olah
+    url, model, commit, repo = olah
     point_client_at(monkeypatch, url, tmp_path / "home")
     folder = pull(REPO, revision="main")
     assert folder == tmp_path / "home" / "hub" / "models--someone--glyph-model" / "snapshots" / commit
-    repo = tmp_path / "mirrors" / "models" / REPO
     assert all((folder / name).read_bytes() == (repo / name).read_bytes() for name in HUB_FILES)
     loaded = EmbeddingModel.from_pretrained(folder).state_dict()
     assert all(torch.equal(loaded[key], value) for key, value in model.state_dict().items())
@@ -97,7 +98,7 @@ def test_pull_from_olah_at_a_revision(olah, monkeypatch, tmp_path):
 
 
 def test_olahs_limits_reach_the_user_as_plain_errors(olah, monkeypatch, tmp_path):
-    url, _, _ = olah
+    url, _, _, _ = olah
     point_client_at(monkeypatch, url, tmp_path / "home")
     with pytest.raises(HubError, match=r"The Hub has no model repo 'someone/glyph-model' that this machine may read"):
         pull(REPO)  # olah asks its (absent) upstream for the latest commit of a repo only its mirror has
