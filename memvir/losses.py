@@ -29,10 +29,10 @@ moves the logits at every call. Where MemVir names the step its live inputs are 
 its memory keeps their values exactly) and the loss is given MemVir's output unchanged, the live blocks computed with
 autograd at this call already hold that step's pairs with the selected steps (live rows x each set's weights, each
 set's rows x live weights, live x live), which the calls that select it need: they are kept from this call, so that in
-a run that calls the loss at every step no stored block is computed at all (Proxy-Anchor still computes its newest
-step's). The kept pairs are dropped when the memory's identity changes (a reset, a resume, a
-change of N or M, a move), when the loss's settings, dtype or device change, and when a step leaves the memory; they
-are not saved (a resumed run computes them again). A plain ``(B, C)`` computes every stored block at every call.
+a run that calls the loss at every step no stored block is computed at all. The kept pairs are dropped when the
+memory's identity changes (a reset, a resume, a change of N or M, a move), when the loss's settings, dtype or device
+change, and when a step leaves the memory; they are not saved (a resumed run computes them again). A plain ``(B, C)``
+computes every stored block at every call.
 
 Shares (docs/distributed.md): passing ``share=(part, parts)`` computes one of ``parts`` shares of the loss, whose
 values and gradients summed over the parts are the whole loss's; under torchrun each rank computes share (rank, world
@@ -907,9 +907,31 @@ class ProxyAnchorLoss(MetricLoss):
     def _live_proxy_terms(self, blocks):
         """[C] log(1 + sum exp) of the pull and of the push terms of each live proxy, over every row."""
         cosines = torch.cat([blocks.live_rows @ blocks.live_columns.T, blocks.stored_rows @ blocks.live_columns.T])
+        exponents = self._exponents(cosines, blocks.labels)
+        if blocks.live_step is not None:  # each row step's sums over the live proxies, kept as its pair with them
+            self._keep_live_pairs(blocks, exponents, columns_live=True)
         zero_row = cosines.new_zeros(1, cosines.shape[1])
-        return tuple(torch.logsumexp(torch.cat([zero_row, exponents]), dim=0)
-                     for exponents in self._exponents(cosines, blocks.labels))
+        return tuple(torch.logsumexp(torch.cat([zero_row, exponent]), dim=0) for exponent in exponents)
+
+    def _keep_live_pairs(self, blocks, exponents, columns_live):
+        """Keep what the blocks with gradients give as the live step's pairs (module docstring, "Cache"), computed
+        from their exponents without autograd: with ``columns_live``, every row step's (the live one's and each
+        virtual set's) sums over the live proxies; else the live rows' sums over each virtual set's proxies."""
+        pairs, live_step, steps = self._stored_pairs, blocks.live_step, blocks.stored_sets.steps
+        with torch.no_grad():
+            pull, push = (exponent.detach() for exponent in exponents)
+            if columns_live:
+                live = blocks.num_live_rows
+                groups = [slice(0, live)] + [slice(live + rows.start, live + rows.stop)
+                                             for rows in blocks.stored_set_rows()]
+                for step, rows in zip((live_step, *steps), groups, strict=True):
+                    own_step = step == live_step  # a row's positive proxy is in its own step's set
+                    pairs.keep(step, live_step, (torch.logsumexp(pull[rows], dim=0) if own_step else None,
+                                                 torch.logsumexp(push[rows], dim=0)), computed=False)
+            else:
+                for index, step in enumerate(steps):
+                    columns = blocks.stored_set_columns(index)
+                    pairs.keep(live_step, step, (None, torch.logsumexp(push[:, columns], dim=0)), computed=False)
 
     def _stored_proxy_terms(self, blocks):
         """[kC] the same for each stored proxy: its sums over the stored rows (and the zero term) as one constant."""
@@ -925,6 +947,8 @@ class ProxyAnchorLoss(MetricLoss):
                     for constant, chunk in zip(constants, exponents, strict=True):
                         torch.logaddexp(constant, torch.logsumexp(chunk, dim=0, keepdim=True), out=constant)
         live_exponents = self._exponents(blocks.stored_similarities(blocks.live_rows), blocks.live_labels - offset)
+        if blocks.live_step is not None:  # the live rows' sums over each virtual set's proxies, kept as their pairs
+            self._keep_live_pairs(blocks, live_exponents, columns_live=False)
         return tuple(torch.logsumexp(torch.cat([constant, exponents]), dim=0)
                      for constant, exponents in zip(constants, live_exponents, strict=True))
 

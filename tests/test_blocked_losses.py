@@ -475,15 +475,14 @@ def test_kept_pairs_over_a_run_with_live_changes_and_a_resume(name, reduction, l
     sets = [k for k, _ in record]
     computed = [blocks for _, blocks in record]
     assert max(sets) == 3 and sets[11] == 3 and sets[39] == 2
-    # before the first change, once every selected step was a live step of this memory: the cross-entropy losses
-    # kept its pairs from its live blocks and compute no stored block; Proxy-Anchor computes the 2k-1 of the newest
-    steady = (lambda k: 2 * k - 1) if name == "proxy-anchor" else (lambda k: 0)
-    assert computed[11] == steady(3) and computed[10] == steady(3)
+    # before the first change, once every selected step was a live step of this memory, its pairs were kept from
+    # its live blocks: no stored block is computed
+    assert computed[11] == 0 and computed[10] == 0
     # every change makes the next call with virtual sets compute all of its pairs (Softmax has no setting to change)
     for step in (12, 18, 32) if name == "softmax" else (12, 18, 28, 32):
         first = next(s for s in range(step, 40) if sets[s])
         assert computed[first] == sets[first] ** 2, (step, record)
-    assert computed[39] == steady(sets[39])
+    assert computed[39] == 0
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -520,9 +519,8 @@ def test_the_shares_of_a_loss_sum_to_the_plain_loss(name, reduction, labels_mode
                              value_and_grads(value, (x, w)))
             if t is not None:
                 assert all(loss.t.item() == pytest.approx(t, abs=1e-10) for loss in losses)
-        if name in KEEPS_PAIRS and labels_mode == "virtual":  # Proxy-Anchor: the newest step's; the others: none
-            newest = 2 * mv.num_virtual_sets - 1 if name == "proxy-anchor" else 0
-            assert all(loss._stored_pairs.computed == newest for loss in losses)
+        if name in KEEPS_PAIRS and labels_mode == "virtual":  # every part kept its pairs from its live blocks
+            assert all(loss._stored_pairs.computed == 0 for loss in losses)
 
 
 @pytest.mark.parametrize("name", LOSSES)
