@@ -3,6 +3,7 @@ replaced, in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/bench_blocked_loss.py [--repeats 9] [--losses norm-softmax,...]
         [--n 45 --m 10] [--peak-classes 11318 --peak-dim 512 --peak-n 5,10,45 --plain-peak-n 5,10]
+        [--kept-peak-losses norm-softmax,proxy-anchor]
 
 Speed: each loss's forward+backward at the reference CARS196 geometry (B=128, C=98, D=512, N=45, M=10 with the memory
 full: k=45, the loss sees 5,888 rows and 4,508 classes), on consecutive MemVir outputs, one new step per repeat: the
@@ -18,10 +19,20 @@ process: the inputs are built, the process's peak resident set (VmHWM) is reset 
 loss runs once, and the peak's rise over the resident set before the call is the loss's peak. The plain computation
 runs only at the N whose logit matrices fit in the machine's memory; the table also counts the largest logit block
 each computation holds, analytically, at every N.
+
+Peak memory with the kept pairs (``--kept-peak-losses norm-softmax,proxy-anchor``): each loss at each N in a fresh
+process through a real MemVir(N, M) at that geometry, its memory filled without a loss call (the all-at-once schedule
+stores N(M+1) steps before its warm-up ends), then M+1 untimed calls of the loss with MemVir's own ``live`` so that
+the pairs it keeps are those of a long run, then the measured call: the peak's rise over the resident set before it
+(the memory's ring, MemVir's output and the kept pairs already resident), the kept pairs' own size, the call's wall
+and CPU seconds and the stored blocks it computed. The plain computation beside it where it fits
+(``--plain-peak-n``), its peak fitted as a + b (N+1)^2 where it does not. A size whose ring and output do not fit in
+the memory the machine has free is not run (said so).
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -174,6 +185,142 @@ def measure_peak(method, batch, classes, dim, num_steps):
             "loss": value.item()}
 
 
+def kept_bytes(loss):
+    """Bytes of what ``loss`` keeps between calls (its pairs and own similarities), each storage counted once."""
+    storages = {}
+
+    def add(value):
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                add(item)
+
+    for columns in loss._stored_pairs.values.values():
+        add(list(columns.values()))
+    add(list(loss._stored_pairs.own.values()))
+    return sum(storages.values())
+
+
+def ring_bytes(batch, classes, dim, num_steps, margin):
+    """MemVir(N, M)'s ring at this geometry in float32, and its output at k = N."""
+    capacity = num_steps * (margin + 1)
+    return capacity * ((batch + classes) * dim * 4 + batch * 8) + (num_steps + 1) * (batch + classes) * dim * 4
+
+
+def available_bytes():
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def measure_kept_peak(name, batch, classes, dim, num_steps, margin):
+    """In this (fresh) process: one forward+backward of loss ``name`` on MemVir(N, M)'s output with its own ``live``,
+    after M+1 calls that filled the kept pairs: the rise of the peak resident set over the resident set before it."""
+    generator = torch.Generator().manual_seed(0)
+    capacity = num_steps * (margin + 1)
+    mv = MemVir(num_steps, margin, warmup_steps=capacity, schedule="all-at-once")  # stores before its warm-up ends
+    loss = build_loss(name)
+
+    def step():
+        x = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
+        w = torch.randn(classes, dim, generator=generator).requires_grad_()
+        return mv(x, torch.randint(0, classes, (batch,), generator=generator), w)
+
+    for _ in range(capacity):
+        step()
+    for _ in range(margin + 1):
+        out = step()
+        loss(*out, live=out.live).backward()
+    out = step()
+    assert mv.num_virtual_sets == num_steps
+    kept = kept_bytes(loss)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = rss_kib("VmRSS")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    value = loss(*out, live=out.live)
+    value.backward()
+    return {"peak_bytes": (rss_kib("VmHWM") - before) * 1024, "seconds": time.perf_counter() - started,
+            "cpu_seconds": time.process_time() - cpu_started, "kept_bytes": kept,
+            "computed": loss._stored_pairs.computed, "loss": value.item()}
+
+
+def measure_plain_peak(name, batch, classes, dim, num_steps):
+    """``measure_peak``'s plain computation for loss ``name``, CPU seconds too."""
+    generator = torch.Generator().manual_seed(0)
+    x = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
+    w = torch.randn(classes, dim, generator=generator).requires_grad_()
+    stored_x = F.normalize(torch.randn(num_steps * batch, dim, generator=generator), dim=1)
+    embeddings = torch.cat([x, stored_x])
+    class_weights = torch.cat([w, torch.randn(num_steps * classes, dim, generator=generator)])
+    labels = torch.cat([torch.randint(0, classes, (batch,), generator=generator) + j * classes
+                        for j in range(num_steps + 1)])
+    Path("/proc/self/clear_refs").write_text("5")
+    before = rss_kib("VmRSS")
+    started, cpu_started = time.perf_counter(), time.process_time()
+    value = plain_loss(name, embeddings, labels, class_weights)
+    value.backward()
+    return {"peak_bytes": (rss_kib("VmHWM") - before) * 1024, "seconds": time.perf_counter() - started,
+            "cpu_seconds": time.process_time() - cpu_started, "loss": value.item()}
+
+
+def in_fresh_process(*options):
+    """This script's JSON answer for ``options`` from a fresh process whose allocator gives freed memory back: glibc's
+    mmap threshold fixed low (else it grows to 32 MB and the freed blocks of the untimed calls stay resident, hiding
+    the measured call's peak) and the heap trimmed at every free."""
+    command = [sys.executable, __file__, *map(str, options)]
+    environment = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+    return json.loads(subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout)
+
+
+def kept_peaks(args):
+    batch, classes, dim, margin = args.batch, args.peak_classes, args.peak_dim, args.m
+    print(f"\n## Peak memory of the loss keeping its pairs: B={batch} C={classes} D={dim} M={margin}, float32, "
+          f"MemVir's own live after M+1 calls, memory full (k = N), each in a fresh process\n")
+    print("| loss | N | rows x classes | plain: peak | kept: peak of the call | kept pairs (held between calls) "
+          "| MemVir's ring | plain / kept | kept: call s (wall, CPU) | plain: s (wall, CPU) | stored blocks computed |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---|---|---:|")
+    for name in args.kept_peak_losses:
+        plain = {}
+        for n in args.peak_n:
+            if n in args.plain_peak_n:
+                plain[n] = in_fresh_process("--peak-of", "plain-of", "--peak-loss", name, "--batch", batch,
+                                            "--peak-classes", classes, "--peak-dim", dim, "--peak-n", n)
+        # the plain peak where it was not run: a + b (N+1)^2 through the two largest measured N
+        measured = sorted(plain)
+        fit = None
+        if len(measured) >= 2:
+            (n1, n2) = measured[-2:]
+            b = (plain[n2]["peak_bytes"] - plain[n1]["peak_bytes"]) / ((n2 + 1) ** 2 - (n1 + 1) ** 2)
+            fit = (plain[n2]["peak_bytes"] - b * (n2 + 1) ** 2, b)
+        for n in args.peak_n:
+            rows, columns = (n + 1) * batch, (n + 1) * classes
+            needed = ring_bytes(batch, classes, dim, n, margin)
+            if needed * 1.25 > available_bytes():
+                print(f"| {name} | {n} | {rows:,} x {columns:,} | | not run: its ring and output need "
+                      f"{needed / 1e9:.1f} GB, {available_bytes() / 1e9:.1f} GB free | | | | | | |", flush=True)
+                continue
+            kept = in_fresh_process("--peak-of", "kept", "--peak-loss", name, "--batch", batch, "--peak-classes",
+                                    classes, "--peak-dim", dim, "--peak-n", n, "--m", margin)
+            if n in plain:
+                plain_peak = f"{plain[n]['peak_bytes'] / 1e9:.2f} GB"
+                ratio = plain[n]["peak_bytes"] / kept["peak_bytes"]
+                plain_seconds = f"{plain[n]['seconds']:.1f}, {plain[n]['cpu_seconds']:.1f}"
+            elif fit:
+                fitted = fit[0] + fit[1] * (n + 1) ** 2
+                plain_peak, ratio, plain_seconds = f"about {fitted / 1e9:.1f} GB (fitted)", fitted / kept[
+                    "peak_bytes"], "-"
+            else:
+                plain_peak, ratio, plain_seconds = "not run", None, "-"
+            ratio = f"{'about ' if n not in plain else ''}{ratio:.0f}x" if ratio else "-"
+            print(f"| {name} | {n} | {rows:,} x {columns:,} | {plain_peak} | {kept['peak_bytes'] / 1e9:.2f} GB "
+                  f"| {kept['kept_bytes'] / 1e9:.3f} GB | {ring_bytes(batch, classes, dim, n, margin) / 1e9:.1f} GB "
+                  f"| {ratio} | {kept['seconds']:.1f}, {kept['cpu_seconds']:.1f} | {plain_seconds} "
+                  f"| {kept['computed']:,} of {n * n:,} |", flush=True)
+
+
 def peaks(args):
     chunk_rows = build_loss("norm-softmax").chunk_rows
     print(f"\n## Peak memory of the loss: Norm-softmax, B={args.batch} C={args.peak_classes} D={args.peak_dim}, "
@@ -214,8 +361,21 @@ def main():
     parser.add_argument("--peak-dim", type=int, default=512)
     parser.add_argument("--peak-n", type=lambda text: [int(n) for n in text.split(",") if n], default=[5, 10, 45])
     parser.add_argument("--plain-peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10])
-    parser.add_argument("--peak-of", choices=["plain", "blocked"], help=argparse.SUPPRESS)  # the fresh process
+    parser.add_argument("--kept-peak-losses", type=lambda text: [name for name in text.split(",") if name],
+                        default=[], help="the losses whose peak is measured keeping their pairs, e.g. "
+                        "norm-softmax,proxy-anchor (at --peak-n, M = --m; the plain one at --plain-peak-n)")
+    parser.add_argument("--peak-loss", default="norm-softmax", help=argparse.SUPPRESS)
+    parser.add_argument("--peak-of", choices=["plain", "blocked", "kept", "plain-of"],
+                        help=argparse.SUPPRESS)  # the fresh process
     args = parser.parse_args()
+    if args.peak_of == "kept":
+        print(json.dumps(measure_kept_peak(args.peak_loss, args.batch, args.peak_classes, args.peak_dim,
+                                           args.peak_n[0], args.m)))
+        return
+    if args.peak_of == "plain-of":
+        print(json.dumps(measure_plain_peak(args.peak_loss, args.batch, args.peak_classes, args.peak_dim,
+                                            args.peak_n[0])))
+        return
     if args.peak_of:
         print(json.dumps(measure_peak(args.peak_of, args.batch, args.peak_classes, args.peak_dim, args.peak_n[0])))
         return
@@ -223,7 +383,9 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads\n")
     if args.repeats:
         speed(args)
-    if args.peak_n:
+    if args.kept_peak_losses:
+        kept_peaks(args)
+    elif args.peak_n:
         peaks(args)
 
 

@@ -6,7 +6,8 @@
 Three Trainers on `glyphs` (batch 128, no loader worker, the same pre-loaded batches): the baseline (N=0), MemVir(N, M)
 with its memory full, and the same MemVir with its loss given a plain (B, C), so that it keeps no pair and computes
 every stored block at every step. Their steps are interleaved (the order rotating) and the medians compared, so a
-shared machine's load falls on all three alike.
+shared machine's load falls on all three alike; the process's CPU time per step beside the wall time (on a core that
+others share, the wall time also measures the wait for it: pin the run, `taskset -c 1`).
 """
 
 import argparse
@@ -51,21 +52,24 @@ def main():
         for step in range(fill + args.m + 1 if trainer.memvir.num_steps else 5):
             trainer._train_step(*batches[step % len(batches)], 0)
     times = {name: [] for name in trainers}
+    cpu_times = {name: [] for name in trainers}
     names = list(trainers)
     for repeat in range(args.repeats):
         for name in names[repeat % 3:] + names[: repeat % 3]:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             trainers[name]._train_step(*batches[repeat % len(batches)], 0)
             times[name].append(time.perf_counter() - started)
+            cpu_times[name].append(time.process_time() - cpu_started)
     k = trainers["MemVir, pairs kept"].memvir.num_virtual_sets
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MemVir(N={args.n}, M={args.m}), k = {k}, "
-          f"{args.repeats} interleaved steps each\n")
-    print("| run | ms/step | images/s | vs baseline |")
-    print("|---|---:|---:|---:|")
-    baseline = statistics.median(times["baseline"])
-    for name, values in times.items():
-        median = statistics.median(values)
-        print(f"| {name} | {median * 1e3:.0f} | {128 / median:.0f} | {baseline / median:.2f} |")
+          f"{args.repeats} interleaved steps each; medians of the wall time and of the process's CPU time\n")
+    print("| run | ms/step | images/s | vs baseline | CPU ms/step | CPU images/s | vs baseline (CPU) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    baseline, cpu_baseline = statistics.median(times["baseline"]), statistics.median(cpu_times["baseline"])
+    for name in trainers:
+        median, cpu_median = statistics.median(times[name]), statistics.median(cpu_times[name])
+        print(f"| {name} | {median * 1e3:.0f} | {128 / median:.0f} | {baseline / median:.2f} "
+              f"| {cpu_median * 1e3:.0f} | {128 / cpu_median:.0f} | {cpu_baseline / cpu_median:.3f} |")
 
 
 if __name__ == "__main__":
