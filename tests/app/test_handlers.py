@@ -622,7 +622,7 @@ PRIVATE = {"load", "dataset_choice", "suggest_settings", "loss_scale", "reset", 
            "prepare_retrieval", "download_checkpoint", "export_gallery", "search_upload", "search_drawing",
            "search_gallery_item", "compare_gallery_item", "compare_upload", "compare_drawing", "hardest_queries",
            "per_class_metrics", "threshold_view", "list_runs_on_load", "list_runs_on_page", "list_runs_after_start",
-           "list_runs_after_reset", "pick_run"}
+           "list_runs_after_reset", "pick_run", "sample_for_pick"}
 
 
 def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clients_send(tmp_path):
