@@ -51,7 +51,8 @@ gallery-index: venv
 # Retrain the bundled checkpoints with the commands their model cards give (into fresh run folders), copy their Hub
 # files in, then index their galleries. They are the fair comparison's seed-0 finals (docs/reproduction.md, "A fair
 # comparison"; bench/fair_study.py): the app's glyphs preset, MemVir balanced with its tuned optimiser, and the
-# baseline with its own, each chosen by the same search on validation classes.
+# baseline with its own, each chosen by the same search on validation classes; retrained on glyphs v2, without the
+# three mis-drawn images (the studies ran on v1: docs/reproduction.md, "The data's version").
 BUNDLED := glyphs-norm-softmax-baseline glyphs-norm-softmax-memvir
 checkpoints: venv
 	rm -rf $(addprefix runs/,$(BUNDLED))
