@@ -126,8 +126,9 @@ def speed(args):
     print(f"the loss sees {out[0].shape[0]} rows and {out[2].shape[0]} classes; "
           f"chunks of {build_loss('norm-softmax').chunk_rows} stored rows\n")
     print("| loss | plain (ms) | blocked (ms) | blocked + kept (ms) | plain / blocked | plain / kept "
-          "| blocked / kept | loss values (plain, blocked, kept) | stored blocks computed (kept) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
+          "| blocked / kept | CPU ms (plain, blocked, kept) | plain / kept, blocked / kept (CPU) "
+          "| loss values (plain, blocked, kept) | stored blocks computed (kept) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
     for name in args.losses:
         losses = {method: build_loss(name).eval() for method in METHODS}  # CurricularFace's t fixed in eval mode
         for loss in losses.values():
@@ -137,20 +138,25 @@ def speed(args):
         for _ in range(args.m + 1):
             run_once("kept", name, losses["kept"], *steps.next())
         times = {method: [] for method in METHODS}
+        cpu_times = {method: [] for method in METHODS}
         values = {}
         for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
             x, w, out = steps.next()
             order = METHODS[repeat % 3:] + METHODS[: repeat % 3]
             for method in order:
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 values[method] = run_once(method, name, losses[method], x, w, out)
                 if repeat:
                     times[method].append(time.perf_counter() - started)
+                    cpu_times[method].append(time.process_time() - cpu_started)
         plain, blocked, kept = (statistics.median(times[m]) * 1e3 for m in METHODS)
+        cpu = [statistics.median(cpu_times[m]) * 1e3 for m in METHODS]
         computed = losses["kept"]._stored_pairs.computed
         computed = f"{computed:,} of {args.n ** 2:,}" if losses["kept"].keeps_stored_pairs else "keeps none"
         print(f"| {name} | {plain:.0f} | {blocked:.0f} | {kept:.0f} | {plain / blocked:.2f}x | {plain / kept:.2f}x "
-              f"| {blocked / kept:.2f}x | {values['plain']:.6f}, {values['blocked']:.6f}, {values['kept']:.6f} "
+              f"| {blocked / kept:.2f}x | {cpu[0]:.0f}, {cpu[1]:.0f}, {cpu[2]:.0f} "
+              f"| {cpu[0] / cpu[2]:.1f}x, {cpu[1] / cpu[2]:.1f}x "
+              f"| {values['plain']:.6f}, {values['blocked']:.6f}, {values['kept']:.6f} "
               f"| {computed} |", flush=True)
 
 
@@ -360,7 +366,7 @@ def main():
     parser.add_argument("--peak-classes", type=int, default=11318)
     parser.add_argument("--peak-dim", type=int, default=512)
     parser.add_argument("--peak-n", type=lambda text: [int(n) for n in text.split(",") if n], default=[5, 10, 45])
-    parser.add_argument("--plain-peak-n", type=lambda text: [int(n) for n in text.split(",")], default=[5, 10])
+    parser.add_argument("--plain-peak-n", type=lambda text: [int(n) for n in text.split(",") if n], default=[5, 10])
     parser.add_argument("--kept-peak-losses", type=lambda text: [name for name in text.split(",") if name],
                         default=[], help="the losses whose peak is measured keeping their pairs, e.g. "
                         "norm-softmax,proxy-anchor (at --peak-n, M = --m; the plain one at --plain-peak-n)")

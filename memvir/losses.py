@@ -198,7 +198,9 @@ class _Blocks:
         # own inputs: what the live blocks give is then kept as that step's pairs with the stored ones
         self.live_step = None if self.stored_sets is None or live_inputs is None else self.stored_sets.live_step
         # every row's and class's blocks, and which share of the rows or classes these are (``share``)
-        self.whole, self.part = self, (0, 1)
+        self.part = (0, 1)
+        self._whole: _Blocks | None = None  # not self: a reference cycle would keep every step's blocks, and the
+        # tensors they hold, until Python's cycle collector runs
         self.classes: torch.Tensor | None = None  # a class share's classes, by their numbers in the call; None: all
 
     @functools.cached_property
@@ -207,6 +209,11 @@ class _Blocks:
         its own."""
         with torch.no_grad():
             return self._prepare(self._unprepared_stored_rows)
+
+    @property
+    def whole(self) -> "_Blocks":
+        """The blocks of every row and class of the call, of which these may be a share."""
+        return self if self._whole is None else self._whole
 
     @property
     def num_all_rows(self) -> int:
@@ -221,7 +228,7 @@ class _Blocks:
         if parts == 1:
             return self
         share = copy.copy(self)
-        share.whole, share.part = self, (part, parts)
+        share._whole, share.part = self, (part, parts)
         live = _part(self.num_live_rows, part, parts)
         share.num_live_rows = live.stop - live.start
         share.live_rows, share.live_labels = self.live_rows[live], self.live_labels[live]
@@ -249,7 +256,7 @@ class _Blocks:
         if parts == 1:
             return self
         share = copy.copy(self)
-        share.whole, share.part = self, (part, parts)
+        share._whole, share.part = self, (part, parts)
         live, num_stored = self.num_live_classes, self.stored_columns.shape[0]
         groups = [slice(0, live)] + ([slice(start, start + live) for start in range(live, live + num_stored, live)]
                                      if num_stored % live == 0 else [slice(live, live + num_stored)])

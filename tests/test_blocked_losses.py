@@ -265,6 +265,33 @@ def test_the_loss_takes_memvirs_live_inputs_not_a_slice_of_its_output(name, chec
     assert_all_close(value_and_grads(changed, (x, w)), value_and_grads(plain, (x, w)))
 
 
+@pytest.mark.parametrize("name", ["norm-softmax", "proxy-anchor"])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_call_leaves_no_reference_cycle_holding_the_output(name, parts):
+    """Once the caller drops MemVir's output and the loss, nothing of the call holds the concatenated tensors, without
+    Python's cycle collector: a cycle through the call's blocks kept every step's output alive until it ran."""
+    import gc
+
+    from memvir.losses import _Blocks
+
+    mv = MemVir(2, 0)
+    loss = blocked_loss(name, chunk_rows=2)
+    generator = torch.Generator().manual_seed(3)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(4):
+            x = torch.randn(BATCH, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+            w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+            out = mv(x, torch.randint(0, NUM_CLASSES, (BATCH,), generator=generator), w)
+            loss(*out, live=out.live, share=(0, parts) if parts > 1 else None).backward()
+            del out
+            # the blocks hold views of the output's tensors (its stored weights, the normalised rows)
+            assert not [item for item in gc.get_objects() if type(item) is _Blocks]
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("store_dtype", [None, torch.float32])
 @pytest.mark.parametrize("name", LOSSES)
 def test_blocked_equals_plain_through_memvir_as_k_grows(name, store_dtype):
