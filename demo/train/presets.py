@@ -82,7 +82,7 @@ def _arrivals_text(steps_per_epoch: int, warmup_epochs: float, memvir_n: int, me
 
 
 PRESETS = {
-    # 12,252 training images: 95 steps an epoch
+    # 12,251 training images (glyphs v2): 95 whole batches an epoch
     "glyphs": Preset(128, 12, 4, 10, 2.0, "balanced",
                      "Settings for glyphs from the fair comparison (docs/reproduction.md, \"A fair comparison\"), "
                      "where MemVir and the baseline were each tuned by the same search on validation classes: batch "

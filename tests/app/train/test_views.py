@@ -349,7 +349,7 @@ def test_the_first_screen_summarises_the_settings_and_says_what_start_does():
                        "warm-up epochs (all below)")
     lines = what_happens.split("  \n")
     assert len(lines) == 3
-    # glyphs' preset by hand: 12,252 training images in whole batches of 128 are 95 steps an epoch, 1,140 in 12
+    # glyphs' preset by hand: 12,251 training images in whole batches of 128 are 95 steps an epoch, 1,140 in 12
     # epochs; the 190 warm-up steps store nothing, and the first virtual set is the step M + 1 = 11 stored steps
     # back, in use from step 190 + 11 + 1
     assert "(glyphs, 1,140 steps) takes about 5 minutes" in lines[0]
