@@ -91,7 +91,7 @@ class MemoryFull:
     def __init__(self, batch, classes, dim, num_steps, margin, seed=0):
         self.generator = torch.Generator().manual_seed(seed)
         self.batch, self.classes, self.dim = batch, classes, dim
-        self.mv = MemVir(num_steps, margin)
+        self.mv = MemVir(num_steps, margin, live_pairs=True)
         for _ in range(num_steps * (margin + 1)):
             self.next()
         assert self.mv.num_stored == num_steps * (margin + 1)
@@ -227,7 +227,8 @@ def measure_kept_peak(name, batch, classes, dim, num_steps, margin):
     after M+1 calls that filled the kept pairs: the rise of the peak resident set over the resident set before it."""
     generator = torch.Generator().manual_seed(0)
     capacity = num_steps * (margin + 1)
-    mv = MemVir(num_steps, margin, warmup_steps=capacity, schedule="all-at-once")  # stores before its warm-up ends
+    # stores before its warm-up ends; names its live steps, so the loss keeps the live blocks' pairs
+    mv = MemVir(num_steps, margin, warmup_steps=capacity, schedule="all-at-once", live_pairs=True)
     loss = build_loss(name)
 
     def step():

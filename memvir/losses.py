@@ -25,11 +25,13 @@ MemVir's selection moves by M+1 steps a call, so a pair recurs every M+1 calls w
 the pairs of the newest selected step are new (2k-1 of the k^2 blocks). Given MemVir's own ``live`` (a ``LiveBlock``
 whose ``stored_sets`` names the stored steps), a loss whose stored logits are fixed functions of the stored data keeps
 each pair's vector between calls and computes only the missing pairs: every loss but CurricularFace, whose running t
-moves the logits at every call. Where MemVir names the step its live inputs are stored as (``stored_sets.live_step``:
-its memory keeps their values exactly) and the loss is given MemVir's output unchanged, the live blocks computed with
-autograd at this call already hold that step's pairs with the selected steps (live rows x each set's weights, each
-set's rows x live weights, live x live), which the calls that select it need: they are kept from this call, so that in
-a run that calls the loss at every step no stored block is computed at all. The kept pairs are dropped when the
+moves the logits at every call. Where MemVir names the step its live inputs are stored as (``stored_sets.live_step``,
+``MemVir(live_pairs=True)``, where its memory keeps their values exactly) and the loss is given MemVir's output
+unchanged, the live blocks computed with autograd at this call already hold that step's pairs with the selected steps
+(live rows x each set's weights, each set's rows x live weights, live x live), which the calls that select it need:
+they are kept from this call, so that in a run that calls the loss at every step no stored block is computed at all
+(equal to the stored computation to float32's last digits: a resumed run, which computes them from the stored data,
+then differs from the uninterrupted one there, hence off by default). The kept pairs are dropped when the
 memory's identity changes (a reset, a resume, a change of N or M, a move), when the loss's settings, dtype or device
 change, and when a step leaves the memory; they are not saved (a resumed run computes them again). A plain ``(B, C)``
 computes every stored block at every call.

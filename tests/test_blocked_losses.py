@@ -209,7 +209,7 @@ def test_live_must_be_two_counts_within_the_inputs(live):
 
 
 def test_memvir_returns_a_three_tuple_that_says_its_live_block():
-    mv = MemVir(2, 0)
+    mv = MemVir(2, 0, live_pairs=True)
     generator = torch.Generator().manual_seed(0)
     for batch, expected_rows in ((4, 4), (3, 7), (5, 12)):
         x, y, w = torch.randn(batch, DIM, generator=generator), torch.arange(batch) % 3, torch.randn(3, DIM)
@@ -230,7 +230,7 @@ def test_memvir_returns_a_three_tuple_that_says_its_live_block():
     # step this call's live inputs are stored as (2: the memory keeps their dtype, so their values)
     assert out.stored_sets[1:] == ((1, 0), (3, 4), 0, 2)
     # a memory of another dtype keeps other values: no live step is named
-    half = MemVir(1, 0, store_dtype=torch.float16)
+    half = MemVir(1, 0, store_dtype=torch.float16, live_pairs=True)
     for _ in range(2):
         out = half(x, y, w)
     assert out.stored_sets.steps == (0,) and out.stored_sets.live_step is None
@@ -451,7 +451,7 @@ def run_with_changes(name, reduction, labels_mode):
     M 1 -> 2 at step 18, the state of step 24 saved, the loss's settings changed at step 28, the step-24 state
     resumed at step 32 and the run continued on other batches (the same step numbers, other contents). At every step
     the loss, kept from call to call, against the plain computation; returns each step's (k, blocks computed)."""
-    mv = MemVir(3, 1)
+    mv = MemVir(3, 1, live_pairs=True)
     generator = torch.Generator().manual_seed(len(name))
     loss = blocked_loss(name, chunk_rows=2)
     classes_per_set = NUM_CLASSES if reduction == "balanced" else None
@@ -527,7 +527,7 @@ def test_the_shares_of_a_loss_sum_to_the_plain_loss(name, reduction, labels_mode
     every part. The pairs are kept (and served) in every part."""
     classes_per_set = NUM_CLASSES if reduction == "balanced" else None
     for parts in (2, 3):
-        mv = MemVir(3, 1)
+        mv = MemVir(3, 1, live_pairs=True)
         generator = torch.Generator().manual_seed(len(name) + parts)
         losses = [blocked_loss(name, chunk_rows=2) for _ in range(parts)]
         for step in range(14):

@@ -154,6 +154,10 @@ class MemVir(nn.Module):
             device as it is stored, without a sync: a step with NaN, inf or labels out of range is stored as zeros
             (the memory never holds the values it refused), and `check_stored` reports it at the loop's cadence (the
             Trainer's: it stops the run and keeps its last good checkpoint).
+        live_pairs: name the step each call's live inputs are stored as (``StoredSets.live_step``), so that a loss
+            keeps what its live blocks give as that step's pairs and computes no stored block (memvir.losses,
+            "Cache"). Off by default: the pairs are not saved, and a resumed run computes them from the stored data,
+            equal only to float32's last digits, so it would no longer reproduce the uninterrupted run bit for bit.
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first: an `AugmentedBatch`, a 3-tuple
@@ -162,7 +166,7 @@ class MemVir(nn.Module):
 
     def __init__(self, num_steps: int, margin: int, warmup_steps: int = 0, store_dtype: torch.dtype | None = None,
                  schedule: str = "curriculum", max_memory_bytes: int | None = None, check_values: bool = True,
-                 expected_steps: tuple[int, int, int] | None = None):
+                 expected_steps: tuple[int, int, int] | None = None, live_pairs: bool = False):
         super().__init__()
         if schedule not in SCHEDULES:
             raise ValueError(f"MemVir: schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
@@ -175,6 +179,7 @@ class MemVir(nn.Module):
         self.store_dtype = store_dtype
         self.max_memory_bytes = memory_limit(max_memory_bytes)
         self.check_values = check_values
+        self.live_pairs = live_pairs
         self._deferred_checks = DeferredChecks()  # the stored steps' checks without check_values
         self.step = 0  # calls made so far; the next call is step `self.step`
         self.num_virtual_sets = 0  # k used by the last call
@@ -370,7 +375,8 @@ class MemVir(nn.Module):
         sizes = [self._batch_sizes[s] for s in slots]
         # the stored steps are the calls just before this one, one a call, so the step `age` calls ago is step - age
         # the live inputs are stored next (`_store`), as they are where the ring has their dtypes
-        exact = self._embeddings.dtype == embeddings.dtype and self._weights.dtype == class_weights.dtype
+        exact = self.live_pairs and self._embeddings.dtype == embeddings.dtype and (
+            self._weights.dtype == class_weights.dtype)
         stored_sets = StoredSets(self._contents, tuple(self.step - age for age in ages), tuple(sizes),
                                  self.step - self._count, self.step if exact else None)
         # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
