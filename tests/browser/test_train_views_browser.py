@@ -62,7 +62,8 @@ def _drawn_points(page) -> dict:
                     classes: Array.from(t.customdata, row => row[0])})),
                 legend: chart._fullData.filter(t => t.showlegend).map(t => t.name),
                 ranges: Object.fromEntries(axes.map(key => [key, layout[key].range])),
-                panels: (layout.annotations || []).map(note => note.text).filter(text => text.startsWith('class ')),
+                panels: (layout.annotations || []).filter(note => /domain$/.test(note.xref || ''))
+                    .map(note => note.text),
             };
         }""")
 

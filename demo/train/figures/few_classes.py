@@ -202,6 +202,14 @@ def _panel_domains(count: int) -> list[tuple[list[float], list[float]]]:
     return domains
 
 
+def _panel_title(named: str, longest: int = 12) -> str:
+    """A drift panel's title: the class's name alone ("Ͻ U+03FD", or a folder's name cut to `longest` characters, the
+    hover has it whole), "class 420" where only its number is known; short enough for a panel of a phone's width."""
+    if named.isdigit():
+        return f"class {named}"
+    return named if len(named) <= longest else named[:longest - 1] + "…"
+
+
 def few_class_drift_figure(view: FewClassView | None, class_names: ClassNames = UNNAMED_CLASSES) -> go.Figure:
     """The drift of `view`'s stored class weights: one panel per class (sorted), the live weight (outlined diamond)
     in its middle and each stored weight (diamonds, paler with age) at its true angle from it in degrees, joined to it
@@ -232,7 +240,7 @@ def few_class_drift_figure(view: FewClassView | None, class_names: ClassNames = 
         shapes.append(dict(type="circle", xref=x_name, yref=y_name, x0=-guide, x1=guide, y0=-guide, y1=guide,
                            line=dict(color="#9aa5b1", width=1, dash="dot")))
         (named,) = class_names.words([label])
-        annotations.append(dict(text=f"class {named}", xref=f"{x_name} domain", yref=f"{y_name} domain", x=0, y=1,
+        annotations.append(dict(text=_panel_title(named), xref=f"{x_name} domain", yref=f"{y_name} domain", x=0, y=1,
                                 xanchor="left", yanchor="bottom", showarrow=False, font=dict(size=11)))
         rows = np.flatnonzero(projection.weight_labels == label)
         stored = rows[projection.weight_ages[rows] > 0]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from demo.runs.few_class_track import UMAP_LAG, FewClassTrack, FewClassView
+from demo.runs.messages import ClassNames
 from demo.train.figures.few_classes import (
     LEGEND_GREY,
     _panel_domains,
@@ -256,6 +257,12 @@ def test_the_drift_picture_has_one_panel_per_class_with_each_stored_weight_at_it
         ("circle", "x", -10, 10, -10, 10), ("circle", "x2", -10, 10, -10, 10)]
     assert [note.text for note in figure.layout.annotations] == ["class 3", "class 7"]
     assert "dotted circle 10° (cos 0.985)" in figure.layout.title.text
+    # named classes are titled by their name alone, a long one cut (a phone's panel is about 85 px wide); the hover
+    # keeps it whole
+    names = ClassNames(train=("a", "b", "c", "Ͻ U+03FD", "d", "e", "f", "Black_footed_Albatross"))
+    named = few_class_drift_figure(hand_view(), names)
+    assert [note.text for note in named.layout.annotations] == ["Ͻ U+03FD", "Black_foote…"]
+    assert {tuple(trace.text) for trace in named.data if trace.mode == "markers"} >= {("Black_footed_Albatross",)}
 
 
 def test_the_drift_panels_fill_rows_of_four_from_the_top_left():
