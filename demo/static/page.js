@@ -183,6 +183,7 @@
         if (!header) return;
         settingsSeen = true;
         if (phone.matches && header.classList.contains("open")) header.click();
+        header.parentElement.dataset.foldChecked = "yes";  // a script (the browser tests) may act on the fold now
     }
 
     foldSettingsOnPhone();

@@ -6,7 +6,8 @@ def open_settings(page, timeout_ms: float) -> None:
     """Open the settings' fold (#train-settings) if it is closed, as a phone's page shows it (demo/static/page.js
     folds it as it is first drawn there), and wait until the Dataset box shows."""
     header = page.locator("#train-settings > .label-wrap")
-    header.wait_for(timeout=timeout_ms)  # drawn, and so already folded on a phone
+    # drawn, and page.js has folded it on a phone (a click before that could be undone by page.js's fold)
+    page.locator("#train-settings[data-fold-checked]").wait_for(state="attached", timeout=timeout_ms)
     if "open" not in (header.get_attribute("class") or "").split():
         header.click()
     page.locator("#dataset").wait_for(state="visible", timeout=timeout_ms)

@@ -175,11 +175,12 @@ def test_the_few_class_picture_is_one_of_the_pictures_a_page_scrubs_and_recolour
     assert len(figure.layout.annotations) == 8
     assert {trace.meta["age"] for trace in figure.data if trace.meta} == {0, 1, 2}
 
-    # hover names each point's class as the neighbours of a clicked image do: the dataset's own name ('Ж U+0416'),
-    # training classes in the map, the drift panels and the rows and weights of all classes; test classes for probes
+    # hover names each point's class as the neighbours of a clicked image do, by the dataset's own name ('Ж U+0416'):
+    # training classes in the map, the drift panels (titled by the name alone), all classes' rows and weights; test
+    # classes for probes
     data = load_dataset("glyphs-mini")
     drift_titles = [note.text for note in figure.layout.annotations]
-    assert drift_titles == [f"class {data.train.class_names[label]}" for label in _focus(live, state)]
+    assert drift_titles == [data.train.class_names[label] for label in _focus(live, state)]
     named = 0
     for picture in ("few", "few-drift", "class", "age"):
         for trace in live.recolor(state, True, picture)[0].data:
