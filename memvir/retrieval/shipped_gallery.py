@@ -16,6 +16,11 @@ files' sha256; else None, and the reason goes to the log.
 
 ``python -m memvir index FOLDER...`` (``make gallery-index``) builds the index of each checkpoint folder whose index
 is missing or stale, and then the views' figures where they are.
+
+The loaders and builders take `gallery_dir`: where the index and its figures are kept, ``gallery/`` beside the
+checkpoint by default. A folder that must not be written (a checkpoint tracked in a repository, a Hub snapshot) has
+its rebuilt gallery kept elsewhere, in a folder `gallery_cache_dir` names by the weights' digest and the split's
+fingerprint; the same stamps and the same staleness rules apply there.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ import numpy as np
 from memvir.checkpoint import MODEL_FILES
 from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval import evaluation
-from memvir.retrieval.diagnosis.ranking import QueryRankings, rank_gallery
-from memvir.retrieval.diagnosis.verification import PairSimilarities, pair_similarities
+from memvir.retrieval.diagnosis import ranking, verification
+from memvir.retrieval.diagnosis.ranking import QueryRankings
+from memvir.retrieval.diagnosis.verification import PairSimilarities
 from memvir.retrieval.index import GalleryIndex
 
 GALLERY_DIR = "gallery"
@@ -80,10 +86,20 @@ def split_fingerprint(split) -> str:
     return digest.hexdigest()
 
 
-def staleness(checkpoint_dir: str | Path, split) -> str | None:
-    """Why the checkpoint's saved gallery cannot be used for `split` (missing, damaged, built from other weights or
-    another split); None when it can."""
-    folder = Path(checkpoint_dir) / GALLERY_DIR
+def gallery_cache_dir(cache_root: str | Path, checkpoint_dir: str | Path, split) -> Path:
+    """The folder under `cache_root` for the gallery of `split` embedded by the checkpoint's current weights, named by
+    the start of the weights' digest and of the split's fingerprint (the stamp inside holds both whole)."""
+    return Path(cache_root) / f"{checkpoint_digest(checkpoint_dir)[:24]}-{split_fingerprint(split)[:24]}"
+
+
+def _gallery_folder(checkpoint_dir: str | Path, gallery_dir: str | Path | None) -> Path:
+    return Path(checkpoint_dir) / GALLERY_DIR if gallery_dir is None else Path(gallery_dir)
+
+
+def staleness(checkpoint_dir: str | Path, split, gallery_dir: str | Path | None = None) -> str | None:
+    """Why the checkpoint's saved gallery (in `gallery_dir`, default ``gallery/`` beside it) cannot be used for `split`
+    (missing, damaged, built from other weights or another split); None when it can."""
+    folder = _gallery_folder(checkpoint_dir, gallery_dir)
     stamp = _read_stamp(folder)
     if isinstance(stamp, str):
         return stamp
@@ -94,11 +110,12 @@ def staleness(checkpoint_dir: str | Path, split) -> str | None:
     return None
 
 
-def load(checkpoint_dir: str | Path, split) -> CheckpointGallery | None:
-    """The checkpoint's saved gallery of `split`; None when there is none or it is stale (see `staleness`)."""
-    if staleness(checkpoint_dir, split) is not None:
+def load(checkpoint_dir: str | Path, split, gallery_dir: str | Path | None = None) -> CheckpointGallery | None:
+    """The checkpoint's saved gallery of `split` (in `gallery_dir`, default ``gallery/`` beside it); None when there
+    is none or it is stale (see `staleness`)."""
+    if staleness(checkpoint_dir, split, gallery_dir) is not None:
         return None
-    folder = Path(checkpoint_dir) / GALLERY_DIR
+    folder = _gallery_folder(checkpoint_dir, gallery_dir)
     try:
         index = GalleryIndex.load(folder)
     except (ValueError, OSError, RuntimeError):  # faiss reports a damaged file as a RuntimeError
@@ -110,9 +127,11 @@ def load(checkpoint_dir: str | Path, split) -> CheckpointGallery | None:
 
 def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save: bool = True,
           batch_size: int = 256, progress: bool = False,
-          on_progress: Callable[[float], None] | None = None) -> CheckpointGallery:
+          on_progress: Callable[[float], None] | None = None,
+          gallery_dir: str | Path | None = None) -> CheckpointGallery:
     """Embed `split` with the checkpoint (through memvir.retrieval.evaluation), index it, score it, and (with `save`)
-    write it beside the checkpoint. `model`: the checkpoint already loaded (else it is loaded here).
+    write it beside the checkpoint, or into `gallery_dir` when given (its parent folders are made). `model`: the
+    checkpoint already loaded (else it is loaded here).
 
     Nothing is saved when the checkpoint's files change while it is embedded (a run still writing): the index would
     belong to neither version. `progress` / `on_progress`: as in `memvir.retrieval.evaluation.embed`.
@@ -128,7 +147,7 @@ def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save
     # none), whichever machine built it; `load` then picks the faster search where it runs.
     gallery = CheckpointGallery(GalleryIndex.build(embeddings, labels=labels, backend="torch"), metrics)
     if save and checkpoint_digest(checkpoint_dir) == digest:
-        _save(checkpoint_dir, gallery, {
+        _save(_gallery_folder(checkpoint_dir, gallery_dir), gallery, {
             "format": _FORMAT,
             "version": _FORMAT_VERSION,
             "checkpoint_sha256": digest,
@@ -141,11 +160,12 @@ def build(checkpoint_dir: str | Path, split, dataset_name: str, model=None, save
     return gallery
 
 
-def _save(checkpoint_dir: Path, gallery: CheckpointGallery, stamp: dict) -> None:
-    """Write the index and its stamp into a hidden folder, then swap it in: a reader never sees half an index."""
-    staging = checkpoint_dir / f".{GALLERY_DIR}-{uuid.uuid4().hex}"
-    retired = checkpoint_dir / f".{GALLERY_DIR}-old-{uuid.uuid4().hex}"
-    target = checkpoint_dir / GALLERY_DIR
+def _save(target: Path, gallery: CheckpointGallery, stamp: dict) -> None:
+    """Write the index and its stamp into a hidden folder beside `target`, then swap it in: a reader never sees half
+    an index."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}-{uuid.uuid4().hex}"
+    retired = target.parent / f".{target.name}-old-{uuid.uuid4().hex}"
     try:
         gallery.index.save(staging)
         (staging / STAMP_FILE).write_text(json.dumps(stamp, indent=1), encoding="utf-8")
@@ -160,7 +180,7 @@ def _save(checkpoint_dir: Path, gallery: CheckpointGallery, stamp: dict) -> None
 def _read_json_stamp(path: Path, format_name: str) -> dict | str:
     """The stamp of `format_name` at `path` (a JSON object), or why there is none to use."""
     if not path.is_file():
-        return f"there is no {GALLERY_DIR}/{path.name}"
+        return f"there is no {path.parent.name}/{path.name}"
     try:
         stamp = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -204,19 +224,21 @@ log = logging.getLogger(__name__)
 
 
 def build_views(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
-                max_fmr: float = MAX_FMR):
+                max_fmr: float = MAX_FMR, gallery_dir: str | Path | None = None):
     """Rank the saved index's items against one another and compare all its pairs (as the app's views do), and save
-    both beside it. Returns (QueryRankings, PairSimilarities). ValueError when the index is missing or stale (build
-    it first), or when the gallery has no class with two items (nothing to rank)."""
+    both beside the index (in `gallery_dir`, default ``gallery/`` beside the checkpoint). Returns (QueryRankings,
+    PairSimilarities). ValueError when the index is missing or stale (build it first), or when the gallery has no
+    class with two items (nothing to rank)."""
     checkpoint_dir = Path(checkpoint_dir)
-    gallery = load(checkpoint_dir, split)
+    folder = _gallery_folder(checkpoint_dir, gallery_dir)
+    gallery = load(checkpoint_dir, split, folder)
     if gallery is None:
-        raise ValueError(f"{checkpoint_dir} has no fresh {GALLERY_DIR}/ index ({staleness(checkpoint_dir, split)}); "
-                         "build it first")
+        where = f"{checkpoint_dir} has no fresh {GALLERY_DIR}/ index" if gallery_dir is None else (
+            f"{folder} holds no fresh index of {checkpoint_dir}")
+        raise ValueError(f"{where} ({staleness(checkpoint_dir, split, folder)}); build it first")
     vectors, labels = gallery.index.vectors(), gallery.index.labels
-    rankings = rank_gallery(vectors, labels, k=ranked_k, missed=missed)
-    pairs = pair_similarities(vectors, labels, max_fmr=max_fmr)
-    folder = checkpoint_dir / GALLERY_DIR
+    rankings = ranking.rank_gallery(vectors, labels, k=ranked_k, missed=missed)
+    pairs = verification.pair_similarities(vectors, labels, max_fmr=max_fmr)
     # Only the neighbours within max(k, R) are ever read (the top k shown, the first R counted for confusions).
     width = min(rankings.neighbours.shape[1], max(rankings.k, int(rankings.same_class.max(initial=0))))
     arrays = {name: getattr(rankings, name) for name in _RANKING_FIELDS}
@@ -243,17 +265,18 @@ def build_views(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, mis
 
 
 def views_staleness(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
-                    max_fmr: float = MAX_FMR) -> str | None:
-    """Why the saved views' figures cannot be used for `split` with these settings (missing, damaged, computed from
-    another index, other weights or with other settings, or another format version); None when they can."""
-    folder = Path(checkpoint_dir) / GALLERY_DIR
+                    max_fmr: float = MAX_FMR, gallery_dir: str | Path | None = None) -> str | None:
+    """Why the saved views' figures (in `gallery_dir`, default ``gallery/`` beside the checkpoint) cannot be used for
+    `split` with these settings (missing, damaged, computed from another index, other weights or with other settings,
+    or another format version); None when they can."""
+    folder = _gallery_folder(checkpoint_dir, gallery_dir)
     path = folder / VIEWS_FILE
     stamp = _read_json_stamp(path, _VIEWS_FORMAT)
     if isinstance(stamp, str):
         return stamp
     if stamp.get("version") != _VIEWS_FORMAT_VERSION:
         return f"{path} is of format version {stamp.get('version')!r}, not {_VIEWS_FORMAT_VERSION}"
-    reason = staleness(checkpoint_dir, split)
+    reason = staleness(checkpoint_dir, split, folder)
     if reason is not None:
         return f"the index they were computed from cannot be used: {reason}"
     try:
@@ -266,18 +289,18 @@ def views_staleness(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K,
                     f"{ranked_k}, missed {missed}, max_fmr {max_fmr})")
         for name, digest in stamp["files"].items():
             if not (folder / name).is_file() or _file_digest(folder / name) != digest:
-                return f"{GALLERY_DIR}/{name} is missing or damaged (its sha256 is not the one stamped)"
+                return f"{folder.name}/{name} is missing or damaged (its sha256 is not the one stamped)"
     except (KeyError, TypeError, AttributeError, OSError) as error:
         return f"{path} is incomplete or unreadable ({error!r})"
     return None
 
 
 def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
-                  max_fmr: float = MAX_FMR):
+                  max_fmr: float = MAX_FMR, gallery_dir: str | Path | None = None):
     """The saved QueryRankings of the split's items (neighbours, scores and correct marks kept up to max(k, R));
     None, with a log line saying why, when the views' figures are missing, stale or damaged (see
     `views_staleness`)."""
-    arrays = _read_views(checkpoint_dir, split, RANKINGS_FILE, ranked_k, missed, max_fmr)
+    arrays = _read_views(checkpoint_dir, split, RANKINGS_FILE, ranked_k, missed, max_fmr, gallery_dir)
     if arrays is None:
         return None
     try:
@@ -288,9 +311,9 @@ def load_rankings(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, m
 
 
 def load_pairs(checkpoint_dir: str | Path, split, ranked_k: int = RANKED_K, missed: int = MISSED_KEPT,
-               max_fmr: float = MAX_FMR):
+               max_fmr: float = MAX_FMR, gallery_dir: str | Path | None = None):
     """The saved PairSimilarities of the split's items; None, with a log line saying why, as `load_rankings`."""
-    arrays = _read_views(checkpoint_dir, split, PAIRS_FILE, ranked_k, missed, max_fmr)
+    arrays = _read_views(checkpoint_dir, split, PAIRS_FILE, ranked_k, missed, max_fmr, gallery_dir)
     if arrays is None:
         return None
     try:
@@ -307,13 +330,13 @@ _RANKING_FIELDS = ("query", "label", "same_class", "neighbours", "scores", "corr
                    "average_precision", "r_precision", "missed", "missed_scores", "missed_ranks")
 
 
-def _read_views(checkpoint_dir, split, name, ranked_k, missed, max_fmr) -> dict | None:
-    reason = views_staleness(checkpoint_dir, split, ranked_k, missed, max_fmr)
+def _read_views(checkpoint_dir, split, name, ranked_k, missed, max_fmr, gallery_dir) -> dict | None:
+    reason = views_staleness(checkpoint_dir, split, ranked_k, missed, max_fmr, gallery_dir)
     if reason is not None:
         log.info("%s: the saved figures of its gallery's views are not used (%s); computing them", checkpoint_dir,
                  reason)
         return None
-    path = Path(checkpoint_dir) / GALLERY_DIR / name
+    path = _gallery_folder(checkpoint_dir, gallery_dir) / name
     try:
         with np.load(path, allow_pickle=False) as file:
             return {key: file[key] for key in file.files}

@@ -2,6 +2,7 @@
 while its weights and split are the ones it was built from, and the bundled checkpoints ship a fresh one."""
 
 import copy
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -108,6 +109,38 @@ def test_nothing_is_saved_without_save_and_a_rebuild_replaces_the_old_index(chec
     shipped_gallery.build(checkpoint, split, "glyphs-mini")
     assert shipped_gallery.load(checkpoint, split) is not None
     assert [path.name for path in checkpoint.iterdir() if path.name.startswith(".")] == []  # no staging left
+
+
+def test_a_gallery_kept_away_from_its_checkpoint_follows_the_same_rules(checkpoint, split, tmp_path):
+    config, weights = (checkpoint / "config.json").read_bytes(), (checkpoint / "model.safetensors").read_bytes()
+    # The cache's folder name: the start of the sha256 of the weights' files (each name, a NUL, its bytes) and of the
+    # split's fingerprint.
+    weights_sha256 = hashlib.sha256(b"config.json\0" + config + b"model.safetensors\0" + weights).hexdigest()
+    kept = shipped_gallery.gallery_cache_dir(tmp_path / "cache", checkpoint, split)
+    assert kept == tmp_path / "cache" / f"{weights_sha256[:24]}-{shipped_gallery.split_fingerprint(split)[:24]}"
+    listing = sorted(path.name for path in checkpoint.iterdir())
+
+    built = shipped_gallery.build(checkpoint, split, "glyphs-mini", gallery_dir=kept)
+    rankings, _ = shipped_gallery.build_views(checkpoint, split, gallery_dir=kept)
+    assert sorted(path.name for path in checkpoint.iterdir()) == listing  # nothing written beside the checkpoint
+    assert sorted(path.name for path in kept.iterdir()) == [
+        "checkpoint.json", "gallery.json", "pairs.npz", "rankings.npz", "vectors.npy", "views.json"]
+    assert json.loads((kept / "checkpoint.json").read_text())["checkpoint_sha256"] == weights_sha256
+    assert shipped_gallery.staleness(checkpoint, split) == "there is no gallery/checkpoint.json"
+    loaded = shipped_gallery.load(checkpoint, split, kept)
+    np.testing.assert_array_equal(loaded.index.vectors(), built.index.vectors())
+    np.testing.assert_array_equal(shipped_gallery.load_rankings(checkpoint, split, gallery_dir=kept).average_precision,
+                                  rankings.average_precision)
+    assert shipped_gallery.load_pairs(checkpoint, split, gallery_dir=kept) is not None
+
+    _tiny_model(1).save_pretrained(checkpoint)  # retrained: the kept copy is stale, as one beside it would be
+    assert shipped_gallery.staleness(checkpoint, split, kept) == (
+        "it was built from other weights (config.json or model.safetensors changed)")
+    assert shipped_gallery.load(checkpoint, split, kept) is None
+    assert shipped_gallery.views_staleness(checkpoint, split, gallery_dir=kept).startswith(
+        "the index they were computed from cannot be used: it was built from other weights")
+    with pytest.raises(ValueError, match=f"{kept} holds no fresh index of {checkpoint} \\(it was built from other"):
+        shipped_gallery.build_views(checkpoint, split, gallery_dir=kept)
 
 
 def test_progress_is_reported_per_batch(checkpoint, split):
