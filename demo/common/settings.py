@@ -98,8 +98,9 @@ class AppSettings:
     """The app's folders and limits.
 
     data_dir: the app's own folder: ``runs/`` (one folder per training run), ``uploads/`` (unpacked zips),
-        ``downloads/`` (checkpoint zips) and ``gradio/`` (Gradio's upload cache). checkpoints_dir: bundled
-        checkpoints, one sub-folder each.
+        ``downloads/`` (checkpoint zips), ``galleries/`` (test-split indexes the app rebuilt for checkpoints whose
+        folders it does not write: bundled ones, Hub snapshots; demo.retrieve.index_builds) and ``gradio/``
+        (Gradio's upload cache). checkpoints_dir: bundled checkpoints, one sub-folder each.
     max_active_runs: training runs allowed at once on this machine (one by default: runs share the device).
     umap: compute UMAP projections of snapshots in the background (PCA is always shown at once).
     max_gallery_uploads / max_training_images: images in a gallery upload / a training zip (counted before a zip is
@@ -164,6 +165,10 @@ class AppSettings:
     @property
     def downloads_dir(self) -> Path:
         return self.data_dir / "downloads"
+
+    @property
+    def galleries_dir(self) -> Path:
+        return self.data_dir / "galleries"
 
     @property
     def gradio_dir(self) -> Path:

@@ -177,10 +177,11 @@ class Catalogue:
             return self._models.get_or_make(key, load)
 
     def may_save_beside(self, checkpoint: LoadedCheckpoint) -> bool:
-        """Whether an index embedded by this loaded model may be kept in the checkpoint's folder: a bundled
-        checkpoint or one of the app's runs (not a Hub cache, not a folder a visitor may only read), whose weights
-        are still the ones the model was loaded from (a run may have saved new ones since)."""
+        """Whether an index embedded by this loaded model may be kept in the checkpoint's folder: only one of the
+        app's own runs, whose weights are still the ones the model was loaded from (a run may have saved new ones
+        since). Never a bundled checkpoint (its folder is tracked in the repository, or a Space's read-only copy), a
+        Hub snapshot (the Hugging Face cache's) or a folder a visitor may only read: their rebuilt indexes go to the
+        app's own cache (demo.retrieve.index_builds)."""
         folder = checkpoint.folder
-        homes = (self.settings.checkpoints_dir.resolve(), self.settings.runs_dir.resolve())
-        return (folder.resolve().parent in homes and os.access(folder, os.W_OK)
+        return (folder.resolve().parent == self.settings.runs_dir.resolve() and os.access(folder, os.W_OK)
                 and folder_key(folder) == checkpoint.key)

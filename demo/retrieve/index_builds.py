@@ -7,16 +7,26 @@ than start a second one on the same two cores, and a page can ask how far it has
 build leaves only its outcome (done, or the error that stopped it) behind; `IndexCache` keeps the indexes. The
 building itself is the library's: a test split through memvir.retrieval.shipped_gallery (read from beside the
 checkpoint when fresh), an upload through memvir.retrieval.query.index_images.
+
+Where a test split's index lives on disk: beside the checkpoint (``gallery/``) when a fresh one is there, and for the
+app's own runs, which get theirs written there. Any other checkpoint's folder is only read: a bundled checkpoint's is
+tracked in the repository (or a Space's read-only copy) and a Hub snapshot's belongs to the Hugging Face cache, so the
+index the app rebuilds for them (their weights or the dataset's rendering changed since it was shipped) goes to the
+app's gallery cache (`AppSettings.galleries_dir`), in a folder named by the weights' digest and the split's
+fingerprint, with the same stamp and staleness rules, and so do its views' figures: the warm-up ranks the default
+checkpoints' galleries at every start, seconds each, which the next start then reads instead.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from demo.common.settings import AppSettings
 from demo.retrieve.checkpoints import Catalogue, LoadedCheckpoint, LruCache, RetrievalError, folder_key
@@ -36,6 +46,9 @@ EMBED_BATCH = 512
 RANKED_K = shipped_gallery.RANKED_K
 MISSED_KEPT = shipped_gallery.MISSED_KEPT
 MAX_FMR = shipped_gallery.MAX_FMR
+# Galleries kept in the app's gallery cache; the least recently used go first beyond this many, so that visitors
+# naming Hub repos one after another do not fill the disk.
+CACHED_GALLERIES_KEPT = 8
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +116,21 @@ class IndexBuilds:
         return None if entry is None else (entry.fraction, entry.error)
 
 
+class GalleryHome(NamedTuple):
+    """Where a checkpoint's test-split index and its views' figures are read from, and whether the app writes them
+    there (`writable`) and keeps them in its gallery cache (`cached`)."""
+
+    folder: Path
+    writable: bool
+    cached: bool
+
+
 class IndexCache:
     """Each (checkpoint, gallery)'s index, rankings, pair cosines and export, made once and kept; thread-safe.
 
-    A test split's index is read from the checkpoint's folder when a fresh one is there (bundled checkpoints ship
-    theirs), and otherwise embedded and, for bundled checkpoints and the app's runs, saved there for later starts.
+    A test split's index is read from disk when a fresh one is there (bundled checkpoints ship theirs), and otherwise
+    embedded and saved for later starts: beside the app's own runs, in the app's gallery cache for any other
+    checkpoint, whose folder the app never writes (see `gallery_home`).
     """
 
     def __init__(self, settings: AppSettings, catalogue: Catalogue, galleries: Galleries):
@@ -119,6 +142,7 @@ class IndexCache:
         self._rankings = LruCache()
         self._pairs = LruCache()
         self._builds = IndexBuilds()
+        self._views_lock = threading.Lock()  # one writer of a cached gallery's views' files at a time
 
     def index(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> IndexedGallery:
         """The gallery embedded by the checkpoint, indexed; built on first use (a request for an index that is being
@@ -137,7 +161,7 @@ class IndexCache:
 
     def index_in_background(self, choice: str) -> threading.Thread:
         """Index the checkpoint's test split on a thread of its own (for a run that just finished), so that its
-        first search need not embed and the index is saved beside it; `indexing_progress` follows it. Returns the
+        first search need not embed and the index is saved (beside a run); `indexing_progress` follows it. Returns the
         thread; what stops it is logged, and `indexing_progress(choice)` reports it."""
 
         def work():
@@ -171,15 +195,38 @@ class IndexCache:
         with self._lock:
             return self._indexes.recent(key)
 
+    def gallery_home(self, checkpoint: LoadedCheckpoint, split) -> GalleryHome:
+        """Where the index of the checkpoint's test split `split` and its views' figures are read and kept: beside
+        the checkpoint (``gallery/``) for the app's own runs (written there) and wherever a fresh one is there (a
+        bundled checkpoint's shipped index, only read); else a folder of the app's gallery cache named by the
+        weights' digest and the split's fingerprint, written while the folder's weights are still the ones loaded (an
+        index of the loaded model would not match a stamp of newer ones)."""
+        beside = checkpoint.folder / shipped_gallery.GALLERY_DIR
+        if self._catalogue.may_save_beside(checkpoint):
+            return GalleryHome(beside, writable=True, cached=False)
+        if shipped_gallery.staleness(checkpoint.folder, split) is None:
+            return GalleryHome(beside, writable=False, cached=False)
+        cached = shipped_gallery.gallery_cache_dir(self.settings.galleries_dir, checkpoint.folder, split)
+        return GalleryHome(cached, writable=folder_key(checkpoint.folder) == checkpoint.key, cached=True)
+
     def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
         if gallery.size == 0:
             raise RetrievalError("the gallery is empty")
         if gallery.split is not None:
-            saved = shipped_gallery.load(checkpoint.folder, gallery.split)
+            home = self.gallery_home(checkpoint, gallery.split)
+            saved = shipped_gallery.load(checkpoint.folder, gallery.split, home.folder)
             if saved is None:
+                if home.cached:
+                    log.info("%s: its test split's index is embedded and kept in %s (the one beside it cannot be "
+                             "used: %s)", checkpoint.name, home.folder,
+                             shipped_gallery.staleness(checkpoint.folder, gallery.split))
                 saved = shipped_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
-                                              model=checkpoint.model, save=self._catalogue.may_save_beside(checkpoint),
-                                              batch_size=EMBED_BATCH, on_progress=report)
+                                              model=checkpoint.model, save=home.writable, batch_size=EMBED_BATCH,
+                                              on_progress=report, gallery_dir=home.folder)
+            elif home.cached:
+                log.info("%s: its test split's index is read from %s", checkpoint.name, home.folder)
+            if home.cached and home.folder.is_dir():
+                self._mark_cached_gallery_used(home.folder)
             return IndexedGallery(saved.index, saved.metrics)
         # Uploaded images through the query path (glyph polarity and framing), as a query would be.
         images = [gallery.image(item) for item in range(gallery.size)]
@@ -205,8 +252,7 @@ class IndexCache:
             except ValueError as error:  # no class with two items
                 raise RetrievalError(f"the gallery's queries cannot be ranked: {error}") from None
 
-        return self._kept_figures(self._rankings, ("rankings", checkpoint.key, gallery.key), checkpoint, gallery,
-                                  shipped_gallery.load_rankings, rank)
+        return self._kept_figures("rankings", checkpoint, gallery, rank)
 
     def pair_similarities(self, checkpoint: LoadedCheckpoint, gallery: Gallery):
         """The cosines of every pair of a labelled gallery's items by class sameness
@@ -222,18 +268,19 @@ class IndexCache:
             except ValueError as error:  # no pair of one kind
                 raise RetrievalError(f"the gallery's pairs cannot be told apart: {error}") from None
 
-        return self._kept_figures(self._pairs, ("pairs", checkpoint.key, gallery.key), checkpoint, gallery,
-                                  shipped_gallery.load_pairs, pair)
+        return self._kept_figures("pairs", checkpoint, gallery, pair)
 
-    def _kept_figures(self, kept, key, checkpoint: LoadedCheckpoint, gallery: Gallery, load, compute):
-        """The figures of `key` in `kept`: read from beside the checkpoint where saved there (`_saved_figures`),
-        else `compute(the gallery index's vectors)`, once per gallery index (a request for figures being computed
-        waits for them), then kept."""
+    def _kept_figures(self, kind: str, checkpoint: LoadedCheckpoint, gallery: Gallery, compute):
+        """The figures of `kind` ("rankings" or "pairs"): read from disk where saved (`_saved_figures`), else
+        `compute(the gallery index's vectors)`, once per gallery index (a request for figures being computed waits
+        for them), then kept."""
+        kept, key = self._kept_of(kind), (kind, checkpoint.key, gallery.key)
+
         def build(report):
             with self._lock:
                 if key in kept:
                     return kept[key]
-            figures = self._saved_figures(load, checkpoint, gallery)
+            figures = self._saved_figures(kind, checkpoint, gallery)
             if figures is None:
                 figures = compute(self.index(checkpoint, gallery).index.vectors())
             with self._lock:
@@ -243,13 +290,63 @@ class IndexCache:
             figures = kept.recent(key)
         return figures if figures is not None else self._builds.run(key, build)
 
-    def _saved_figures(self, load, checkpoint: LoadedCheckpoint, gallery: Gallery):
-        """The figures `load` (memvir.retrieval.shipped_gallery.load_rankings / load_pairs) reads from beside the
-        checkpoint, for its own test split, computed at build time; None for other galleries, or where they are
-        missing or stale (the loader logs why) or the folder's weights are no longer the ones loaded."""
+    def _kept_of(self, kind: str) -> LruCache:
+        return {"rankings": self._rankings, "pairs": self._pairs}[kind]
+
+    def _saved_figures(self, kind: str, checkpoint: LoadedCheckpoint, gallery: Gallery):
+        """The figures of `kind` for the checkpoint's own test split, read where its index is kept (`gallery_home`:
+        memvir.retrieval.shipped_gallery.load_rankings / load_pairs), or for an index in the app's gallery cache
+        computed and saved there (`_cache_views`); None for other galleries, where they are missing or stale beside
+        a checkpoint (the loader logs why) or the folder's weights are no longer the ones loaded."""
         if gallery.split is None or folder_key(checkpoint.folder) != checkpoint.key:
             return None
-        return load(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR)
+        home = self.gallery_home(checkpoint, gallery.split)
+        load = shipped_gallery.load_rankings if kind == "rankings" else shipped_gallery.load_pairs
+        figures = load(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR, gallery_dir=home.folder)
+        if figures is None and home.cached and home.writable:
+            figures = self._cache_views(kind, checkpoint, gallery, home.folder)
+        return figures
+
+    def _cache_views(self, kind: str, checkpoint: LoadedCheckpoint, gallery: Gallery, folder: Path):
+        """Both views' figures of a cached gallery, computed and saved beside its index
+        (memvir.retrieval.shipped_gallery.build_views), kept, and the one of `kind` returned; None when they cannot
+        be saved there (the index is not saved there, or the gallery has nothing to rank or pair: computed as any
+        gallery's, which says why). Both at once: the warm-up asks for both of the default checkpoint at every
+        start, and a visitor opening one view soon opens the other."""
+        self.index(checkpoint, gallery)  # into the cache first, when it is not there yet
+        load = shipped_gallery.load_rankings if kind == "rankings" else shipped_gallery.load_pairs
+        with self._views_lock:
+            # Saved by the other kind's request while this one waited.
+            if shipped_gallery.views_staleness(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR,
+                                               gallery_dir=folder) is None:
+                figures = load(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT, MAX_FMR, gallery_dir=folder)
+                if figures is not None:
+                    return figures
+            try:
+                rankings, pairs = shipped_gallery.build_views(checkpoint.folder, gallery.split, RANKED_K, MISSED_KEPT,
+                                                              MAX_FMR, gallery_dir=folder)
+            except (ValueError, OSError) as error:  # OSError: the cache was pruned meanwhile
+                log.info("%s: the views' figures of its cached gallery are not saved (%s)", checkpoint.name, error)
+                return None
+        with self._lock:
+            self._rankings.get_or_make(("rankings", checkpoint.key, gallery.key), lambda: rankings)
+            self._pairs.get_or_make(("pairs", checkpoint.key, gallery.key), lambda: pairs)
+        return rankings if kind == "rankings" else pairs
+
+    def _mark_cached_gallery_used(self, folder: Path) -> None:
+        """Mark a cached gallery as just used, and drop the least recently used beyond CACHED_GALLERIES_KEPT."""
+        try:
+            os.utime(folder)
+            kept = sorted((path for path in self.settings.galleries_dir.iterdir()
+                           if path.is_dir() and not path.name.startswith(".")),
+                          key=lambda path: path.stat().st_mtime_ns, reverse=True)
+        except OSError as error:  # another request pruned meanwhile: the index in hand is still whole
+            log.info("the gallery cache %s was not pruned (%s)", self.settings.galleries_dir, error)
+            return
+        for stale in kept[CACHED_GALLERIES_KEPT:]:
+            if stale != folder:
+                log.info("dropping the cached gallery %s (the least recently used)", stale)
+                shutil.rmtree(stale, ignore_errors=True)
 
     def export(self, checkpoint: LoadedCheckpoint, gallery: Gallery) -> tuple[Path, Path]:
         """(a TensorBoard projector bundle zipped, an .npz) of the gallery's embeddings by the checkpoint, with

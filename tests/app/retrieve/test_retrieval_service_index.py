@@ -1,7 +1,8 @@
 """RetrievalService's gallery indexes on disk: a bundled checkpoint's shipped index answers the first search with no
-embedding; a stale one is rebuilt, not used, and saved for the next start; a run's gallery is indexed in the
-background with its progress readable. Embedding is observed by counting calls of memvir.retrieval.evaluation.embed (the
-one path that embeds a test split); nothing is timed."""
+embedding; a stale one is rebuilt, not used, and kept in the app's gallery cache for the next start (never written
+beside the checkpoint); a run's gallery is indexed in the background, saved beside it, with its progress readable.
+Embedding is observed by counting calls of memvir.retrieval.evaluation.embed (the one path that embeds a test split);
+nothing is timed."""
 
 import json
 import shutil
@@ -80,7 +81,7 @@ def test_a_bundled_checkpoints_first_search_uses_its_shipped_index(tmp_path, emb
     assert _files(bundled / "gallery") == shipped  # read, not rewritten
 
 
-def test_a_stale_index_is_rebuilt_not_used_and_saved_for_the_next_start(tmp_path, embed_calls):
+def test_a_stale_index_is_rebuilt_not_used_and_kept_for_the_next_start(tmp_path, embed_calls):
     folder = tmp_path / "checkpoints" / "tiny"
     split = load_dataset("glyphs-mini").test
     _tiny_model(0).save_pretrained(folder)
@@ -99,7 +100,10 @@ def test_a_stale_index_is_rebuilt_not_used_and_saved_for_the_next_start(tmp_path
     similarities = reference @ reference[30]
     similarities[30] = -np.inf
     assert [hit.index for hit in hits] == np.argsort(-similarities, kind="stable")[:5].tolist()
-    assert shipped_gallery.staleness(folder, split) is None  # the rebuilt index was saved beside the weights
+    # kept in the app's cache, not beside the bundled weights (tests/app/retrieve/test_gallery_cache.py)
+    assert shipped_gallery.staleness(folder, split) is not None
+    assert shipped_gallery.load(folder, split, shipped_gallery.gallery_cache_dir(
+        tmp_path / "data" / "galleries", folder, split)) is not None
 
     restarted = _service(tmp_path)
     checkpoint = restarted.load_checkpoint(str(folder))
@@ -114,6 +118,10 @@ def test_an_index_is_kept_only_beside_the_apps_own_checkpoints(tmp_path, embed_c
     checkpoint = service.load_checkpoint(str(elsewhere))
     service.index(checkpoint, service.test_split_gallery(checkpoint))
     assert embed_calls == [288] and not (elsewhere / "gallery").exists()  # a folder visitors may only read
+    restarted = _service(tmp_path, allowed_folders=(tmp_path / "shared-models",))
+    checkpoint = restarted.load_checkpoint(str(elsewhere))
+    restarted.index(checkpoint, restarted.test_split_gallery(checkpoint))
+    assert embed_calls == [288]  # the next start reads it from the app's gallery cache
 
 
 def test_a_finished_runs_gallery_is_indexed_in_the_background(tmp_path, embed_calls):
@@ -124,7 +132,8 @@ def test_a_finished_runs_gallery_is_indexed_in_the_background(tmp_path, embed_ca
     service.index_in_background(str(run)).join(120)
     assert embed_calls == [288]
     assert service.indexing_progress(str(run)) == 1.0
-    assert shipped_gallery.staleness(run, load_dataset("glyphs-mini").test) is None
+    assert shipped_gallery.staleness(run, load_dataset("glyphs-mini").test) is None  # saved beside the run
+    assert not (tmp_path / "data" / "galleries").exists()  # and nowhere else
 
     checkpoint = service.load_checkpoint(str(run))
     service.search(checkpoint, service.test_split_gallery(checkpoint), _mini_glyph(0), k=3)
