@@ -25,6 +25,7 @@ from demo.runs.manager import RunManager
 from demo.train import tab as train_tab
 from demo.train.live_view import FigureBuilder
 from demo.train.past_runs import PastRunsHandlers
+from demo.train.poll import current_state
 from memvir.memory.size import format_bytes
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class PageHandlers:
             log.warning("load refused the page's visitor key: %s", error)
             visitor = uuid.uuid4().hex
         state, push_button, push_note = train_tab.opened(self.runs, visitor, oauth_token)
+        state = current_state(self.runs, state, request)  # a Start (or Reset) this page made before its load ended
         return (visitor, state, push_button, push_note, *train_tab.live_values(self.runs, state.run_id),
                 self.retrieve.checkpoint_list())
 

@@ -5,16 +5,21 @@ tab neither stops nor orphans a run, a reloaded page finds it again, and every v
 belongs to the visitor who started it (a key the browser keeps); others may watch it but not steer it. At most
 `max_active_runs` train at once (one by default: runs on one device only slow each other down). What the page knows
 of each run is a `LiveRun` (demo.runs.live_run); the process it trains in is a `RunProcess` (demo.runs.process), so
-that training neither slows the server nor, when it dies, takes the server with it.
+that training neither slows the server nor, when it dies, takes the server with it. What each page last chose to
+show (Reset, Start, a pick from the runs' list) is kept here too (`PageChoices`), so that a handler that began before
+the choice cannot undo it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
 import time
 import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 from demo.common.cores import training_threads
@@ -105,6 +110,57 @@ def _run_name(config) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{dataset}-{config.loss}-{memvir}-{uuid.uuid4().hex[:4]}"
 
 
+@dataclass(frozen=True)
+class PageChoice:
+    """What a page last chose to show, by Reset, Start or a pick from the runs' list: its run (None: the one
+    `RunManager.attach` finds), the time it was reset at (only runs started since are found), and whether the run was
+    picked (shown whatever else trains). `stamp` orders the choices: a later choice has a greater one."""
+
+    stamp: int
+    run_id: str | None = None
+    after: float | None = None
+    picked: bool = False
+
+
+class PageChoices:
+    """Each page's latest `PageChoice`, on the server, so that a handler that began before a choice cannot undo it.
+
+    Gradio keeps a page's state on the server and writes a handler's returned state when the handler ends, whatever
+    began first: a poll that read the state before Reset was pressed and ends after Reset wrote its own would write
+    the old run back, and the page would show it again. So each state carries the stamp of the choice it follows, and
+    the handlers follow the page's latest choice instead of a state whose stamp is older (demo.train.poll).
+
+    A page is a gradio session (one browser tab), not a visitor: a Reset in one tab leaves the visitor's other tabs as
+    they are, as each tab's state is its own. At most `kept` pages are remembered, the one that chose longest ago
+    forgotten first: gradio keeps as many sessions' states (its state_session_capacity)."""
+
+    def __init__(self, kept: int = 10_000):
+        self._kept = kept
+        self._lock = threading.Lock()
+        self._latest: OrderedDict[str, PageChoice] = OrderedDict()
+        self._stamps = itertools.count(1)
+
+    def choose(self, page: str | None, run_id: str | None = None, after: float | None = None,
+               picked: bool = False) -> PageChoice:
+        """Note `page`'s new choice, stamped later than any before. Without a page (a client of the API, a test
+        calling a handler) nothing is noted and the stamp is 0: there is nothing to order it against."""
+        if page is None:
+            return PageChoice(0, run_id, after, picked)
+        with self._lock:
+            choice = self._latest[page] = PageChoice(next(self._stamps), run_id, after, picked)
+            self._latest.move_to_end(page)
+            while len(self._latest) > self._kept:
+                self._latest.popitem(last=False)
+            return choice
+
+    def latest(self, page: str | None) -> PageChoice | None:
+        """`page`'s latest choice, or None where it made none (or has no page)."""
+        if page is None:
+            return None
+        with self._lock:
+            return self._latest.get(page)
+
+
 class RunManager:
     """Starts, steers and finds runs; thread-safe. `project(snapshot, method, reference=)` makes the 2-D picture
     (memvir.analysis.projection.project_snapshot by default); `umap_worker` (a demo.umap.service.UmapService) computes
@@ -118,6 +174,7 @@ class RunManager:
         self._lock = threading.RLock()
         self._runs: dict[str, LiveRun] = {}
         self.audience = Audience()  # the pages watching each run, and how often each polls
+        self.pages = PageChoices()  # what each page last chose to show (Reset, Start, a pick)
         self.keeper = persist.RunKeeper(settings.persist_dir)  # runs kept past a restart, where settings say
         self.keeper.restore_into(settings.runs_dir)
         for run in _interrupted_runs(settings.runs_dir, settings.finished_runs_kept):

@@ -25,7 +25,7 @@ from demo.common.shims import unvalidated_figure
 from demo.runs.live_run import ImageSet
 from demo.runs.manager import RunManager
 from demo.train import live_view
-from demo.train.poll import PollState
+from demo.train.poll import PollState, current_state
 from memvir.retrieval.knn import knn_search
 from memvir.train.trainer import training_data
 
@@ -122,11 +122,12 @@ class NeighbourHandlers:
         self.runs = runs
 
     @reporting(message_slot=2, outputs=6)
-    def show_neighbours(self, state: PollState, picked, color_by):
+    def show_neighbours(self, state: PollState, picked, color_by, request: gr.Request = None):
         """A click on an image's point: (state, the neighbours as a gallery, their caption, the picture with them
         ringed, follow unticked, the scrub slider at the snapshot), so that the picture stays while the visitor
         looks."""
         pick = parse_pick(picked)
+        state = current_state(self.runs, state, request)
         run = self.runs.get(state.run_id)
         if run is None:
             raise ValueError("no run is shown here: start one, then click a point of its snapshot")

@@ -23,7 +23,7 @@ from demo.retrieve.downloads import write_zip
 from demo.runs.live_run import LiveRun
 from demo.runs.manager import RunManager
 from demo.train.live_view import STATE_LABELS
-from demo.train.poll import PollState
+from demo.train.poll import PollState, chosen_state, current_state
 from demo.train.results_table import METRICS, SPLITS, final_metrics, percent
 from memvir.checkpoint import HUB_FILES
 
@@ -149,6 +149,7 @@ class PastRunsHandlers:
         """The list as it is now (on the page's load, when it is opened, after Start and Reset), showing what the page
         shows: the run picked, else `FOLLOW`."""
         visitor = visitor_key(visitor, request)
+        state = current_state(self.runs, state, request)
         choices = run_choices(self.runs, visitor)
         value = state.run_id if state.picked and self.runs.get(state.run_id) is not None else FOLLOW
         return gr.update(choices=choices, value=value)
@@ -156,12 +157,14 @@ class PastRunsHandlers:
     def pick(self, state: PollState, choice, visitor=None, request: gr.Request = None):
         """(the page's state, "follow the latest snapshot", the words under the list, the model's download): the run
         picked shown from the next poll on, its latest snapshot followed; `FOLLOW`, or the run the page would show
-        anyway, the page's usual run again."""
+        anyway, the page's usual run again. Either is noted on the server (chosen_state): a poll that began before the
+        pick and ends after it follows it."""
         visitor = visitor_key(visitor, request)
+        state = current_state(self.runs, state, request)
         no_download = gr.update(value=None, visible=False)
         usual = self.runs.attach(visitor, None, after=state.after)
         if choice in (None, "", FOLLOW) or (usual is not None and choice == usual.id):
-            return PollState(after=state.after), True, NOTHING_PICKED, no_download
+            return chosen_state(self.runs, request, after=state.after), True, NOTHING_PICKED, no_download
         run = self.runs.get(choice) if isinstance(choice, str) else None
         if run is None or run.kind != "main":
             return (state, gr.skip(), f"⚠️ There is no run {str(choice)[:80]!r} on this server any more (it keeps "
@@ -169,7 +172,8 @@ class PastRunsHandlers:
                     "another.", gr.skip())
         archive = model_zip(self.runs, run)
         download = no_download if archive is None else gr.update(value=str(archive), visible=True)
-        return PollState(run_id=run.id, after=state.after, picked=True), True, summary_markdown(run, visitor), download
+        picked = chosen_state(self.runs, request, run.id, state.after, picked=True)
+        return picked, True, summary_markdown(run, visitor), download
 
 
 @dataclass(frozen=True)

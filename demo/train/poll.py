@@ -7,6 +7,12 @@ poll's views key says they changed: the poll then starts the page's views timer,
 A poll sends the status line always and a figure only when what it shows changed (gr.skip otherwise): the figures
 are large and most polls find nothing new. The figures themselves come ready from the `FigureBuilder`
 (demo.train.live_view), shared by every page watching a run.
+
+What a page chose to show (Reset, Start, a pick from the runs' list) is kept on the server too (RunManager.pages):
+gradio writes a handler's returned state when it ends, so a poll that read the state before a Reset and ended after
+it would write the old run back. Every handler that reads or returns a `PollState` takes it through `current_state`,
+which follows the page's latest choice over a state that does not know of it; the poll checks again as it ends
+(`PollHandlers.poll`).
 """
 
 from __future__ import annotations
@@ -69,6 +75,39 @@ class PollState:
     scrubbed_step: int | None = None  # the step the scrub slider was moved to (shown while not following)
     views: str | None = None  # the views key at the page's last start of its views timer (views_key); None: none yet
     interval: float = POLL_SECONDS  # the page's poll interval as last sent (demo.runs.audience)
+    chosen: int = 0  # the stamp of the page's latest choice this state follows (demo.runs.manager.PageChoices)
+
+
+# A page's choices come from its visitor's clicks: more than this many during one poll's milliseconds are a client's,
+# and the page's next poll follows the latest of them.
+CHOICES_FOLLOWED_PER_POLL = 3
+
+
+def page_of(request: gr.Request | None) -> str | None:
+    """The page asking: its gradio session (one browser tab, whose state is its own); None without one."""
+    return getattr(request, "session_hash", None)
+
+
+def current_state(runs: RunManager, state: PollState, request: gr.Request | None) -> PollState:
+    """`state`, unless its page chose since (Reset, Start, a pick: RunManager.pages) and a handler that began before
+    the choice wrote it over the choice's state: then the choice's state (its run, reset time and pick; nothing sent
+    yet of its views, which the poll then sends)."""
+    page = page_of(request)
+    if page is None:  # a caller without a page (a test, a client of the API) made no choice to follow
+        return state
+    choice = runs.pages.latest(page)
+    if choice is None or choice.stamp <= state.chosen:
+        return state
+    return PollState(run_id=choice.run_id, after=choice.after, picked=choice.picked, interval=state.interval,
+                     chosen=choice.stamp)
+
+
+def chosen_state(runs: RunManager, request: gr.Request | None, run_id: str | None = None, after: float | None = None,
+                 picked: bool = False) -> PollState:
+    """The state of the page's new choice (Reset, Start, a pick), noted on the server first, so that a handler that
+    began before it follows it (`current_state`)."""
+    choice = runs.pages.choose(page_of(request), run_id, after, picked)
+    return PollState(run_id=choice.run_id, after=choice.after, picked=choice.picked, chosen=choice.stamp)
 
 
 class PollHandlers:
@@ -84,6 +123,15 @@ class PollHandlers:
         when the views key changed, the views timer started, which sends the page's second poll (demo.train.views).
         """
         visitor = visitor_key(visitor, request)
+        for _ in range(CHOICES_FOLLOWED_PER_POLL):
+            state = current_state(self.runs, state, request)
+            answer = self._answer(state, color_by, follow, visitor, request)
+            if current_state(self.runs, state, request) is state:  # no choice made while it drew
+                break
+        return answer
+
+    def _answer(self, state: PollState, color_by, follow, visitor: str, request: gr.Request | None):
+        """One poll's answer for `state`."""
         run = shown_run(self.runs, state, visitor)
         _use_umap(self.runs, run, color_by)
         interval, pages = self.runs.audience.interval(run, visitor)
@@ -103,10 +151,11 @@ class PollHandlers:
         views_due = VIEWS_DUE if views != state.views else gr.skip()
         return new_state, status, *controls, *curves, embedding, caption, slider, timer, views_due
 
-    def show_snapshot(self, state: PollState, step, color_by):
+    def show_snapshot(self, state: PollState, step, color_by, request: gr.Request = None):
         """(state, picture, caption, "follow the latest", the scrub slider): the snapshot kept at or before the
         scrubbed step, the slider moved onto the step it shows where it was let go between kept snapshots (the
         caption says why: only some are kept, `scrub_note`); scrubbing back stops following the latest."""
+        state = current_state(self.runs, state, request)
         run = self.runs.get(state.run_id)
         figure, caption = live_view.embedding_view(run, step, color_by)
         _, last = live_view.snapshot_range(run)
@@ -117,11 +166,11 @@ class PollHandlers:
         caption += scrub_note(run, kept, step, shown)
         return dataclasses.replace(state, scrubbed_step=shown), figure, caption, step >= last, shown
 
-    def recolor(self, state: PollState, follow, color_by, step=None):
+    def recolor(self, state: PollState, follow, color_by, step=None, request: gr.Request = None):
         """The snapshot shown (the latest, or the one scrubbed to: `step`, the scrub slider's value) in the other
         picture. The slider's value is the one to trust: a poll that started before the scrub returns the state it
         read, without the scrubbed step."""
-        run = self.runs.get(state.run_id)
+        run = self.runs.get(current_state(self.runs, state, request).run_id)
         _use_umap(self.runs, run, color_by)
         scrubbed = step if step is not None else state.scrubbed_step
         return live_view.embedding_view(run, None if follow else scrubbed, color_by)

@@ -29,7 +29,7 @@ from demo.runs.manager import RunManager
 from demo.train import past_runs, words
 from demo.train import views as train_views
 from demo.train.live_view import FigureBuilder
-from demo.train.poll import LIVE_SLIDERS, PollState, shown_run
+from demo.train.poll import LIVE_SLIDERS, PollState, chosen_state, current_state, page_of, shown_run
 from demo.train.presets import PAGE_DEFAULTS, PRESETS, suggest_settings, tuned_baseline
 from memvir.config import MAX_FOCUS_CLASSES, REDUCTIONS, SettingRefused, TrainConfig
 from memvir.data.hub import HUB_PREFIX, parse_hub_name
@@ -106,9 +106,10 @@ def push_run(runs: RunManager, run, visitor: str, repo_id, oauth_token: gr.OAuth
     return push(run.folder, (repo_id or "").strip(), token=token)
 
 
-def _shown_run_id(runs: RunManager, state: PollState, visitor: str) -> str | None:
-    """The run this page shows (the buttons act on it), even before its first poll."""
-    run = shown_run(runs, state, visitor)
+def _shown_run_id(runs: RunManager, state: PollState, visitor: str, request: gr.Request | None) -> str | None:
+    """The run this page shows (the buttons act on it), even before its first poll, and after a choice a handler that
+    began before it wrote over (demo.train.poll.current_state)."""
+    run = shown_run(runs, current_state(runs, state, request), visitor)
     return run.id if run else None
 
 
@@ -130,8 +131,12 @@ class TrainHandlers:
                              snapshot_every, eval_every, folder_path, zip_file, memvir_schedule, val_classes,
                              memvir_store_dtype, memvir_reduction, focus_classes, class_lr, adam_eps, loss_scale,
                              hub_dataset, visitor_key(visitor, request))
+        # The page shows the new run, whatever a poll that began before Start writes (chosen_state). A page reset
+        # before keeps its reset time: only runs started since are its usual ones once this run is gone.
+        earlier = self.runs.pages.latest(page_of(request))
+        state = chosen_state(self.runs, request, run.id, earlier.after if earlier else None)
         # no full stop after the id: on a phone the long id wraps and left the stop alone on a line of its own
-        return PollState(run_id=run.id), f"Started run `{run.id}`"
+        return state, f"Started run `{run.id}`"
 
     def start_run(self, dataset, backbone, loss, batch_size, epochs, lr, seed, memvir_n, memvir_m, warmup_epochs,
                   snapshot_every, eval_every, folder_path, zip_file, memvir_schedule, val_classes, memvir_store_dtype,
@@ -198,13 +203,13 @@ class TrainHandlers:
     @reporting(message_slot=0, outputs=1)
     def stop(self, state: PollState, visitor=None, request: gr.Request = None):
         visitor = visitor_key(visitor, request)
-        self.runs.stop(_shown_run_id(self.runs, state, visitor), visitor)
+        self.runs.stop(_shown_run_id(self.runs, state, visitor, request), visitor)
         return "Stopping: the run saves a checkpoint before its next step."
 
     @reporting(message_slot=0, outputs=1)
     def pause(self, state: PollState, visitor=None, request: gr.Request = None):
         visitor = visitor_key(visitor, request)
-        self.runs.pause(_shown_run_id(self.runs, state, visitor), visitor)
+        self.runs.pause(_shown_run_id(self.runs, state, visitor, request), visitor)
         return "Pausing before the next step; Resume continues."
 
     @reporting(message_slot=0, outputs=2)
@@ -212,7 +217,7 @@ class TrainHandlers:
         """(the notice, "follow the latest snapshot" ticked): resumed, the picture follows the run again (a scrub
         while it was paused had unticked it)."""
         visitor = visitor_key(visitor, request)
-        self.runs.resume(_shown_run_id(self.runs, state, visitor), visitor)
+        self.runs.resume(_shown_run_id(self.runs, state, visitor, request), visitor)
         return "Resumed.", True
 
     @reporting(message_slot=0, outputs=1)
@@ -221,7 +226,7 @@ class TrainHandlers:
         the notice says so at once, then how it went (a client's predict gets the last)."""
         yield words.BASELINE_STARTING
         visitor = visitor_key(visitor, request)
-        run = self.runs.get(_shown_run_id(self.runs, state, visitor))
+        run = self.runs.get(_shown_run_id(self.runs, state, visitor, request))
         # The baseline arm's own tuned optimiser where the fair comparison tuned one for these settings
         tuned = tuned_baseline(run.config) if run else None
         baseline = self.runs.compare_with_baseline(run.id if run else None, visitor,
@@ -248,7 +253,7 @@ class TrainHandlers:
         visitor = visitor_key(visitor, request)
         if setting not in LIVE_SLIDERS:
             raise ValueError(f"the live controls are {', '.join(LIVE_SLIDERS)}, got {setting!r}")
-        run = self.runs.get(_shown_run_id(self.runs, state, visitor))
+        run = self.runs.get(_shown_run_id(self.runs, state, visitor, request))
         if run is None or not run.training:
             return "The new MemVir settings apply when you press Start."
         value = _as_setting(setting, value)
@@ -265,12 +270,14 @@ class TrainHandlers:
         shown; stops the run shown if it is the visitor's. The answers beside the sliders and the classes box are
         emptied too: they were about the run Reset leaves."""
         visitor = visitor_key(visitor, request)
-        run = self.runs.get(state.run_id)
+        run = self.runs.get(current_state(self.runs, state, request).run_id)
         message = "Reset: choose the settings and press Start."
         if run is not None and run.owner == visitor and run.busy:
             self.runs.stop(run.id, visitor)
             message = "Stopped the run (its folder is kept for retrieval) and reset the settings."
-        return (PollState(after=time.time()), message, *(DEFAULTS[name] for name in RESET_SETTINGS),
+        # noted on the server: a poll that began before Reset and ends after it follows it (demo.train.poll)
+        return (chosen_state(self.runs, request, after=time.time()), message,
+                *(DEFAULTS[name] for name in RESET_SETTINGS),
                 DEFAULTS["loss_params"]["scale"], "", "", "")
 
     @reporting(message_slot=0, outputs=1)
@@ -278,7 +285,8 @@ class TrainHandlers:
                     request: gr.Request = None):
         """Push the visitor's finished run with their own Hub token (on a Space: their sign-in's; never the
         server's), to a repo their token may write."""
-        url = push_run(self.runs, self.runs.get(state.run_id), visitor_key(visitor, request), repo_id, oauth_token)
+        run = self.runs.get(current_state(self.runs, state, request).run_id)
+        url = push_run(self.runs, run, visitor_key(visitor, request), repo_id, oauth_token)
         return f"Pushed to {url}"
 
 

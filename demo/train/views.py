@@ -26,7 +26,7 @@ from demo.runs.manager import RunManager
 from demo.train import live_view, neighbours, past_runs, words
 from demo.train.live_view import FigureBuilder
 from demo.train.neighbours import NeighbourHandlers
-from demo.train.poll import PollHandlers, PollState, shown_run
+from demo.train.poll import PollHandlers, PollState, current_state, shown_run
 from demo.train.results_table import results_markdown
 from memvir.config import MAX_FOCUS_CLASSES
 
@@ -62,6 +62,7 @@ class ViewsHandlers:
         curves, the results table, and the words and the model's download under the runs' list for a run picked
         there, when they changed."""
         visitor = visitor_key(visitor, request)
+        state = current_state(self.runs, state, request)
         run = shown_run(self.runs, state, visitor)
         if run is None:
             key, spread, results = None, live_view.empty_spread(), ""
@@ -80,7 +81,7 @@ class ViewsHandlers:
         """Enter in the classes box: the running run draws these classes from its next snapshot on."""
         visitor = visitor_key(visitor, request)
         classes = whole_numbers(focus_classes, "classes", MAX_FOCUS_CLASSES)
-        run = self.runs.get(state.run_id)
+        run = self.runs.get(current_state(self.runs, state, request).run_id)
         if run is None or not run.training:
             return "These classes are drawn from the first snapshot of the next run you start."
         self.runs.show_classes(run.id, visitor, classes)

@@ -26,7 +26,7 @@ from demo.retrieve import tab as retrieve_tab
 from demo.retrieve.service import RetrievalService
 from demo.runs.audience import Audience
 from demo.runs.live_run import LiveRun
-from demo.runs.manager import RunManager
+from demo.runs.manager import PageChoices, RunManager
 from demo.train import live_view, words
 from demo.train import tab as train_tab
 from demo.train.poll import ControlsSent, CurvesSent, EmbeddingSent, PollHandlers, PollState
@@ -53,13 +53,15 @@ def _message(figure) -> str:
 
 # ---------------------------------------------------------------------------------------------- the poll
 class StandInRuns:
-    """What the poll asks of a RunManager: the run a page shows, UMAP (off), and who watches (a real Audience)."""
+    """What the poll asks of a RunManager: the run a page shows, UMAP (off), who watches (a real Audience) and what
+    each page chose to show (real PageChoices)."""
 
     umap_worker = None
 
     def __init__(self, clock=time.monotonic):
         self.run = None
         self.audience = Audience(clock=clock)
+        self.pages = PageChoices()
 
     def attach(self, visitor, viewed_id=None, after=None):
         return self.run
@@ -644,7 +646,9 @@ def test_the_page_is_assembled_with_every_api_name_and_the_parameter_names_clien
             "load", "poll", "start", "stop", "pause", "resume", "compare_baseline", "reset", "update_n", "update_m",
             "update_warmup", "push_to_hub", "poll_views", "show_classes", "start_run", "run_status",
             "update_run", "stop_run", "pause_run", "resume_run", "compare_with_baseline", "push_run", "list_runs",
-            "list_runs_on_load", "list_runs_on_page", "list_runs_after_start", "list_runs_after_reset", "pick_run"}
+            "list_runs_on_load", "list_runs_on_page", "list_runs_after_start", "list_runs_after_reset", "pick_run",
+            # the page's session: they follow its latest Reset, Start or pick (demo.train.poll.current_state)
+            "show_snapshot", "color_snapshot", "follow_snapshots", "snapshot_neighbours"}
         assert hints["search_gallery_item"]["evt"] is gr.SelectData
         # a refusal answers every output its event has (reporting's count), the message in its place
         counts = {block_fn.api_name: (block_fn.fn.reported_outputs, len(block_fn.outputs))
