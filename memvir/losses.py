@@ -30,11 +30,13 @@ moves the logits at every call. Where MemVir names the step its live inputs are 
 unchanged, the live blocks computed with autograd at this call already hold that step's pairs with the selected steps
 (live rows x each set's weights, each set's rows x live weights, live x live), which the calls that select it need:
 they are kept from this call, so that in a run that calls the loss at every step no stored block is computed at all
-(equal to the stored computation to float32's last digits: a resumed run, which computes them from the stored data,
-then differs from the uninterrupted one there, hence off by default). The kept pairs are dropped when the
-memory's identity changes (a reset, a resume, a change of N or M, a move), when the loss's settings, dtype or device
-change, and when a step leaves the memory; they are not saved (a resumed run computes them again). A plain ``(B, C)``
-computes every stored block at every call.
+(equal to the stored computation to float32's last digits; a resumed run takes them from the checkpoint, below, so
+it reproduces the uninterrupted run). The kept pairs are dropped when the
+memory's identity changes (a reset, a change of N or M or of the stored dtype), when the loss's settings, dtype or
+device change, and when a step leaves the memory. They are saved with the loss's state (``state_dict``): a memory
+loaded from a state keeps the identity it was saved with, so a run resumed from a checkpoint holding both takes them
+up where it stopped (on a device: the first call's); a step at or past the loaded memory's step is dropped, as it will
+be stored again with other contents. A plain ``(B, C)`` computes every stored block at every call.
 
 Shares (docs/distributed.md): passing ``share=(part, parts)`` computes one of ``parts`` shares of the loss, whose
 values and gradients summed over the parts are the whole loss's; under torchrun each rank computes share (rank, world
@@ -349,6 +351,11 @@ def _hyper_parameter_names(cls: type) -> tuple[str, ...]:
     return tuple(p.name for p in parameters if p.kind in named and p.name != "self")
 
 
+# where the device lies in the settings the kept pairs hold for (`_StoredPairs.begin_call`)
+_DEVICE = 4
+_PAIRS_STATE_VERSION = 1
+
+
 class _StoredPairs:
     """The per-pair constants of the stored x stored block kept between calls (module docstring, "Cache"):
     ``values[a][b]``, what the rows of stored step a give against the weights of stored step b, for the memory and
@@ -364,17 +371,73 @@ class _StoredPairs:
 
     def begin_call(self, sets, settings: tuple) -> None:
         settings = (sets.memory, *settings)
+        if self.settings is not None and self.settings[_DEVICE] is None and (
+                self.settings[:_DEVICE] + self.settings[_DEVICE + 1:] == settings[:_DEVICE] + settings[_DEVICE + 1:]):
+            self._move_to(settings[_DEVICE])  # read from a state: on the device of the first call that uses them
         if settings != self.settings:
             self.values.clear()
             self.own.clear()
             self.settings = settings
+
+        def gone(step):  # left the memory, or not yet stored again by a memory loaded from an earlier state
+            return step < sets.oldest or (sets.call is not None and step >= sets.call)
+
         for kept in (self.values, self.own):
-            for step in [step for step in kept if step < sets.oldest]:
+            for step in [step for step in kept if gone(step)]:
                 del kept[step]
         for columns in self.values.values():
-            for step in [step for step in columns if step < sets.oldest]:
+            for step in [step for step in columns if gone(step)]:
                 del columns[step]
         self.computed = 0
+
+    def _move_to(self, device: torch.device) -> None:
+        def move(value):
+            return value.to(device) if isinstance(value, torch.Tensor) else value
+
+        self.own = {step: move(value) for step, value in self.own.items()}
+        self.values = {row: {column: (tuple(move(part) for part in value) if isinstance(value, tuple) else move(value))
+                             for column, value in columns.items()} for row, columns in self.values.items()}
+        self.settings = (*self.settings[:_DEVICE], device, *self.settings[_DEVICE + 1:])
+
+    def to_state(self) -> dict | None:
+        """The kept pairs as tensors and plain containers (a checkpoint loads them without unpickling code), each
+        value a compact copy (a kept value may be a view into a larger block); None when nothing is kept."""
+        if self.settings is None:
+            return None
+        memory, loss_type, hyper_parameters, dtype, _, part = self.settings
+
+        def compact(value):
+            if isinstance(value, tuple):
+                return tuple(compact(part) for part in value)
+            return None if value is None else value.detach().clone()
+
+        return {"version": _PAIRS_STATE_VERSION, "memory": memory, "loss": loss_type.__name__,
+                "hyper_parameters": list(hyper_parameters), "dtype": str(dtype).removeprefix("torch."),
+                "part": list(part), "own": {step: compact(value) for step, value in self.own.items()},
+                "values": {row: {column: compact(value) for column, value in columns.items()}
+                           for row, columns in self.values.items()}}
+
+    def load_state(self, state: dict | None, loss_type: type) -> None:
+        """Keep the pairs of ``state`` (``to_state``) for the calls that name the same memory and settings (their
+        device: that of the first such call). ValueError, changing nothing, for a state that is not such a dict."""
+        if state is None:
+            self.settings, self.values, self.own = None, {}, {}
+            return
+        fits = (isinstance(state, dict) and state.get("version") == _PAIRS_STATE_VERSION
+                and isinstance(state.get("memory"), str) and isinstance(state.get("own"), dict)
+                and isinstance(state.get("values"), dict) and all(isinstance(columns, dict) for columns in
+                                                                   state["values"].values())
+                and isinstance(getattr(torch, str(state.get("dtype")), None), torch.dtype))
+        if not fits:
+            raise ValueError("the loss's state holds its kept pairs in a form this version does not read: load a "
+                             "state saved by this version, or drop its '_extra_state' entry to compute them again")
+        if state.get("loss") != loss_type.__name__:  # another loss's pairs: nothing to keep
+            self.settings, self.values, self.own = None, {}, {}
+            return
+        self.settings = (state["memory"], loss_type, tuple(state["hyper_parameters"]), getattr(torch, state["dtype"]),
+                         None, tuple(state["part"]))
+        self.own = dict(state["own"])
+        self.values = {row: dict(columns) for row, columns in state["values"].items()}
 
     def missing(self, steps: tuple[int, ...]) -> tuple[list[int], dict[int, list[int]]]:
         """The missing pairs among ``steps`` (the virtual sets, by index): (row sets to compute against every set,
@@ -459,6 +522,20 @@ class MetricLoss(nn.Module, ABC):
     def __init__(self):
         super().__init__()
         self._stored_pairs = _StoredPairs()
+
+    def get_extra_state(self) -> dict | None:
+        """The kept pairs (module docstring, "Cache"), saved with the loss's state: a run resumed from a checkpoint
+        that holds them and MemVir's memory (which keeps its identity) computes what the uninterrupted run does, to
+        the last digit, where it would otherwise compute them again from the stored data."""
+        return self._stored_pairs.to_state()
+
+    def set_extra_state(self, state: dict | None) -> None:
+        self._stored_pairs.load_state(state, type(self))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a state saved before the kept pairs were saved holds none: they are computed again
+        state_dict.setdefault(prefix + "_extra_state", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, class_weights: torch.Tensor,
                 classes_per_set: int | None = None, *, live: tuple[int, int] | None = None,

@@ -8,6 +8,7 @@ of N and M, a change of the loss's settings and a resume, where no kept pair may
 """
 
 import copy
+import io
 import math
 import pickle
 
@@ -227,8 +228,8 @@ def test_memvir_returns_a_three_tuple_that_says_its_live_block():
         live = pickle.loads(pickle.dumps(out.live))
         assert isinstance(live, LiveBlock) and live == (batch, 3) and live.stored_sets == out.stored_sets
     # the virtual sets named by the calls that stored them (steps 1 and 0 at call 2), with their row counts, and the
-    # step this call's live inputs are stored as (2: the memory keeps their dtype, so their values)
-    assert out.stored_sets[1:] == ((1, 0), (3, 4), 0, 2)
+    # step this call's live inputs are stored as (2: the memory keeps their dtype, so their values), and the call's
+    assert out.stored_sets[1:] == ((1, 0), (3, 4), 0, 2, 2)
     # a memory of another dtype keeps other values: no live step is named
     half = MemVir(1, 0, store_dtype=torch.float16, live_pairs=True)
     for _ in range(2):
@@ -510,6 +511,81 @@ def test_kept_pairs_over_a_run_with_live_changes_and_a_resume(name, reduction, l
         first = next(s for s in range(step, 40) if sets[s])
         assert computed[first] == sets[first] ** 2, (step, record)
     assert computed[39] == 0
+
+
+def saved_and_read(state):
+    """``state`` through a file as a checkpoint holds it (torch.save, then torch.load with weights_only=True)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def kept_pairs_run(name, steps, dtype, start=0, mv=None, loss=None, save_at=None):
+    """A MemVir(2, 1, live_pairs=True) and ``name`` over calls ``start``..``steps``-1, batches of 6 or 4 rows drawn
+    from a generator seeded by the call's number (so a resumed run sees the uninterrupted run's batches); returns
+    [(value, dx, dw, blocks computed)] per call and the states of both (through a file) before call ``save_at``."""
+    mv = mv if mv is not None else MemVir(2, 1, live_pairs=True)
+    loss = loss if loss is not None else blocked_loss(name, chunk_rows=3)
+    record, saved = [], None
+    for step in range(start, steps):
+        if step == save_at:
+            saved = saved_and_read({"memvir": mv.state_dict(), "loss": loss.state_dict()})
+        generator = torch.Generator().manual_seed(step)
+        batch = (6, 4)[step % 2]
+        x = torch.randn(batch, DIM, generator=generator, dtype=dtype, requires_grad=True)
+        w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=dtype, requires_grad=True)
+        out = mv(x, torch.randint(0, NUM_CLASSES, (batch,), generator=generator), w)
+        record.append((*value_and_grads(loss(*out, live=out.live), (x, w)), loss._stored_pairs.computed))
+    return record, saved
+
+
+@pytest.mark.parametrize("name", KEEPS_PAIRS)
+def test_a_loss_and_memory_resumed_from_their_states_reproduce_the_run_bit_for_bit(name):
+    """float32, pairs kept from the live blocks (equal to the stored computation to float32's last digits only):
+    a new MemVir and a new loss given the states saved at call 9 (through a file, as a checkpoint) compute calls 9-19
+    exactly as the uninterrupted pair did, and compute no stored block at the first resumed call, as it did not."""
+    straight, saved = kept_pairs_run(name, 20, torch.float32, save_at=9)
+    mv, loss = MemVir(2, 1, live_pairs=True), blocked_loss(name, chunk_rows=3)
+    mv.load_state_dict(saved["memvir"])
+    loss.load_state_dict(saved["loss"])
+    resumed, _ = kept_pairs_run(name, 20, torch.float32, start=9, mv=mv, loss=loss)
+    assert straight[9][3] == resumed[0][3] == 0
+    for call, (expected, actual) in enumerate(zip(straight[9:], resumed, strict=True), 9):
+        for e, a in zip(expected[:3], actual[:3], strict=True):
+            assert torch.equal(e, a), call
+    # a loss without the saved pairs (a state from before they were saved) computes them again from the memory
+    loss = blocked_loss(name, chunk_rows=3)
+    old_state = {key: value for key, value in saved["loss"].items() if key != "_extra_state"}
+    loss.load_state_dict(old_state)
+    mv.load_state_dict(saved["memvir"])
+    again, _ = kept_pairs_run(name, 10, torch.float32, start=9, mv=mv, loss=loss)
+    assert again[0][3] == 4
+
+
+@pytest.mark.parametrize("live_pairs", [False, True])
+@pytest.mark.parametrize("name", ["norm-softmax", "proxy-anchor"])
+def test_a_memory_loaded_from_an_earlier_state_gets_no_pair_of_its_later_steps(name, live_pairs):
+    """The state of call 10 loaded into the same MemVir at call 15, with the loss kept: the memory keeps its identity,
+    and calls 10-14 are stored again with other contents; the pairs the loss kept of the first calls 10-14 (call 12
+    selected step 10) must not be served: every call equals the plain computation (float64)."""
+    mv, loss = MemVir(2, 1, live_pairs=live_pairs), blocked_loss(name, chunk_rows=3)
+    _, saved = kept_pairs_run(name, 15, torch.float64, mv=mv, loss=loss, save_at=10)
+    mv.load_state_dict(saved["memvir"])
+    generator = torch.Generator().manual_seed(99)
+    for _ in range(6):
+        x = torch.randn(5, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(NUM_CLASSES, DIM, generator=generator, dtype=torch.float64, requires_grad=True)
+        out = mv(x, torch.randint(0, NUM_CLASSES, (5,), generator=generator), w)
+        assert_all_close(value_and_grads(loss(*out, live=out.live), (x, w)),
+                         value_and_grads(plain_loss(name, *out)[0], (x, w)))
+
+
+def test_a_damaged_kept_pairs_state_is_refused_and_changes_nothing():
+    loss = build_loss("norm-softmax")
+    with pytest.raises(ValueError, match="kept pairs in a form this version does not read"):
+        loss.load_state_dict({"_extra_state": {"version": 1, "memory": 3}})
+    assert loss.state_dict()["_extra_state"] is None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ class SavedMemory:
     num_virtual_sets: int
     batch_sizes: list[int]
     stored: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+    # the contents' identity (`StoredSets.memory`) when saved: a loss's kept pairs saved beside it (memvir.losses,
+    # "Cache") hold for the memory loaded from it; None in states saved before it was kept
+    contents: str | None = None
 
     def to_state(self) -> dict:
         state = {
@@ -44,6 +47,8 @@ class SavedMemory:
         }
         if self.stored is not None:
             state["embeddings"], state["labels"], state["class_weights"] = self.stored
+        if self.contents is not None:
+            state["contents"] = self.contents
         return state
 
     @classmethod
@@ -69,7 +74,10 @@ class SavedMemory:
             max_batch = stored[0].shape[1]
             if not all(1 <= size <= max_batch for size in sizes):
                 raise ValueError(f"MemVir: the state's batch sizes must lie in [1, {max_batch}], got {sizes}")
-        return cls(num_steps, margin, warmup_steps, schedule, step, num_virtual_sets, sizes, stored)
+        contents = state.get("contents")
+        if contents is not None and not isinstance(contents, str):
+            raise ValueError(f"MemVir: the state's contents identity must be a string, got {describe(contents)}")
+        return cls(num_steps, margin, warmup_steps, schedule, step, num_virtual_sets, sizes, stored, contents)
 
 
 def _state_int(state: dict, key: str) -> int:

@@ -68,6 +68,9 @@ class StoredSets(NamedTuple):
     # the step this call's live inputs are stored as, where the memory keeps their values exactly (its dtype is
     # theirs): a loss may keep what it computes from them, with gradients, as the pairs of that stored step
     live_step: int | None = None
+    # this call's step: a loss keeps nothing of a step at or past it (a memory loaded from an earlier state goes on
+    # from that state's step, under the same identity, with other contents than a kept later step had)
+    call: int | None = None
 
 
 class LiveInputs(NamedTuple):
@@ -156,8 +159,10 @@ class MemVir(nn.Module):
             Trainer's: it stops the run and keeps its last good checkpoint).
         live_pairs: name the step each call's live inputs are stored as (``StoredSets.live_step``), so that a loss
             keeps what its live blocks give as that step's pairs and computes no stored block (memvir.losses,
-            "Cache"). Off by default: the pairs are not saved, and a resumed run computes them from the stored data,
-            equal only to float32's last digits, so it would no longer reproduce the uninterrupted run bit for bit.
+            "Cache"). Those equal the stored computation to float32's last digits only: a run that resumes from a
+            checkpoint reproduces the uninterrupted one bit for bit where the checkpoint holds the loss's state (its
+            kept pairs) beside this memory's, as the Trainer's does (it turns them on). Off by default, so that a
+            loop that saves only the memory still resumes bit for bit.
 
     Call: ``mv(embeddings[B, D], labels[B], class_weights[C, D]) -> (embeddings', labels', class_weights')`` with
     (k+1)B rows, labels in [0, (k+1)C) and (k+1)C weight rows, the live inputs first: an `AugmentedBatch`, a 3-tuple
@@ -218,8 +223,10 @@ class MemVir(nn.Module):
         self._new_contents()
 
     def _new_contents(self) -> None:
-        """A new identity of the memory's contents (`StoredSets.memory`): after a reset or a resume the step numbers
-        start again with other contents; after a move to another device or dtype the same steps hold other values;
+        """A new identity of the memory's contents (`StoredSets.memory`): after a reset the step numbers start again
+        with other contents; after a change of the stored dtype the same steps hold other values; a state loaded
+        keeps the identity it was saved with (`set_extra_state`) when it holds the same values, so that a loss's
+        pairs saved beside it still hold (memvir.losses, "Cache");
         after a change of N or M the set of pairs a loss kept for the old selection is discarded with it."""
         self._contents = uuid.uuid4().hex
 
@@ -378,7 +385,7 @@ class MemVir(nn.Module):
         exact = self.live_pairs and self._embeddings.dtype == embeddings.dtype and (
             self._weights.dtype == class_weights.dtype)
         stored_sets = StoredSets(self._contents, tuple(self.step - age for age in ages), tuple(sizes),
-                                 self.step - self._count, self.step if exact else None)
+                                 self.step - self._count, self.step if exact else None, self.step)
         # Views into the ring, concatenated once: gathering first and concatenating after would copy twice.
         embedding_views = [self._embeddings[s, :size] for s, size in zip(slots, sizes, strict=True)]
         weight_views = [self._weights[s] for s in slots]
@@ -456,14 +463,17 @@ class MemVir(nn.Module):
     def _apply(self, fn, recurse=True):
         # Module.to(device) / .double() etc. move the ring with the module; stored copies keep store_dtype when set.
         super()._apply(fn, recurse)
-        self._new_contents()
         self._deferred_checks.to(fn)
         if self._embeddings is not None:
+            dtypes = (self._embeddings.dtype, self._weights.dtype)
             stored = (self._embeddings, self._labels, self._weights)
             self._embeddings, self._labels, self._weights = (fn(t) for t in stored)
             if self.store_dtype is not None:
                 self._embeddings = self._embeddings.to(self.store_dtype)
                 self._weights = self._weights.to(self.store_dtype)
+            # a move copies the values exactly (a loss keys what it kept by device itself); a new dtype changes them
+            if (self._embeddings.dtype, self._weights.dtype) != dtypes:
+                self._new_contents()
         return self
 
     def get_extra_state(self) -> dict:
@@ -473,7 +483,8 @@ class MemVir(nn.Module):
         if self._count:
             stored = tuple(t[slots].cpu() for t in (self._embeddings, self._labels, self._weights))
         return SavedMemory(self.num_steps, self.margin, self.warmup_steps, self.schedule, self.step,
-                           self.num_virtual_sets, [self._batch_sizes[slot] for slot in slots], stored).to_state()
+                           self.num_virtual_sets, [self._batch_sizes[slot] for slot in slots], stored,
+                           self._contents).to_state()
 
     def set_extra_state(self, state: dict) -> None:
         # The state is checked and the ring rebuilt before any attribute changes: a bad state leaves the memory as
@@ -491,6 +502,10 @@ class MemVir(nn.Module):
         self._reset_store()
         if ring is not None:
             self._install(ring, saved.batch_sizes)
+        # the saved identity where the ring holds the saved values exactly (not converted to another store dtype)
+        same_values = ring is None or (ring[0].dtype, ring[2].dtype) == (saved.stored[0].dtype, saved.stored[2].dtype)
+        if saved.contents is not None and same_values:
+            self._contents = saved.contents
 
 
 def _copy_steps(ring: tuple, source: tuple, slots) -> None:

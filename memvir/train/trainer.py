@@ -153,7 +153,10 @@ class Trainer:
         self.memvir = MemVir(config.memvir_n, config.memvir_m, self._warmup_steps(config.warmup_epochs),
                              store_dtype=STORE_DTYPES[config.memvir_store_dtype], schedule=config.memvir_schedule,
                              max_memory_bytes=max_memory_bytes, check_values=self._checks_every_step,
-                             expected_steps=(config.batch_size, info.num_train_classes, config.embedding_dim))
+                             expected_steps=(config.batch_size, info.num_train_classes, config.embedding_dim),
+                             # the loss computes no stored block (memvir.losses, "Cache"); the checkpoint saves the
+                             # pairs it keeps with the loss's state, so a resume still reproduces the run
+                             live_pairs=True)
         self._build_model(config, load_init)
         self._build_loss(config)
         self.step = 0
