@@ -111,7 +111,7 @@ def test_a_stale_index_is_rebuilt_not_used_and_kept_for_the_next_start(tmp_path,
     assert embed_calls == [288]  # the next start reads it
 
 
-def test_an_index_is_kept_only_beside_the_apps_own_checkpoints(tmp_path, embed_calls):
+def test_an_index_of_a_folder_the_app_may_only_read_is_kept_in_its_cache(tmp_path, embed_calls):
     elsewhere = tmp_path / "shared-models" / "tiny"
     _tiny_model(0).save_pretrained(elsewhere)
     service = _service(tmp_path, allowed_folders=(tmp_path / "shared-models",))
