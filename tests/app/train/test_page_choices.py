@@ -4,15 +4,19 @@ Gradio keeps a page's state on the server and writes what a handler returns when
 the state before Reset and ends after it wrote the old run back, and the page showed it again (seen as a whole-suite
 failure of tests/browser/test_past_runs_browser.py). Here the two calls are ordered by hand: the poll runs in a thread
 of its own and is held inside its work (as it reads the run's status) until the visitor's click is answered, then let
-go. Runs an earlier server left stopped (run folders written here by hand) are what the pages show; one test starts a
-short real run. Expectations are written out by hand."""
+go; once more through a served app's HTTP events, as the page's script sends them. Runs an earlier server left stopped
+(run folders written here by hand) are what the pages show; one test starts a short real run. Expectations are written
+out by hand."""
 
 import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
+from browser_calls import BrowserSession
+from served_app import serving
 
 from demo.common.settings import AppSettings
 from demo.runs.manager import PageChoices, RunManager
@@ -115,6 +119,49 @@ def test_a_reset_wins_over_a_poll_that_began_before_it(runs, figures, monkeypatc
     assert (written.run_id, written.picked, written.after) == (None, False, reset.after)
     assert status.startswith(READY), status
     assert _poll(live, written, "bob", page)[0].run_id is None  # and goes on showing none
+
+
+def test_a_reset_wins_over_a_poll_in_flight_on_a_served_app(tmp_path, monkeypatch):
+    """The page's own events over HTTP, as its script sends them: the poll unqueued (one POST), Reset through gradio's
+    queue. Gradio keeps the page's state on the server and writes each event's returned state as it ends: the poll
+    that began before Reset ends after it."""
+    settings = AppSettings(data_dir=tmp_path / "data", checkpoints_dir=tmp_path / "checkpoints", umap=False)
+    _leave_stopped_run(settings.runs_dir / NEWER)
+    inside, released = threading.Event(), threading.Event()
+    status = live_view.status_markdown
+
+    def held_status(run, whose):  # the first poll after the page is armed is held
+        if armed.is_set() and not inside.is_set():
+            inside.set()
+            assert released.wait(WAIT_S), "the held poll was never let go"
+        return status(run, whose)
+
+    armed = threading.Event()
+    monkeypatch.setattr(live_view, "status_markdown", held_status)
+    with serving(settings) as (url, _):
+        page = BrowserSession(url)
+
+        def unqueued(name: str, data: list) -> list:
+            body = {"data": data, "fn_index": page.events[name], "session_hash": page.session_hash,
+                    "trigger_id": None, "event_data": None}
+            answer = httpx.post(url + "gradio_api/run/predict", json=body, timeout=WAIT_S)
+            answer.raise_for_status()
+            return answer.json()["data"]
+
+        unqueued("load", ["bob"])
+        assert unqueued("poll", [None, "age", True, "bob"])[1].startswith("**Stopped**")
+        armed.set()
+        answers = []
+        in_flight = threading.Thread(target=lambda: answers.append(unqueued("poll", [None, "age", True, "bob"])),
+                                     daemon=True)
+        in_flight.start()
+        assert inside.wait(WAIT_S), "the poll never reached the run's status"
+        reset = page.call("reset", [None, "bob"])
+        assert reset.error is None and reset.data[1] == "Reset: choose the settings and press Start.", reset
+        released.set()
+        in_flight.join(WAIT_S)
+        assert answers and answers[0][1].startswith(READY), answers
+        assert unqueued("poll", [None, "age", True, "bob"])[1].startswith(READY)
 
 
 def test_a_poll_that_wrote_over_a_reset_is_put_right_by_the_next(runs, figures):
