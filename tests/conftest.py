@@ -14,6 +14,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 # and their trainings' OpenMP threads only waited for one another (docs/benchmarks.md, "The test suite").
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Test files that share a session fixture's server, by the fixture's name: pytest-xdist runs each group on one worker
+# (`pytest_xdist_make_scheduler`), so the server is started once; every other file is a group of its own.
+SHARED_SERVERS = {"tests/app/test_space.py": "space_app", "tests/app/test_hostile_uploads.py": "space_app"}
+
 
 def pytest_configure(config):
     # pytest-xdist's --dist loadfile hands out files with the most tests first (its --loadscope-reorder default), so
@@ -21,6 +25,21 @@ def pytest_configure(config):
     # the other had nothing left: keep the order `pytest_collection_modifyitems` gives instead.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the files of SHARED_SERVERS grouped as one file: one worker runs them all."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return SHARED_SERVERS.get(file, file)
+
+    return SharedServerScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items):

@@ -1,13 +1,12 @@
 """Oversized and repeated uploads (issue 44, item 5), each sent as an outside attack run sent it, against `python
-app.py` in a process of its own: its memory (VmRSS) is read from /proc before a request and five seconds after it, and
-its data folder's files counted, so that what the server keeps is measured apart from what the test itself allocates.
-Every refusal must be in words, name no server path, and leave memory and disk as they were."""
+app.py` in a process of its own (the session's, started as a Space starts it: `space_app`): its memory (VmRSS) is read
+from /proc before a request and five seconds after it, and its data folder's files counted, so that what the server
+keeps is measured apart from what the test itself allocates. Every refusal must be in words, name no server path, and
+leave memory and disk as they were."""
 
 import io
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import httpx
 import pytest
 from PIL import Image
-from served_app import free_port
 
 from demo.common import shims
 from demo.common.settings import AppSettings
@@ -23,7 +21,6 @@ from demo.common.settings import AppSettings
 pytestmark = pytest.mark.slow  # a server of its own (python app.py), which takes a while to start
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_S = 180.0
 SETTLE_S = 5.0  # how long after a request its memory is read: what is kept then is kept for good
 MIB = 2**20
 # What a refused request may leave behind: nothing of its body is kept, so no more than the server's own drift.
@@ -34,35 +31,15 @@ REFUSED_EVENT = ("the request is 60.1 MiB; requests up to 21.0 MiB are accepted:
 
 
 class App:
-    """`python app.py` serving `data` on a free port of 127.0.0.1, with the page's events and components by name."""
+    """The session's `python app.py` (`space_app`, tests/app/conftest.py: started as a Space starts it, on 127.0.0.1
+    too) with the page's events and components by name."""
 
-    def __init__(self, data: Path, checkpoints: Path):
-        self.data, self.port = data, free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(self.port),
-                   MEMVIR_APP_DATA=str(data), MEMVIR_CHECKPOINTS=str(checkpoints), MEMVIR_UMAP="0",
-                   HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", MEMVIR_SERVER_PRIORITY="normal")
-        env.pop("GRADIO_TEMP_DIR", None)  # app.py keeps gradio's files in its data folder, as it does on a Space
-        self.log = data.parent / "app.log"
-        self.process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env,
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
-        self.config = self._wait_for_config()
+    def __init__(self, served):
+        self.process, self.data, self.log, self.checkpoint = served.process, served.data, served.log, served.checkpoint
+        self.url = served.url
+        self.config = httpx.get(self.url + "config", timeout=30).json()
         self.events = {dependency["api_name"]: dependency["id"] for dependency in self.config["dependencies"]
                        if dependency.get("api_name")}
-        self.checkpoint = str(checkpoints / "glyphs-mini-tiny")
-
-    def _wait_for_config(self) -> dict:
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"app.py exited: {self.log.read_text()}"
-            try:
-                answer = httpx.get(self.url + "config", timeout=5)
-                if answer.status_code == 200 and "dependencies" in answer.json():
-                    return answer.json()
-            except (httpx.HTTPError, ValueError):
-                pass
-            time.sleep(0.5)
-        raise AssertionError(f"app.py never served its page: {self.log.read_text()}")
 
     def component(self, elem_id: str) -> int:
         return next(component["id"] for component in self.config["components"]
@@ -103,28 +80,18 @@ class App:
     def files(self) -> set[str]:
         return {str(path.relative_to(self.data)) for path in self.data.rglob("*") if path.is_file()}
 
-    def close(self) -> str:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        return self.log.read_text()
-
 
 @pytest.fixture(scope="module")
-def app(tiny_checkpoints, glyph_query, tmp_path_factory):
-    served = App(tmp_path_factory.mktemp("app") / "data", tiny_checkpoints)
-    try:
-        # one real search first: what a first search imports and caches is not what a refusal leaves
-        status, about = served.event("prepare_retrieval", [served.checkpoint, "test split", None])
-        assert status == 200 and "Checkpoint** `glyphs-mini-tiny`" in about, about
-        served.query = _uploaded(served, glyph_query)
-        status, about = served.event("search_upload", [served.checkpoint, "test split", 3, "", served.query, None, ""])
-        assert status == 200 and not about.startswith("⚠️"), about
-        yield served
-    finally:
-        output = served.close()
+def app(space_app, glyph_query):
+    served = App(space_app)
+    # one real search first: what a first search imports and caches is not what a refusal leaves
+    status, about = served.event("prepare_retrieval", [served.checkpoint, "test split", None])
+    assert status == 200 and "Checkpoint** `glyphs-mini-tiny`" in about, about
+    served.query = _uploaded(served, glyph_query)
+    status, about = served.event("search_upload", [served.checkpoint, "test split", 3, "", served.query, None, ""])
+    assert status == 200 and not about.startswith("⚠️"), about
+    yield served
+    output = space_app.output()  # what it printed while these tests sent their requests (its output is unbuffered)
     assert "Traceback" not in output, output
 
 
@@ -145,8 +112,8 @@ def _no_server_path(app: App, text: str) -> None:
 def test_a_63_mb_data_url_is_refused_in_words_before_it_is_read(app, where):
     """Before, each was read whole and parsed before anything looked at it: the checkpoint text was refused by its
     length, the two files with a traceback in the log and no words; and the first of them kept the server's RSS
-    higher by twice the request, five seconds later (the first case here runs on a fresh server; docs/benchmarks.md,
-    "Oversized and repeated uploads")."""
+    higher by twice the request, five seconds later (the first case here runs on a server that has only searched;
+    docs/benchmarks.md, "Oversized and repeated uploads")."""
     file = {"url": HUGE_DATA_URL, "meta": {"_type": "gradio.FileData"}}
     if where == "checkpoint text":
         api_name, data = "search_upload", [HUGE_DATA_URL, "test split", 3, "", None, None, ""]

@@ -3,71 +3,45 @@ serves a page that says it is starting at once and the app's page once it has lo
 sent the moment it does), resting runs go to the Space's persistent storage when it has some, and the Space's
 build installs the CPU builds of exactly the torch and torchvision that requirements.txt pins."""
 
-import http.client
-import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from gradio_client import Client, handle_file
-from gradio_client.exceptions import AppError
-from served_app import free_port
+from served_app import free_port, space_environment, start_as_space
 
 from demo.common import settings as app_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_S = 120.0
 
 
-def _listening_on_all_interfaces(port: int) -> bool:
-    """A listening IPv4 socket bound to 0.0.0.0:port, as the kernel lists it (state 0A is LISTEN)."""
-    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
-    return any(row.split()[1] == f"00000000:{port:04X}" and row.split()[3] == "0A" for row in rows)
-
-
-def _first_answer(port: int, process: subprocess.Popen) -> int:
-    """Ask for the page every 10 ms until the app's own server answers it (the starting page answers 503 until then,
-    and a refused connection is the moment between the two); how many starting pages answered first."""
-    starting_pages = 0  # answers of the page that says the app is starting (demo.common.starting_page)
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        assert process.poll() is None, f"app.py exited with {process.returncode}"
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        try:
-            connection.request("GET", "/")
-            response = connection.getresponse()
-            if response.status != 503:
-                return starting_pages
-            assert "MemVir Studio is starting" in response.read().decode()
-            assert starting_pages or _listening_on_all_interfaces(port)  # where the Space's proxy finds it
-            starting_pages += 1
-        except OSError:
-            pass
-        finally:
-            connection.close()
-        assert time.monotonic() < deadline, "app.py never served its page"
-        time.sleep(0.01)
+def _check_start(start, output: str, attempt: int, signing_in: bool) -> None:
+    # the page said the app was starting while it imported (seconds, polled every 10 ms), then the app took the port
+    # over
+    assert start.starting_pages > 0, output
+    assert start.on_all_interfaces, output  # reachable through the Space's proxy, not only on loopback
+    assert start.status == 200, output
+    assert '<meta property="og:title" content="MemVir Studio" />' in start.page  # the app's title, from gr.Blocks
+    assert (start.data / "gradio").is_dir()  # MEMVIR_APP_DATA holds the app's files
+    assert "refused" not in start.found, f"start {attempt + 1}: {start.found}\n{output}"
+    assert len(start.found["hits"]) == 3
+    assert "ImportError" not in output and "partially initialized" not in output, output
+    assert ('"Sign in with Hugging Face"' in start.config) is signing_in, output  # gr.LoginButton's label
+    assert re.search(r"MemVir Studio: \d+ cores? in the affinity set, ", output), output
+    if signing_in and "\n0::" in "\n" + Path("/proc/self/cgroup").read_text():  # the fake quota is v2's
+        assert "a CPU quota of 1 core: 1 core to use; each run trains with 1 thread\n" in output, output
 
 
 @pytest.mark.slow
-def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_request(tiny_checkpoints, glyph_query,
-                                                                                       tmp_path):
+def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_request(space_app, tmp_path):
     """Three fresh starts. The first request arrives the moment the app's server answers (its starting page gone):
     before, it raced the warm-up thread's imports of torchvision and failed in 2 of 3 starts ('cannot import name ...
-    from partially initialized module'). The last start has the variables a Space with `hf_oauth: true` sets: the
+    from partially initialized module'). The first start is the session's `space_app` (tests/app/conftest.py), which
+    serves on for the hostile-uploads tests. The last start has the variables a Space with `hf_oauth: true` sets: the
     page then offers gradio's "Sign in with Hugging Face" (demo.common.hub_access), and its sign-in routes start."""
-    checkpoint = str(tiny_checkpoints / "glyphs-mini-tiny")
-    for attempt in range(3):
-        port, data = free_port(), tmp_path / f"data-{attempt}"
-        # The server at the runs' priority: below them (the default) it starts at the pace the suite's other worker
-        # leaves it, past the deadline while that worker trains; the race tested is the warm-up's, not priority's.
-        env = dict(os.environ, GRADIO_SERVER_NAME="0.0.0.0", GRADIO_SERVER_PORT=str(port), SPACE_ID="someone/memvir",
-                   MEMVIR_APP_DATA=str(data), MEMVIR_CHECKPOINTS=str(tiny_checkpoints), MEMVIR_UMAP="0",
-                   HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False", MEMVIR_SERVER_PRIORITY="normal")
+    _check_start(space_app, space_app.output(), 0, signing_in=False)
+    for attempt in (1, 2):
+        data = tmp_path / f"data-{attempt}"
+        env = space_environment(free_port(), data, space_app.checkpoints)
         signing_in = attempt == 2
         if signing_in:  # never reached: gradio asks the provider only when a visitor signs in
             env |= dict(SYSTEM="spaces", OAUTH_CLIENT_ID="an-id", OAUTH_CLIENT_SECRET="a-secret",
@@ -78,37 +52,8 @@ def test_app_py_as_a_space_starts_it_says_it_is_starting_then_serves_its_first_r
             (tmp_path / "cgroup" / "cpu.max").write_text("100000 100000\n")
             env["MEMVIR_CGROUP_ROOT"] = str(tmp_path / "cgroup")
             env.pop("OMP_NUM_THREADS", None)
-        process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        try:
-            starting_pages = _first_answer(port, process)
-            client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-            try:
-                found = client.predict(checkpoint=checkpoint, query_image=handle_file(glyph_query), k=3,
-                                       api_name="/search")
-            except AppError as refused:  # said with the server's output below
-                found = {"refused": str(refused)}
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as response:
-                status, page = response.status, response.read().decode()
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=30) as response:
-                config = response.read().decode()
-            assert _listening_on_all_interfaces(port)  # reachable through the Space's proxy, not only on loopback
-        finally:
-            process.terminate()
-            output = process.communicate(timeout=30)[0]
-        # the page said the app was starting while it imported (seconds, polled every 10 ms here), then the app
-        # took the port over
-        assert starting_pages > 0, output
-        assert status == 200, output
-        assert '<meta property="og:title" content="MemVir Studio" />' in page  # the app's title, from gr.Blocks
-        assert (data / "gradio").is_dir()  # MEMVIR_APP_DATA holds the app's files
-        assert "refused" not in found, f"start {attempt + 1}: {found}\n{output}"
-        assert len(found["hits"]) == 3
-        assert "ImportError" not in output and "partially initialized" not in output, output
-        assert ('"Sign in with Hugging Face"' in config) is signing_in, output  # gr.LoginButton's label
-        assert re.search(r"MemVir Studio: \d+ cores? in the affinity set, ", output), output
-        if signing_in and "\n0::" in "\n" + Path("/proc/self/cgroup").read_text():  # the fake quota is v2's
-            assert "a CPU quota of 1 core: 1 core to use; each run trains with 1 thread\n" in output, output
+        start = start_as_space(env, tmp_path / f"app-{attempt}.log", space_app.checkpoint, space_app.query)
+        _check_start(start, start.close(), attempt, signing_in)
 
 
 def test_live_runs_stay_local_and_a_mounted_volume_keeps_the_resting_ones(tmp_path, monkeypatch):
