@@ -4,8 +4,9 @@
 #     bash bench/gpu.sh [OUT_DIR]          (default OUT_DIR: bench/results; PYTHON=... picks the interpreter)
 #
 # 1. Throughput of resnet50 at 224 px with and without MemVir at the reference CARS196 geometry (B=128, C=98,
-#    N=45, M=10) on synthetic images, peak GPU memory, the store in float32 vs float16, and a torch.compile row:
-#    OUT_DIR/gpu_throughput.md (and stdout).
+#    N=45, M=10) on synthetic images, peak GPU memory, the loss in blocks vs over the whole matrix, the store in
+#    float32 vs float16, and a torch.compile row; every row's timed steps under torch.cuda.set_sync_debug_mode("error"),
+#    so a host sync on the step's path is named: OUT_DIR/gpu_throughput.md (and stdout).
 # 2. The Trainer end to end on the GPU (bfloat16 autocast, channels_last, pinned memory, loader workers,
 #    torch.compile) on glyphs-mini through the CLI: OUT_DIR/trainer_smoke.log.
 # 3. A live change whose memory the GPU cannot hold (a real CUDA out-of-memory): refused, the run trains on, and the

@@ -4,10 +4,14 @@
                                     --memvir-m 10 --steps 30 --warmup 5 --compile --out FILE]
 
 What is timed is the Trainer's step without data loading: images already on the device (random, fixed), the
-network forward in bfloat16 autocast and channels_last on a GPU, MemVir, Norm-softmax, backward, Adam. Rows: the
-baseline (N=0), MemVir with a full memory (all N virtual sets in use) storing float32, the same storing float16,
-and with --compile the MemVir row again with torch.compile. The memory is filled before timing with random
-embeddings: the step's cost does not depend on what the memory holds, only on how much.
+network forward in bfloat16 autocast and channels_last on a GPU, MemVir, Norm-softmax, backward, Adam, as the
+Trainer runs them: the loss given MemVir's output as it is (its blocks, the live step's pairs kept: memvir.losses,
+"Blocks" and "Cache") and no per-step value check (the Trainer checks at its logging cadence on a GPU). Rows: the
+baseline (N=0), MemVir with a full memory (all N virtual sets in use) storing float32, the same with the loss over the
+whole concatenated matrix (the computation before the blocks), the same storing float16, and with --compile the MemVir
+row again with torch.compile. The memory is filled before timing with random embeddings: the step's cost does not
+depend on what the memory holds, only on how much. On a GPU the timed steps of every row run under
+`torch.cuda.set_sync_debug_mode("error")`: a step that waits for the GPU (a host sync) fails its row, named.
 Columns: images/s, ms per step, peak GPU memory of the timed steps (CUDA only), the memory ring's size.
 It is `bench/gpu.sh`'s first part (not one of `make bench`'s CPU scripts: its name does not start with bench_).
 """
@@ -28,7 +32,7 @@ from memvir.data.transforms import IMAGENET_MEAN, IMAGENET_STD  # noqa: E402
 from memvir.models.embedding_model import EmbeddingModel  # noqa: E402
 
 
-def build_step(args, device: torch.device, memvir: MemVir, compile_network: bool):
+def build_step(args, device: torch.device, memvir: MemVir, compile_network: bool, whole_matrix: bool = False):
     """The components of a Trainer step at the bench geometry and one step as a function (returns the loss)."""
     torch.manual_seed(0)
     model = EmbeddingModel(backbone=args.backbone, embedding_dim=args.embedding_dim, in_channels=3,
@@ -40,6 +44,7 @@ def build_step(args, device: torch.device, memvir: MemVir, compile_network: bool
     network = torch.compile(model) if compile_network else model
     class_weights = nn.Parameter(torch.randn(args.classes, args.embedding_dim, device=device) / args.embedding_dim**0.5)
     loss_fn = build_loss("norm-softmax")
+    loss_fn.check_values = False  # its labels checked where the batch is made, as the Trainer does
     optimizer = torch.optim.Adam([{"params": model.parameters(), "lr": 1e-4}, {"params": [class_weights], "lr": 1e-2}],
                                  eps=0.01, weight_decay=1e-4)
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
@@ -51,8 +56,8 @@ def build_step(args, device: torch.device, memvir: MemVir, compile_network: bool
     def step() -> torch.Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             embeddings = network(images)
-        all_embeddings, all_labels, all_weights = memvir(embeddings.float(), labels, class_weights)
-        loss = loss_fn(all_embeddings, all_labels, all_weights)
+        out = memvir(embeddings.float(), labels, class_weights)
+        loss = loss_fn(*out) if whole_matrix else loss_fn(*out, live=out.live)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -72,9 +77,11 @@ def fill(memvir: MemVir, args, device: torch.device, class_weights: torch.Tensor
             memvir(embeddings, labels, class_weights)
 
 
-def measure(args, device: torch.device, label: str, num_steps: int, store_dtype, compile_network: bool) -> dict:
-    memvir = MemVir(num_steps, args.memvir_m if num_steps else 0, store_dtype=store_dtype)
-    step, class_weights = build_step(args, device, memvir, compile_network)
+def measure(args, device: torch.device, label: str, num_steps: int, store_dtype, compile_network: bool,
+            whole_matrix: bool = False) -> dict:
+    memvir = MemVir(num_steps, args.memvir_m if num_steps else 0, store_dtype=store_dtype, check_values=False,
+                    live_pairs=True)
+    step, class_weights = build_step(args, device, memvir, compile_network, whole_matrix)
     fill(memvir, args, device, class_weights.detach())
     cuda = device.type == "cuda"
     for _ in range(args.warmup):  # first convolutions pick their algorithms, Adam allocates, compile compiles
@@ -82,8 +89,18 @@ def measure(args, device: torch.device, label: str, num_steps: int, store_dtype,
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+    host_syncs = "none" if cuda else "-"
     started = time.perf_counter()
-    losses = [step() for _ in range(args.steps)]
+    try:
+        if cuda:  # a step that makes the host wait for the GPU raises here, naming the operation
+            torch.cuda.set_sync_debug_mode("error")
+        losses = [step() for _ in range(args.steps)]
+    except RuntimeError as error:
+        host_syncs = f"a host sync: {str(error).splitlines()[0][:120]}"
+        losses = [step() for _ in range(args.steps)]  # timed again without the check, so the row has its figure
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode("default")
     loss = float(torch.stack(losses)[-1])  # one sync at the end, not one per step
     if cuda:
         torch.cuda.synchronize(device)
@@ -97,16 +114,18 @@ def measure(args, device: torch.device, label: str, num_steps: int, store_dtype,
         "peak_mib": torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None,
         "store_mib": memvir.memory_bytes() / 2**20,
         "loss": loss,
+        "host_syncs": host_syncs,
     }
 
 
 def table(rows: list[dict], header: str) -> str:
-    lines = [header, "", "| run | virtual sets | classes | images/s | ms/step | peak GPU MiB | memory store MiB |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [header, "", "| run | virtual sets | classes | images/s | vs baseline | ms/step | peak GPU MiB | memory "
+             "store MiB | host syncs in the timed steps |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
         peak = "-" if row["peak_mib"] is None else f"{row['peak_mib']:.0f}"
         lines.append(f"| {row['run']} | {row['virtual_sets']} | {row['classes']} | {row['images_per_s']:.0f} | "
-                     f"{row['ms_per_step']:.1f} | {peak} | {row['store_mib']:.1f} |")
+                     f"{row['images_per_s'] / rows[0]['images_per_s']:.3f} | {row['ms_per_step']:.1f} | {peak} | "
+                     f"{row['store_mib']:.1f} | {row['host_syncs']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -137,14 +156,16 @@ def main(argv=None) -> int:
               f"D={args.embedding_dim}, Norm-softmax, Adam; {where}; torch {torch.__version__}; {args.steps} timed "
               f"steps after {args.warmup}; synthetic images already on the device (no data loading).\n"
               "command: python bench/gpu_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv))
-    plans = [("baseline (N=0)", 0, None, False),
-             (f"MemVir N={n} M={m}, memory full, float32 store", n, None, False),
-             (f"MemVir N={n} M={m}, memory full, float16 store", n, torch.float16, False)]
+    plans = [("baseline (N=0)", 0, None, False, False),
+             (f"MemVir N={n} M={m}, memory full, float32 store", n, None, False, False),
+             (f"MemVir N={n} M={m}, float32 store, the loss over the whole matrix (before the blocks)", n, None, False,
+              True),
+             (f"MemVir N={n} M={m}, memory full, float16 store", n, torch.float16, False, False)]
     if args.compile:
-        plans.append((f"MemVir N={n} M={m}, float32 store, torch.compile", n, None, True))
+        plans.append((f"MemVir N={n} M={m}, float32 store, torch.compile", n, None, True, False))
     rows = []
-    for label, num_steps, store_dtype, compile_network in plans:
-        rows.append(measure(args, device, label, num_steps, store_dtype, compile_network))
+    for label, num_steps, store_dtype, compile_network, whole_matrix in plans:
+        rows.append(measure(args, device, label, num_steps, store_dtype, compile_network, whole_matrix))
         print(f"measured: {label}", file=sys.stderr, flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
