@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --no-compile --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
 	touch $@
 
