@@ -33,8 +33,8 @@ chromium:
 
 # The venv (pip, mostly unpacking) and chromium (apt, mostly downloading) are built side by side. Then two workers,
 # one per core, one test file each at a time (its module fixtures, a served app say, set up once; files that share a
-# session's server as one), the files of long tests handed out first (tests/conftest.py) (docs/benchmarks.md, "The
-# test suite").
+# session's server as one), the files of long tests handed out first (tests/conftest.py)
+# (docs/benchmarks.md, "The test suite").
 test:
 	$(MAKE) --no-print-directory -j 2 venv chromium
 	$(PY) -m pytest -q -n 2 --dist loadfile
