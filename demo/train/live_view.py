@@ -253,7 +253,10 @@ class FigureBuilder:
         self._watch(run, kind)
         with self._lock:
             drawn = self._drawn.get((run.id, kind))
-        if drawn is None:
+        # a run that no longer trains (nor its baseline) gets no new record: its figures are drawn now if its last
+        # records came after the builder's last drawing, so the poll that first says "Finished" (or "Stopped") shows
+        # every step beside it, not the curve of up to a builder's interval before
+        if drawn is None or (not run.busy and drawn[0] != _curves_key(run, kind)):
             drawn = self._draw_curves(run, kind)
         return drawn
 

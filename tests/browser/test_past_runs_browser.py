@@ -55,11 +55,13 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         # the page shows no run: the other visitor's is only in the list
         page.wait_for_function("() => document.querySelector('#run-status')?.innerText.includes('Ready')",
                                timeout=WAIT_MS)
+        # the boxes read once the loss chart is drawn: before, it has no height and the list starts where it will
+        page.wait_for_function("() => document.querySelector('#curves-plot .js-plotly-plot')?._fullLayout",
+                               timeout=WAIT_MS)
         start, listed = page.locator("#start").bounding_box(), page.locator("#past-runs").bounding_box()
         assert start["y"] + start["height"] <= height  # the list leaves Start on the first screen
         if name == "phone":  # under the status line and the loss chart, which follow Start and the settings' summary
-            # below the chart's bottom edge (an empty chart not yet drawn has no height: the list then starts where
-            # it does, 838.19 px both, seen once in a whole-suite run)
+            # below the chart's bottom edge
             chart = page.locator("#curves-plot").bounding_box()
             assert listed["y"] >= chart["y"] + chart["height"] - 1, (listed, chart)
         choice = page.get_by_label("Runs on this server")
@@ -88,10 +90,11 @@ def test_a_visitor_picks_a_past_run_from_the_list_and_sees_its_curves_and_table(
         assert f"Showing {run.id}" in summary
         assert re.search(rf"Recall@1 \(test\)\s+{100 * final['recall@1']:.2f}", summary), summary
         page.locator("#past-run-download").wait_for(state="visible", timeout=WAIT_MS)  # drawn a moment after the words
-        # the loss curve as plotly drew it: every logged step of the run picked
-        page.wait_for_function("() => { const c = document.querySelector('#curves-plot .js-plotly-plot');"
-                               " return c && c._fullData && c._fullData.some(t => t.x && t.x.length > 0); }",
-                               timeout=WAIT_MS)
+        # the loss curve as plotly drew it: every logged step of the run picked (plotly draws a moment after the
+        # status line it came with)
+        page.wait_for_function("(steps) => { const c = document.querySelector('#curves-plot .js-plotly-plot');"
+                               " return c && c._fullData && c._fullData.some(t => t.x && t.x.length === steps); }",
+                               arg=steps, timeout=WAIT_MS)
         assert steps in [trace["points"] for trace in _traces(page, "curves-plot")]
         box = choice.bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= width + 1, box  # the list fits the screen's width

@@ -111,6 +111,33 @@ def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_pictur
         figures.close()
 
 
+def test_a_run_that_ended_after_its_curves_were_drawn_has_every_step_in_them_at_the_next_ask(runs):
+    """The builder draws a training run's curves every interval; once the run has ended, a poll that asks gets them
+    drawn from every record at once, not the drawing from before its last steps (its status already says Finished)."""
+    run = runs.start(quick(), "alice")
+    run.join(90)
+    wait_for(lambda: not run.busy)
+    steps = [record["step"] for record in run.records if record["type"] == "step"]
+    assert len(steps) == 9  # glyphs-mini, batch 32, one epoch, every step logged
+    figures = live_view.FigureBuilder(interval=3600)  # its own drawing never comes round again in this test
+    try:
+        every_record = run.records
+        with run.lock:
+            run.records = every_record[:-4]  # as the builder last saw them, before the last steps and the end
+        _, early = figures.curves(run)
+        with run.lock:
+            run.records = every_record
+        _, now = figures.curves(run)
+    finally:
+        figures.close()
+
+    def loss_steps(curve_figures):
+        return [list(trace.x) for trace in curve_figures[0].data if trace.name == "loss"][0]
+
+    assert loss_steps(early) != steps
+    assert loss_steps(now) == steps
+
+
 # ---------------------------------------------------------------------------------------------- controls
 def test_the_classes_shown_are_typed_as_distinct_whole_numbers():
     assert whole_numbers(" 3, 17 40 ", "classes", 20) == [3, 17, 40]
