@@ -840,7 +840,9 @@ def report(profile: Profile, output: Path) -> str:
 def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
     """Rewrite the tables between `<!-- NAME tables -->` and `<!-- /NAME tables -->` in `doc` (NAME: the profile's)
     with the report's, recomputed from results.json: a profile's own search first, if it has one, then the finals
-    and comparisons once any is in (always for a profile without a search); False where `doc` has no such block."""
+    and comparisons once any is in (always for a profile without a search), and for a profile that holds classes out
+    as validation the backbone's and the validation-chosen early stop's MAP@R beside the finals'; False where `doc`
+    has no such block."""
     results = Results(output / "results.json")
     start, end = f"<!-- {profile.name} tables -->", f"<!-- /{profile.name} tables -->"
     text = doc.read_text()
@@ -849,6 +851,8 @@ def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
     parts = [] if profile.choose_from else [search_table(results, profile)]
     if profile.choose_from or results.find(profile=profile.name, phase="final") is not None:
         parts += [final_table(results, profile), comparison_table(comparisons(results, profile))]
+        if profile.held_out:
+            parts.append(early_stop_table(results, (profile.name,)))
     tables = "\n\n".join(parts)
     before, rest = text.split(start, 1)
     doc.write_text(before + start + "\n" + tables + "\n" + end + rest.split(end, 1)[1])

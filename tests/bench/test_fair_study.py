@@ -297,6 +297,27 @@ def test_docs_reproduction_gives_the_widened_search_s_tables_so_far_on_its_one_c
     assert block == "\n\n".join(tables)
 
 
+@pytest.mark.parametrize("name", ["dilution-10", "dilution-30"])
+def test_docs_reproduction_gives_the_dilution_control_s_tables_on_its_one_commit(name):
+    """The regime's dilution control's block in docs/reproduction.md is the report's, recomputed from the regime's
+    results.json (the finals, the comparisons and the early-stop table, once any run is in), and every run of it
+    trained on the commit its protocol names."""
+    root = Path(__file__).resolve().parents[2]
+    profile = PROFILES[name]
+    results = Results(root / "docs" / "reproduction" / "regime" / "results.json")
+    records = [r for r in results.records if r["profile"] == name]
+    assert {r["commit"][:7] for r in records} <= {"b94ea0d"}
+    doc = (root / "docs" / "reproduction.md").read_text()
+    block = doc.split(f"<!-- {name} tables -->\n", 1)[1].split(f"<!-- /{name} tables -->", 1)[0]
+    if not records:
+        assert block == ""
+        return
+    tables = [fair_study.final_table(results, profile),
+              fair_study.comparison_table(fair_study.comparisons(results, profile)),
+              fair_study.early_stop_table(results, (name,))]
+    assert block == "\n\n".join(tables) + "\n"
+
+
 REGIME = PROFILES["regime"]
 
 
