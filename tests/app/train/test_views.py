@@ -95,9 +95,23 @@ def test_the_results_table_reaches_the_page_once_the_run_and_its_baseline_finish
     assert any(trace.name == "from 2 steps ago" for trace in drift.data)  # M = 1: set 1 is 2 steps old
 
 
-def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_picture(runs):
-    run = runs.start(quick(), "alice")
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """(its RunManager, a quick() run of alice's, finished), shared by the tests that only read a finished run."""
+    from demo.common.settings import AppSettings
+    from demo.runs.manager import RunManager
+
+    folder = tmp_path_factory.mktemp("finished")
+    manager = RunManager(AppSettings(data_dir=folder / "data", checkpoints_dir=folder / "checkpoints", umap=False))
+    run = manager.start(quick(), "alice")
     run.join(90)
+    wait_for(lambda: not run.busy)
+    yield manager, run
+    manager.close()
+
+
+def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_picture(finished_run):
+    runs, run = finished_run
     last = run.snapshots[-1].step
     figures = live_view.FigureBuilder()
     live = PollHandlers(runs, figures)
@@ -111,12 +125,10 @@ def test_a_new_page_shows_the_latest_snapshot_on_its_first_poll_in_either_pictur
         figures.close()
 
 
-def test_a_run_that_ended_after_its_curves_were_drawn_has_every_step_in_them_at_the_next_ask(runs):
+def test_a_run_that_ended_after_its_curves_were_drawn_has_every_step_in_them_at_the_next_ask(finished_run):
     """The builder draws a training run's curves every interval; once the run has ended, a poll that asks gets them
     drawn from every record at once, not the drawing from before its last steps (its status already says Finished)."""
-    run = runs.start(quick(), "alice")
-    run.join(90)
-    wait_for(lambda: not run.busy)
+    _, run = finished_run
     steps = [record["step"] for record in run.records if record["type"] == "step"]
     assert len(steps) == 9  # glyphs-mini, batch 32, one epoch, every step logged
     figures = live_view.FigureBuilder(interval=3600)  # its own drawing never comes round again in this test
