@@ -118,11 +118,13 @@ class IndexBuilds:
 
 class GalleryHome(NamedTuple):
     """Where a checkpoint's test-split index and its views' figures are read from, and whether the app writes them
-    there (`writable`) and keeps them in its gallery cache (`cached`)."""
+    there (`writable`) and keeps them in its gallery cache (`cached`: then `unusable_beside` says why the one beside
+    the checkpoint is not used)."""
 
     folder: Path
     writable: bool
     cached: bool
+    unusable_beside: str | None = None
 
 
 class IndexCache:
@@ -204,10 +206,12 @@ class IndexCache:
         beside = checkpoint.folder / shipped_gallery.GALLERY_DIR
         if self._catalogue.may_save_beside(checkpoint):
             return GalleryHome(beside, writable=True, cached=False)
-        if shipped_gallery.staleness(checkpoint.folder, split) is None:
+        reason = shipped_gallery.staleness(checkpoint.folder, split)
+        if reason is None:
             return GalleryHome(beside, writable=False, cached=False)
         cached = shipped_gallery.gallery_cache_dir(self.settings.galleries_dir, checkpoint.folder, split)
-        return GalleryHome(cached, writable=folder_key(checkpoint.folder) == checkpoint.key, cached=True)
+        return GalleryHome(cached, writable=folder_key(checkpoint.folder) == checkpoint.key, cached=True,
+                           unusable_beside=reason)
 
     def _build_index(self, checkpoint: LoadedCheckpoint, gallery: Gallery, report) -> IndexedGallery:
         if gallery.size == 0:
@@ -218,8 +222,7 @@ class IndexCache:
             if saved is None:
                 if home.cached:
                     log.info("%s: its test split's index is embedded and kept in %s (the one beside it cannot be "
-                             "used: %s)", checkpoint.name, home.folder,
-                             shipped_gallery.staleness(checkpoint.folder, gallery.split))
+                             "used: %s)", checkpoint.name, home.folder, home.unusable_beside)
                 saved = shipped_gallery.build(checkpoint.folder, gallery.split, checkpoint.config["dataset"],
                                               model=checkpoint.model, save=home.writable, batch_size=EMBED_BATCH,
                                               on_progress=report, gallery_dir=home.folder)
