@@ -356,6 +356,13 @@ _DEVICE = 4
 _PAIRS_STATE_VERSION = 1
 
 
+def _map_tensors(value, function):
+    """`function` of each tensor of a kept value: a tensor, or Proxy-Anchor's (pull sums or None, push sums)."""
+    if isinstance(value, tuple):
+        return tuple(_map_tensors(part, function) for part in value)
+    return None if value is None else function(value)
+
+
 class _StoredPairs:
     """The per-pair constants of the stored x stored block kept between calls (module docstring, "Cache"):
     ``values[a][b]``, what the rows of stored step a give against the weights of stored step b, for the memory and
@@ -390,13 +397,14 @@ class _StoredPairs:
                 del columns[step]
         self.computed = 0
 
-    def _move_to(self, device: torch.device) -> None:
-        def move(value):
-            return value.to(device) if isinstance(value, torch.Tensor) else value
+    def _mapped(self, function) -> tuple[dict, dict]:
+        """(own, values) with `function` applied to every tensor they hold."""
+        return ({step: _map_tensors(value, function) for step, value in self.own.items()},
+                {row: {column: _map_tensors(value, function) for column, value in columns.items()}
+                 for row, columns in self.values.items()})
 
-        self.own = {step: move(value) for step, value in self.own.items()}
-        self.values = {row: {column: (tuple(move(part) for part in value) if isinstance(value, tuple) else move(value))
-                             for column, value in columns.items()} for row, columns in self.values.items()}
+    def _move_to(self, device: torch.device) -> None:
+        self.own, self.values = self._mapped(lambda tensor: tensor.to(device))
         self.settings = (*self.settings[:_DEVICE], device, *self.settings[_DEVICE + 1:])
 
     def to_state(self) -> dict | None:
@@ -405,17 +413,10 @@ class _StoredPairs:
         if self.settings is None:
             return None
         memory, loss_type, hyper_parameters, dtype, _, part = self.settings
-
-        def compact(value):
-            if isinstance(value, tuple):
-                return tuple(compact(part) for part in value)
-            return None if value is None else value.detach().clone()
-
+        own, values = self._mapped(lambda tensor: tensor.detach().clone())
         return {"version": _PAIRS_STATE_VERSION, "memory": memory, "loss": loss_type.__name__,
                 "hyper_parameters": list(hyper_parameters), "dtype": str(dtype).removeprefix("torch."),
-                "part": list(part), "own": {step: compact(value) for step, value in self.own.items()},
-                "values": {row: {column: compact(value) for column, value in columns.items()}
-                           for row, columns in self.values.items()}}
+                "part": list(part), "own": own, "values": values}
 
     def load_state(self, state: dict | None, loss_type: type) -> None:
         """Keep the pairs of ``state`` (``to_state``) for the calls that name the same memory and settings (their
