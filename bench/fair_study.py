@@ -16,6 +16,7 @@ Reality Check" (Musgrave, Belongie, Lim, ECCV 2020), whose protocol the paper re
 - A trial trains at seed 0 on each of the profile's class-disjoint validation folds of the training classes
   (`--val-classes 255 --val-fold f`) and scores validation MAP@R only; its test metrics are never stored.
 - The choice: the trial with the highest validation MAP@R averaged over the folds (ties: the lower trial).
+  In the widened search, a choice on its box's edge grows that arm's box and the search goes on (arm_search).
 - Each arm's choice is then trained on all training classes at 5 seeds, and scored on the test classes. Seed s gives
   every arm the same initialisation and batches, so arms are compared with paired tests (memvir's bench/fair_stats).
 - Controls, at the chosen settings, separate the step size from the virtual classes (CONTROLS).
@@ -75,6 +76,9 @@ class Profile:
     # again at one of these, as many as the two MemVir reductions' trials together (baseline_trials)
     baseline_multipliers: tuple[float, ...] = ()
     finals: tuple[str, ...] | None = None  # the chosen arms trained at every seed (None: every chosen arm)
+    # An arm whose choice lies on its box's edge grows its box past that end and searches on (arm_search); the first
+    # study's profiles only report such a choice
+    grows: bool = False
 
     def arm_trials(self, arm: str) -> int:
         """How many trials `arm` gets: the profile's count, twice that for a baseline that searches its multiplier."""
@@ -107,7 +111,7 @@ PROFILES = {
     # reductions together, and the seen-labels memory searched as an arm of its own (N and M included).
     "wide": Profile("wide", folds=2, fold_size=255, trials=6, seeds=SEEDS, box="wide", study="wide",
                     arms=("baseline", "memvir-official", "memvir-balanced", "memvir-seen"),
-                    baseline_multipliers=(2.0, 5.0),
+                    baseline_multipliers=(2.0, 5.0), grows=True,
                     controls=("schedule-balanced-optimiser", "schedule-baseline-optimiser")),
     "gpu": Profile("gpu", folds=4, fold_size=255, trials=16, seeds=SEEDS),
     # the whole pipeline in a couple of minutes, to try the runner (write it elsewhere: --output)
@@ -197,6 +201,8 @@ class SearchBox:
 BOXES = {"first": SearchBox(lr=(3e-4, 3e-3), class_lr=(3e-3, 3e-2), scale=(12.0, 40.0)),
          "wide": SearchBox(lr=(5e-5, 3e-3), class_lr=(5e-4, 3e-2), scale=(6.0, 40.0))}
 EDGE = 0.1  # a chosen value within this share of its range's end lies on the box's edge: the box grows
+GROWTH = 1 / 3  # a growth moves the edge's end past it by this share of the range's width, on a log scale
+GROWTHS = 3  # the most times one arm's box grows; a choice still on the edge after them is taken as it is
 ADAM_EPS = (1e-8, 1e-6, 1e-4, 1e-2)
 MEMVIR_N, MEMVIR_M = (1, 2, 4), (10, 25, 50, 100)
 ARMS = {"baseline": Setting(), "memvir-official": Setting(n=2, m=50),
@@ -361,29 +367,87 @@ def search_score(results: Results, profile: Profile, arm: str, trial: int) -> fl
 
 
 def chosen_settings(results: Results, profile: Profile) -> dict[str, Setting]:
-    """Each arm whose trials are all in: the setting of its best trial (the choice rule)."""
-    chosen = {}
-    for arm in profile.arms:
-        scores = [search_score(results, profile, arm, t) for t in range(profile.arm_trials(arm))]
-        if None not in scores:
-            # argmax: the first of equal scores
-            chosen[arm] = profile.trial(arm, int(np.argmax(scores)))
-    return chosen
+    """Each arm whose search is done: its chosen setting (arm_search)."""
+    return {arm: search.chosen for arm in profile.arms if (search := arm_search(results, profile, arm)).chosen}
 
 
-def box_edges(setting: Setting, box: SearchBox) -> list[str]:
-    """The chosen setting's values that lie on the box's edge (within EDGE of a range's end, learning rates on their
-    log scale): where the box must grow and the search go on, since the optimum may lie outside it."""
-    edges = []
-    for name, (low, high) in (("lr", box.lr), ("class_lr", box.class_lr), ("scale", box.scale)):
-        value = getattr(setting, name)
+BOX_RANGES = ("lr", "class_lr", "scale")
+
+
+def _edge_ends(setting: Setting, box: SearchBox) -> list[tuple[str, int]]:
+    """(range, -1 for its low end or +1 for its high end) for each of the setting's values that lies within EDGE of
+    a range's end (learning rates on their log scale, the loss's scale on its linear one, as the trials are drawn)."""
+    ends = []
+    for name in BOX_RANGES:
+        value, (low, high) = getattr(setting, name), getattr(box, name)
         unit = ((np.log(value) - np.log(low)) / (np.log(high) - np.log(low)) if name != "scale"
                 else (value - low) / (high - low))
         if unit <= EDGE:
-            edges.append(f"{name} {value:.3g} at the low edge ({low:g})")
+            ends.append((name, -1))
         elif unit >= 1 - EDGE:
-            edges.append(f"{name} {value:.3g} at the high edge ({high:g})")
-    return edges
+            ends.append((name, 1))
+    return ends
+
+
+def box_edges(setting: Setting, box: SearchBox) -> list[str]:
+    """The chosen setting's values that lie on the box's edge, in words: where the box must grow and the search go
+    on, since the optimum may lie outside it."""
+    return [f"{name} {getattr(setting, name):.3g} at the {'low' if end < 0 else 'high'} edge "
+            f"({getattr(box, name)[end > 0]:g})" for name, end in _edge_ends(setting, box)]
+
+
+def grown_box(box: SearchBox, ends: list[tuple[str, int]]) -> SearchBox:
+    """`box` with each of `ends` moved past its end by GROWTH of its range's width on a log scale (the loss's scale
+    too, so that its low end stays above 0): the wide box's lr 5e-5 to 3e-3 grows to 1.28e-5 at its low end."""
+    ranges = {name: getattr(box, name) for name in BOX_RANGES}
+    for name, end in ends:
+        low, high = ranges[name]
+        step = (high / low) ** GROWTH
+        ranges[name] = (low / step, high) if end < 0 else (low, high * step)
+    return SearchBox(**ranges)
+
+
+def growth_trials(choice: Setting, ends: list[tuple[str, int]], box: SearchBox, grown: SearchBox) -> list[Setting]:
+    """The trials a growth adds: for each value of `choice` on an edge, `choice` with that value halfway (on a log
+    scale) between the old end and the grown one, then at the grown end; its other values as they are."""
+    trials = []
+    for name, end in ends:
+        old, new = getattr(box, name)[end > 0], getattr(grown, name)[end > 0]
+        for value in (float(np.sqrt(old * new)), new):
+            trials.append(replace(choice, **{name: round(value, 1) if name == "scale" else float(f"{value:.3g}")}))
+    return trials
+
+
+@dataclass(frozen=True)
+class ArmSearch:
+    """One arm's search as far as its results go: its trials in order (the profile's, then each growth's), the box
+    its choice is judged in, and its choice (None until every trial is in and the choice lies inside the box, or the
+    box has grown GROWTHS times)."""
+
+    trials: list[Setting]
+    box: SearchBox
+    chosen: Setting | None
+    growths: int
+
+
+def arm_search(results: Results, profile: Profile, arm: str) -> ArmSearch:
+    """The choice rule with the box's growth: the trial with the best mean validation MAP@R over the folds (ties: the
+    earlier trial); in a profile that grows, a choice on its box's edge grows the box there (grown_box) and adds the
+    trials beyond it (growth_trials), and the rule is applied again once they are in."""
+    trials = [profile.trial(arm, t) for t in range(profile.arm_trials(arm))]
+    box = BOXES[profile.box]
+    for growths in range(GROWTHS + 1):
+        scores = [search_score(results, profile, arm, t) for t in range(len(trials))]
+        if None in scores:
+            return ArmSearch(trials, box, None, growths)
+        best = trials[int(np.argmax(scores))]  # argmax: the first of equal scores
+        ends = _edge_ends(best, box)
+        if not profile.grows or not ends or growths == GROWTHS:
+            return ArmSearch(trials, box, best, growths)
+        grown = grown_box(box, ends)
+        trials = trials + growth_trials(best, ends, box, grown)
+        box = grown
+    raise AssertionError("unreachable: the loop returns at its last growth")
 
 
 # ------------------------------------------------------------------------------------------------------- runs
@@ -417,15 +481,18 @@ class Job:
 
 
 def pending_jobs(results: Results, profile: Profile) -> list[Job]:
-    """What can run now and has no result: the search; the finals of arms whose search is done; the controls once
-    the arms they start from are chosen."""
+    """What can run now and has no result: the search (with its grown boxes' trials); the finals once every arm's
+    search is done; the controls once the arms they start from are chosen."""
     if profile.choose_from:
         jobs, chosen = [], chosen_settings(results, PROFILES[profile.choose_from])
     else:
-        jobs = [Job("search", arm, profile.trial(arm, t), trial=t, fold=f)
-                for t in range(max(map(profile.arm_trials, profile.arms))) for arm in profile.arms
-                for f in range(profile.folds) if t < profile.arm_trials(arm)]
+        trials = {arm: arm_search(results, profile, arm).trials for arm in profile.arms}
+        jobs = [Job("search", arm, trials[arm][t], trial=t, fold=f)
+                for t in range(max(map(len, trials.values()))) for arm in profile.arms
+                for f in range(profile.folds) if t < len(trials[arm])]
         chosen = chosen_settings(results, profile)
+        if len(chosen) < len(profile.arms):  # no final before every arm's search is done, its box grown included
+            chosen = {}
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
     jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()
              if profile.finals is None or arm in profile.finals]
@@ -534,6 +601,9 @@ def plan(profile: Profile) -> str:
              f"classes, then {len(profile.seeds)} seeds; {profile.epochs} epochs, warm-up {profile.warmup:g}; box: "
              f"lr {box.lr[0]:g} to {box.lr[1]:g}, class lr {box.class_lr[0]:g} to {box.class_lr[1]:g}, scale "
              f"{box.scale[0]:g} to {box.scale[1]:g}", "",
+             *([f"A choice within {EDGE:g} of a range's end grows that arm's box past it by {GROWTH:.3g} of the "
+                f"range's width (log scale) and adds two trials there, up to {GROWTHS} times.", ""]
+               if profile.grows else []),
              "| trial | " + " | ".join(ARM_NAMES[a] for a in profile.arms) + " |",
              "|---:|" + "---|" * len(profile.arms)]
     for t in range(max(map(profile.arm_trials, profile.arms))):
@@ -542,24 +612,41 @@ def plan(profile: Profile) -> str:
     return "\n".join(lines)
 
 
+def _box_words(box: SearchBox) -> str:
+    return ", ".join(f"{name.replace('_', ' ')} {low:.3g} to {high:.3g}" for name in BOX_RANGES
+                     for low, high in [getattr(box, name)])
+
+
 def search_table(results: Results, profile: Profile) -> str:
-    chosen = chosen_settings(results, profile)
     lines = ["| arm | trial | setting | " + " | ".join(f"fold {f}" for f in range(profile.folds))
              + " | mean validation MAP@R |", "|---|---:|---|" + "---:|" * (profile.folds + 1)]
-    for arm in profile.arms:
-        for t in range(profile.arm_trials(arm)):
-            setting = profile.trial(arm, t)
+    searches = {arm: arm_search(results, profile, arm) for arm in profile.arms}
+    for arm, search in searches.items():
+        for t, setting in enumerate(search.trials):
             folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=t, fold=f)
                      for f in range(profile.folds)]
             cells = [f"{100 * r['metrics'][CHOICE_METRIC]:.2f}" if r else "" for r in folds]
             score = search_score(results, profile, arm, t)
-            mark = " (chosen)" if chosen.get(arm) == setting and score is not None else ""
+            mark = " (chosen)" if search.chosen == setting and score is not None else ""
             mean = f"{100 * score:.2f}{mark}" if score is not None else ""
-            lines.append(f"| {ARM_NAMES[arm]} | {t} | {setting.describe()} | " + " | ".join(cells) + f" | {mean} |")
-    edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(found) for arm, setting in chosen.items()
-             if (found := box_edges(setting, BOXES[profile.box]))]
-    if edges:
-        lines += ["", "Chosen on the box's edge (the box grows and the search goes on):", *edges]
+            grown = " (grown box)" if t >= profile.arm_trials(arm) else ""
+            lines.append(f"| {ARM_NAMES[arm]} | {t}{grown} | {setting.describe()} | " + " | ".join(cells)
+                         + f" | {mean} |")
+    if profile.grows:
+        grew = [f"- {ARM_NAMES[arm]}: {search.growths} time{'s' * (search.growths != 1)}, to {_box_words(search.box)}"
+                + ("" if search.chosen else " (its trials there still running)")
+                for arm, search in searches.items() if search.growths]
+        if grew:
+            lines += ["", "Boxes grown past a chosen value on their edge (the search went on there):", *grew]
+        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(box_edges(search.chosen, search.box))
+                 for arm, search in searches.items() if search.chosen and _edge_ends(search.chosen, search.box)]
+        if edges:
+            lines += ["", f"Still on the box's edge after {GROWTHS} growths (taken as it is):", *edges]
+    else:
+        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(found) for arm, search in searches.items()
+                 if search.chosen and (found := box_edges(search.chosen, search.box))]
+        if edges:
+            lines += ["", "Chosen on the box's edge (the box grows and the search goes on):", *edges]
     return "\n".join(lines)
 
 
@@ -775,7 +862,7 @@ def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
     for arm in profile.arms:
         colour = COLOURS[arm]
         if arm in chosen:
-            trial = next(t for t in range(profile.arm_trials(arm)) if profile.trial(arm, t) == chosen[arm])
+            trial = arm_search(results, profile, arm).trials.index(chosen[arm])
             folds = [results.find(profile=profile.name, phase="search", arm=arm, trial=trial, fold=f)
                      for f in range(profile.folds)]
             steps, mean, _ = _curve_mean(folds, "val_map@r")

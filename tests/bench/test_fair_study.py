@@ -95,6 +95,80 @@ def test_a_choice_within_a_tenth_of_a_range_s_end_lies_on_the_box_s_edge():
     assert fair_study.box_edges(first_choice, wide) == []
 
 
+def test_a_grown_box_reaches_a_third_of_its_range_past_the_edge_and_adds_two_trials_there():
+    wide = fair_study.BOXES["wide"]
+    # lr 5e-5 to 3e-3 spans a factor 60: a third of it on a log scale is 60 ** (1/3) = 3.9149, so the low end moves
+    # to 5e-5 / 3.9149 = 1.2772e-5; the scale's 6 to 40 (a factor 6.667, cube root 1.8821) reaches 40 x 1.8821 = 75.28
+    grown = fair_study.grown_box(wide, [("lr", -1), ("scale", 1)])
+    assert grown.lr == pytest.approx((1.2772e-5, 3e-3), rel=1e-4)
+    assert grown.scale == pytest.approx((6.0, 75.28), rel=1e-4)
+    assert grown.class_lr == wide.class_lr
+    # the wide search's trial 4 (lr 6.6e-5, scale 7.6) lies on the low edge of both: halfway (log) between the old and
+    # the grown end, then the grown end: lr sqrt(5e-5 x 1.2772e-5) = 2.527e-5, 1.2772e-5; scale 6 / 1.8821 = 3.188,
+    # sqrt(6 x 3.188) = 4.374
+    choice = WIDE.trial("baseline", 4)
+    ends = fair_study._edge_ends(choice, wide)
+    assert ends == [("lr", -1), ("scale", -1)]
+    trials = fair_study.growth_trials(choice, ends, wide, fair_study.grown_box(wide, ends))
+    assert [(t.lr, t.scale) for t in trials] == [(2.53e-5, 7.6), (1.28e-5, 7.6), (choice.lr, 4.4), (choice.lr, 3.2)]
+    assert {(t.class_lr, t.adam_eps, t.n) for t in trials} == {(choice.class_lr, choice.adam_eps, 0)}
+
+
+def _scores(profile, arm, scores):
+    """Search records of `arm` in `profile` with these mean validation MAP@R, one per trial (both folds alike)."""
+    return [{"profile": profile.name, "phase": "search", "arm": arm, "trial": t, "fold": f, "seed": 0,
+             "metrics": {"val_map@r": score}} for t, score in enumerate(scores) for f in range(profile.folds)]
+
+
+def test_a_choice_on_the_edge_grows_its_arm_s_box_and_the_finals_wait_for_the_trials_there(tmp_path):
+    others = [record for arm in WIDE.arms[1:] for record in _scores(WIDE, arm, [0.5, 0.9, 0.5, 0.5, 0.5, 0.5])]
+    # the baseline's trial 4 wins: lr and scale on their low edges (the other arms choose trial 1, inside)
+    baseline = [0.5] * 12
+    baseline[4] = 0.9
+    results = _results(tmp_path, others + _scores(WIDE, "baseline", baseline))
+    search = fair_study.arm_search(results, WIDE, "baseline")
+    assert search.chosen is None and search.growths == 1 and len(search.trials) == 16
+    assert search.box.lr == pytest.approx((1.2772e-5, 3e-3), rel=1e-4)
+    jobs = pending_jobs(results, WIDE)
+    assert {job.phase for job in jobs} == {"search"}  # no final of any arm before the baseline's box is settled
+    assert [(job.trial, job.fold) for job in jobs] == [(t, f) for t in range(12, 16) for f in (0, 1)]
+    assert [job.setting.lr for job in jobs[::2]] == [2.53e-5, 1.28e-5, *[WIDE.trial("baseline", 4).lr] * 2]
+    assert set(chosen_settings(results, WIDE)) == {"memvir-official", "memvir-balanced", "memvir-seen"}
+    assert "Boxes grown past a chosen value" in fair_study.search_table(results, WIDE)
+
+    # the new trials score lower: trial 4 stays the choice, and inside the grown box (lr at 0.30 of its log range,
+    # scale at 0.24): the search is done and the finals start from it
+    settled = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.7, 0.8, 0.7]))
+    assert chosen_settings(settled, WIDE)["baseline"] == WIDE.trial("baseline", 4)
+    assert {job.phase for job in pending_jobs(settled, WIDE)} == {"final", "control"}
+
+    # the grown end wins: the box grows again past it (lr's low end to 1.2772e-5 / (3e-3 / 1.2772e-5) ** (1/3))
+    again = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.95, 0.8, 0.7]))
+    search = fair_study.arm_search(again, WIDE, "baseline")
+    assert search.chosen is None and search.growths == 2
+    assert search.box.lr[0] == pytest.approx(1.2772e-5 / (3e-3 / 1.2772e-5) ** (1 / 3), rel=1e-4)
+    assert search.box.scale == pytest.approx((3.188, 40.0), rel=1e-3)  # the scale's growth stays, not repeated
+
+
+def test_the_box_grows_at_most_three_times_and_a_profile_that_does_not_grow_only_reports_the_edge(tmp_path):
+    # every growth's grown lr end wins: trial 4 grows lr and scale (4 trials, the lr's end 13 best), then only the lr
+    # lies on the edge (scale 7.6 is inside the grown 3.19 to 40): 2 trials a growth, the end (17, then 19) best
+    scores = [0.5] * 12
+    scores[4] = 0.6
+    scores += [0.5, 0.7, 0.5, 0.5] + [0.5, 0.71] + [0.5, 0.72]
+    results = _results(tmp_path, _scores(WIDE, "baseline", scores))
+    search = fair_study.arm_search(results, WIDE, "baseline")
+    assert search.growths == fair_study.GROWTHS == 3 and len(search.trials) == 20
+    assert search.chosen == search.trials[19] and fair_study._edge_ends(search.chosen, search.box) == [("lr", -1)]
+    assert "Still on the box's edge after 3 growths" in fair_study.search_table(results, WIDE)
+    # the first study's profile chose on its edge and did not grow: its choice is the plain best trial
+    first = [0.5] * CPU.trials
+    first[2] = 0.9
+    cpu = _results(tmp_path, _scores(CPU, "baseline", first))
+    assert fair_study.arm_search(cpu, CPU, "baseline").growths == 0
+    assert chosen_settings(cpu, CPU)["baseline"] == trial_setting("baseline", 2, CPU.trials)
+
+
 def _search_record(arm, trial, fold, val_map):
     return {"profile": "cpu", "phase": "search", "arm": arm, "trial": trial, "fold": fold, "seed": 0,
             "metrics": {"val_map@r": val_map}}
