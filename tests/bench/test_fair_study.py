@@ -140,7 +140,18 @@ def test_a_choice_on_the_edge_grows_its_arm_s_box_and_the_finals_wait_for_the_tr
     # scale at 0.24): the search is done and the finals start from it
     settled = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.7, 0.8, 0.7]))
     assert chosen_settings(settled, WIDE)["baseline"] == WIDE.trial("baseline", 4)
-    assert {job.phase for job in pending_jobs(settled, WIDE)} == {"final", "control"}
+    jobs = pending_jobs(settled, WIDE)
+    assert {job.phase for job in jobs} == {"final", "control"}
+    # every arm and both schedule controls at ten seeds, seed by seed
+    controls = ("schedule-balanced-optimiser", "schedule-baseline-optimiser")
+    batch = fair_study.next_batch(jobs, WIDE, tmp_path / "runs")
+    assert [(job.seed, job.arm) for job in batch] == [
+        (seed, name) for seed in range(10) for name in (*WIDE.arms, *controls)]
+    # a stopped run first (its checkpoint is there): a restarted study finishes what it had started
+    stopped = tmp_path / "runs" / "wide" / "control-schedule-baseline-optimiser-s3" / "trainer_state.pt"
+    stopped.parent.mkdir(parents=True)
+    stopped.write_bytes(b"")
+    assert fair_study.next_batch(jobs, WIDE, tmp_path / "runs")[0].name == "control-schedule-baseline-optimiser-s3"
 
     # the grown end wins: the box grows again past it (lr's low end to 1.2772e-5 / (3e-3 / 1.2772e-5) ** (1/3))
     again = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.95, 0.8, 0.7]))
