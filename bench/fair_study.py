@@ -735,6 +735,7 @@ def comparisons(results: Results, profile: Profile) -> list[dict]:
             row = {"reference": reference, "other": other, "metric": metric, "seeds": len(seeds),
                    "t": fair_stats.paired_t(a, b), "wilcoxon": fair_stats.wilcoxon_signed_rank(a, b),
                    "seed_ci": fair_stats.paired_bootstrap_ci(a, b)}
+            row["per_seed"] = [(seed, x - y) for x, y, seed in zip(a, b, seeds, strict=True)]
             if len(seeds) >= SEARCH_SEED_APART:
                 # every search trial trained at seed 0, so a choice fits that seed's batches best: the difference
                 # over the other seeds says whether the verdict leans on it
@@ -767,7 +768,104 @@ def comparison_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-COLOURS = {"baseline": "#7f7f7f", "memvir-official": "#d62728", "memvir-balanced": "#1f77b4"}
+COLOURS = {"baseline": "#7f7f7f", "memvir-official": "#d62728", "memvir-balanced": "#1f77b4",
+           "memvir-seen": "#2ca02c"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_search(results: Results, profile: Profile, path: Path) -> Path | None:
+    """The search's landscape once every arm has chosen: each trial's mean validation MAP@R against its learning rate,
+    class-weight learning rate and loss scale, one colour per arm (triangles: the trials of a grown box; hollow: the
+    baseline's trials with a post-warm-up loss multiplier), each arm's choice ringed, the box's ends dotted and a
+    grown box's ends dashed. None before every arm has chosen."""
+    searches = {arm: arm_search(results, profile, arm) for arm in profile.arms}
+    if not all(search.chosen for search in searches.values()):
+        return None
+    plt = _pyplot()
+    figure, axes = plt.subplots(1, len(BOX_RANGES), figsize=(15, 4.4))
+    box = BOXES[profile.box]
+    for axis, name in zip(axes, BOX_RANGES, strict=True):
+        for arm, search in searches.items():
+            for t, setting in enumerate(search.trials):
+                value, score = getattr(setting, name), 100 * search_score(results, profile, arm, t)
+                hollow = setting.loss_scale_after_warmup != 1.0
+                axis.scatter(value, score, marker="^" if t >= profile.arm_trials(arm) else "o", s=36,
+                             facecolors="none" if hollow else COLOURS[arm], edgecolors=COLOURS[arm],
+                             label=ARM_NAMES[arm] if t == 0 else None)
+                if setting == search.chosen:
+                    axis.scatter(value, score, s=200, facecolors="none", edgecolors="black", linewidths=1.2,
+                                 label="chosen" if arm == profile.arms[0] else None)
+            for end in getattr(search.box, name):
+                if end not in getattr(box, name):
+                    axis.axvline(end, color=COLOURS[arm], linestyle="--", linewidth=1)
+        for end in getattr(box, name):
+            axis.axvline(end, color="#999999", linestyle=":", linewidth=1)
+        if name != "scale":
+            axis.set_xscale("log")
+        axis.set_xlabel({"lr": "learning rate", "class_lr": "class-weight learning rate", "scale": "loss scale"}[name])
+        axis.set_ylabel("validation MAP@R (%, folds' mean)")
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    figure.suptitle(f"The {profile.name} search: every trial at seed 0 (dotted: the box; dashed: a grown box; "
+                    "hollow: the baseline's loss multiplied after the warm-up)", fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def plot_seeds(rows: list[dict], path: Path) -> Path | None:
+    """Each comparison's MAP@R difference seed by seed (rings: seed 0, the seed every search trial trained at), its
+    mean as a bar and the seeds' bootstrap 95% interval as a line. None without a MAP@R row."""
+    rows = [row for row in rows if row["metric"] == "map@r"]
+    if not rows:
+        return None
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(11, 1.3 + 0.55 * len(rows)))
+    for y, row in enumerate(reversed(rows)):
+        axis.barh(y, row["t"].mean_diff, color="#c6dbef", height=0.6)
+        axis.plot(row["seed_ci"], (y, y), color="#08519c", linewidth=2)
+        others = [difference for seed, difference in row["per_seed"] if seed != 0]
+        axis.scatter(others, [y] * len(others), color="#08519c", s=14, zorder=3)
+        search_seed = [difference for seed, difference in row["per_seed"] if seed == 0]
+        axis.scatter(search_seed, [y] * len(search_seed), s=60, facecolors="none", edgecolors="#d62728", zorder=4)
+    axis.axvline(0, color="black", linewidth=0.8)
+    axis.set_yticks(range(len(rows)),
+                    [f"{_label(row['other'])} − {_label(row['reference'])}" for row in reversed(rows)], fontsize=8)
+    axis.set_xlabel("test MAP@R difference (points)")
+    axis.set_title("Seed by seed (dots; red ring: seed 0, the seed the search trained at), the mean (bar) and the "
+                   "seeds' 95% bootstrap interval (line)", fontsize=9)
+    axis.grid(axis="x", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def doc_figures(results: Results, profile: Profile, doc: Path, draw: bool = True) -> list[str]:
+    """The figures a profile's block of `doc` shows, as markdown image lines (drawn beside results.json where
+    `draw`): its search's landscape once every arm has chosen, and its comparisons seed by seed once any is in."""
+    output = results.path.parent
+    figures = []
+    if not profile.choose_from and len(chosen_settings(results, profile)) == len(profile.arms):
+        figures.append((f"{profile.name}-search.png", lambda path: plot_search(results, profile, path)))
+    rows = comparisons(results, profile)
+    if any(row["metric"] == "map@r" for row in rows):
+        figures.append((f"{profile.name}-seeds.png", lambda path: plot_seeds(rows, path)))
+    lines = []
+    for name, plot in figures:
+        if draw:
+            plot(output / name)
+        lines.append(f"![{name[:-4]}]({os.path.relpath(output / name, doc.parent)})")
+    return lines
 
 
 def _curve_mean(records: list[dict], column: str, key: str = "curve") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -869,11 +967,7 @@ def plot_regime(results: Results, profile: Profile, path: Path) -> Path | None:
     """The regime's curves: validation MAP@R of each arm's chosen trial (its search runs, the folds' mean), the
     finals' test MAP@R and their training batches' mean cos(x, W_y) (seeds' mean, sd as a band); None before any
     final."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     chosen = chosen_settings(results, profile)
     if not any(_group(results, profile, arm) for arm in profile.arms):
         return None
@@ -948,8 +1042,8 @@ def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
     """Rewrite the tables between `<!-- NAME tables -->` and `<!-- /NAME tables -->` in `doc` (NAME: the profile's)
     with the report's, recomputed from results.json: a profile's own search first, if it has one, then the finals
     and comparisons once any is in (always for a profile without a search), and for a profile that holds classes out
-    as validation the backbone's and the validation-chosen early stop's MAP@R beside the finals'; False where `doc`
-    has no such block."""
+    as validation the backbone's and the validation-chosen early stop's MAP@R beside the finals'; then its figures
+    (doc_figures), drawn again; False where `doc` has no such block."""
     results = Results(output / "results.json")
     start, end = f"<!-- {profile.name} tables -->", f"<!-- /{profile.name} tables -->"
     text = doc.read_text()
@@ -960,6 +1054,7 @@ def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
         parts += [final_table(results, profile), comparison_table(comparisons(results, profile))]
         if profile.held_out:
             parts.append(early_stop_table(results, (profile.name,)))
+    parts += doc_figures(results, profile, doc)
     tables = "\n\n".join(parts)
     before, rest = text.split(start, 1)
     doc.write_text(before + start + "\n" + tables + "\n" + end + rest.split(end, 1)[1])

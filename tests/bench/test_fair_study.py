@@ -296,12 +296,42 @@ def test_over_ten_seeds_a_comparison_also_gives_its_difference_without_the_searc
     rows = fair_study.comparisons(_results(tmp_path, records), ten)
     row = next(row for row in rows if row["metric"] == "map@r")
     assert row["t"].mean_diff == pytest.approx(1.4) and row["without_search_seed"] == pytest.approx(1.0)
+    assert [seed for seed, _ in row["per_seed"]] == list(range(10))
+    assert [difference for _, difference in row["per_seed"]] == pytest.approx([5.0] + [1.0] * 9)
+    # its figure: one row a comparison, the seed-0 ring among the dots
+    figure = fair_study.plot_seeds(rows, tmp_path / "seeds.png")
+    assert figure is not None and _drawn(figure)
+    assert fair_study.plot_seeds([r for r in rows if r["metric"] != "map@r"], tmp_path / "none.png") is None
     table = fair_study.comparison_table(rows).splitlines()
     assert "| difference | without seed 0 (the search's) |" in table[0]
     assert "| +1.40 | +1.00 |" in next(line for line in table if "| map@r |" in line)
     # five seeds: no such column (the first studies' tables stay as they were)
     rows = fair_study.comparisons(_results(tmp_path, [r for r in records if r["seed"] < 5]), CPU)
     assert "without seed 0" not in fair_study.comparison_table(rows)
+
+
+def _drawn(path) -> bool:
+    """A PNG with something drawn: more than a few colours over a good share of its pixels."""
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(path).convert("L"))
+    return (pixels < 250).mean() > 0.02 and len(np.unique(pixels)) > 20
+
+
+def test_the_search_figure_waits_for_every_arm_s_choice_and_the_doc_block_links_it(tmp_path):
+    scores = {arm: [0.5, 0.9, 0.5, 0.5, 0.5, 0.5] for arm in WIDE.arms[1:]}
+    records = [record for arm, arm_scores in scores.items() for record in _scores(WIDE, arm, arm_scores)]
+    baseline = [0.5, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.7, 0.5, 0.5, 0.5, 0.5]  # trial 7: trial 1 with loss x2
+    (tmp_path / "wide").mkdir()
+    partial = _results(tmp_path / "wide", records + _scores(WIDE, "baseline", baseline[:-1]))
+    assert fair_study.plot_search(partial, WIDE, tmp_path / "search.png") is None  # the baseline's last trial out
+    assert fair_study.doc_figures(partial, WIDE, tmp_path / "doc.md", draw=False) == []
+    results = _results(tmp_path / "wide", records + _scores(WIDE, "baseline", baseline))
+    assert fair_study.plot_search(results, WIDE, tmp_path / "search.png") == tmp_path / "search.png"
+    assert _drawn(tmp_path / "search.png")
+    # every arm chose inside the box and no final is in: the search's figure alone, linked from the doc's folder
+    assert fair_study.doc_figures(results, WIDE, tmp_path / "doc.md") == ["![wide-search](wide/wide-search.png)"]
+    assert _drawn(tmp_path / "wide" / "wide-search.png")
 
 
 def test_a_group_still_training_shows_its_seeds_so_far_and_no_spread_for_one_seed(tmp_path):
@@ -367,6 +397,14 @@ def test_a_recorded_command_names_the_default_run_folder_not_where_this_machine_
     assert command == "python " + " ".join(job.args(CPU)) + f" --out runs/fair/cpu/{job.name} --device cuda"
 
 
+def _figures(results, profile, root) -> list[str]:
+    """The image lines of a profile's block (fair_study.doc_figures), each of whose files is committed."""
+    lines = fair_study.doc_figures(results, profile, root / "docs" / "reproduction.md", draw=False)
+    for line in lines:
+        assert (root / "docs" / line.split("(", 1)[1].rstrip(")")).is_file(), line
+    return lines
+
+
 def test_docs_reproduction_gives_the_report_s_tables_of_the_recorded_study():
     """Every figure of docs/reproduction.md's fair comparison is the report's, recomputed from results.json."""
     root = Path(__file__).resolve().parents[2]
@@ -388,7 +426,8 @@ def test_docs_reproduction_gives_the_report_s_tables_of_the_step_schedule_study(
     runs = [r for r in results.records if r["profile"] == schedule.name]
     assert runs and {r["commit"][:7] for r in runs} <= {"d906bc8", "88e59aa"}
     for table in (fair_study.final_table(results, schedule),
-                  fair_study.comparison_table(fair_study.comparisons(results, schedule))):
+                  fair_study.comparison_table(fair_study.comparisons(results, schedule)),
+                  *_figures(results, schedule, root)):
         assert table in doc
 
 
@@ -406,7 +445,7 @@ def test_docs_reproduction_gives_the_widened_search_s_tables_so_far_on_its_one_c
     if results.find(profile="wide", phase="final"):
         tables += [fair_study.final_table(results, wide),
                    fair_study.comparison_table(fair_study.comparisons(results, wide))]
-    assert block == "\n\n".join(tables)
+    assert block == "\n\n".join(tables + _figures(results, wide, root))
 
 
 @pytest.mark.parametrize("name", ["dilution-10", "dilution-30"])
@@ -426,7 +465,7 @@ def test_docs_reproduction_gives_the_dilution_control_s_tables_on_its_one_commit
         return
     tables = [fair_study.final_table(results, profile),
               fair_study.comparison_table(fair_study.comparisons(results, profile)),
-              fair_study.early_stop_table(results, (name,))]
+              fair_study.early_stop_table(results, (name,)), *_figures(results, profile, root)]
     assert block == "\n\n".join(tables) + "\n"
 
 
