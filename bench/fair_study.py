@@ -1,7 +1,7 @@
 """The fair comparison: MemVir against a baseline tuned with the same search budget, chosen on validation folds.
 
     .venv/bin/python bench/fair_study.py plan                 # the protocol and every trial's settings, runs nothing
-    .venv/bin/python bench/fair_study.py run --jobs 2         # search, then the chosen settings at 5 seeds, controls
+    .venv/bin/python bench/fair_study.py run --jobs 2         # search, then the chosen settings at every seed, controls
     .venv/bin/python bench/fair_study.py run --profile gpu --device cuda
     .venv/bin/python bench/fair_study.py report               # the tables of docs/reproduction.md, from results.json
     .venv/bin/python bench/fair_study.py run --profile regime # the paper's regime: fine-tuning a pretrained backbone
@@ -14,11 +14,13 @@ Reality Check" (Musgrave, Belongie, Lim, ECCV 2020), whose protocol the paper re
   (learning rate, class-weight learning rate, Adam eps, the loss's scale), the same points for every arm, and of a
   second one over MemVir's N and M shared by the two MemVir arms: N and M are searched within the same trials.
 - A trial trains at seed 0 on each of the profile's class-disjoint validation folds of the training classes
-  (`--val-classes 255 --val-fold f`) and scores validation MAP@R only; its test metrics are never stored.
+  (`--val-classes 255 --val-fold f`); its record keeps validation metrics only (the run's own metrics.jsonl also
+  holds test metrics, which nothing here reads).
 - The choice: the trial with the highest validation MAP@R averaged over the folds (ties: the lower trial).
   In the widened search, a choice on its box's edge grows that arm's box and the search goes on (arm_search).
-- Each arm's choice is then trained on all training classes at 5 seeds, and scored on the test classes. Seed s gives
-  every arm the same initialisation and batches, so arms are compared with paired tests (memvir's bench/fair_stats).
+- Each arm's choice is then trained on all training classes at the profile's seeds (5; the widened search's 10),
+  and scored on the test classes. Seed s gives every arm the same initialisation and batches, so arms are compared
+  with paired tests (memvir's bench/fair_stats).
 - Controls, at the chosen settings, separate the step size from the virtual classes (CONTROLS).
 
 Every run is `python -m memvir train ...`, recorded with its command; finished runs are skipped when the study is run
@@ -261,7 +263,9 @@ def trial_setting(arm: str, trial: int, trials: int, box: SearchBox = BOXES["fir
 def _balanced_schedule(chosen: dict[str, Setting]) -> dict:
     """The step-schedule control's change: no virtual row, the loss x (k+1) of balanced's chosen MemVir(N, M)."""
     balanced = chosen["memvir-balanced"]
-    return {"n": 0, "reduction": "official", "loss_scale_schedule": balanced.n, "m": balanced.m}
+    # in place of any post-warm-up multiplier the arm chose (the widened search's baseline may choose x2 or x5)
+    return {"n": 0, "reduction": "official", "loss_scale_schedule": balanced.n, "m": balanced.m,
+            "loss_scale_after_warmup": 1.0}
 
 
 _balanced_schedule.reads = ("memvir-balanced",)
@@ -392,16 +396,21 @@ def _edge_ends(setting: Setting, box: SearchBox) -> list[tuple[str, int]]:
     return ends
 
 
+def _edge_words(setting: Setting, box: SearchBox, ends: list[tuple[str, int]]) -> list[str]:
+    return [f"{name} {getattr(setting, name):.3g} at the {'low' if end < 0 else 'high'} edge "
+            f"({getattr(box, name)[end > 0]:.3g})" for name, end in ends]
+
+
 def box_edges(setting: Setting, box: SearchBox) -> list[str]:
     """The chosen setting's values that lie on the box's edge, in words: where the box must grow and the search go
     on, since the optimum may lie outside it."""
-    return [f"{name} {getattr(setting, name):.3g} at the {'low' if end < 0 else 'high'} edge "
-            f"({getattr(box, name)[end > 0]:g})" for name, end in _edge_ends(setting, box)]
+    return _edge_words(setting, box, _edge_ends(setting, box))
 
 
 def grown_box(box: SearchBox, ends: list[tuple[str, int]]) -> SearchBox:
-    """`box` with each of `ends` moved past its end by GROWTH of its range's width on a log scale (the loss's scale
-    too, so that its low end stays above 0): the wide box's lr 5e-5 to 3e-3 grows to 1.28e-5 at its low end."""
+    """`box` with each of `ends` moved past its end by GROWTH of the range's current width on a log scale (the
+    loss's scale too, so that its low end stays above 0): the wide box's lr 5e-5 to 3e-3 grows to 1.28e-5 at its low
+    end, and a second growth there to 1.28e-5 / (3e-3 / 1.28e-5) ** (1/3)."""
     ranges = {name: getattr(box, name) for name in BOX_RANGES}
     for name, end in ends:
         low, high = ranges[name]
@@ -410,45 +419,56 @@ def grown_box(box: SearchBox, ends: list[tuple[str, int]]) -> SearchBox:
     return SearchBox(**ranges)
 
 
-def growth_trials(choice: Setting, ends: list[tuple[str, int]], box: SearchBox, grown: SearchBox) -> list[Setting]:
+def growth_trials(choice: Setting, ends: list[tuple[str, int]], box: SearchBox,
+                  grown: SearchBox) -> list[tuple[Setting, tuple[str, int] | None]]:
     """The trials a growth adds: for each value of `choice` on an edge, `choice` with that value halfway (on a log
-    scale) between the old end and the grown one, then at the grown end; its other values as they are."""
+    scale) between the old end and the grown one, then at the grown end; its other values as they are. Each with the
+    (range, end) it reaches where it is the one at the grown end (None for the halfway one)."""
     trials = []
     for name, end in ends:
         old, new = getattr(box, name)[end > 0], getattr(grown, name)[end > 0]
-        for value in (float(np.sqrt(old * new)), new):
-            trials.append(replace(choice, **{name: round(value, 1) if name == "scale" else float(f"{value:.3g}")}))
+        for value, reaches in ((float(np.sqrt(old * new)), None), (new, (name, end))):
+            rounded = round(value, 1) if name == "scale" else float(f"{value:.3g}")
+            trials.append((replace(choice, **{name: rounded}), reaches))
     return trials
 
 
 @dataclass(frozen=True)
 class ArmSearch:
     """One arm's search as far as its results go: its trials in order (the profile's, then each growth's), the box
-    its choice is judged in, and its choice (None until every trial is in and the choice lies inside the box, or the
-    box has grown GROWTHS times)."""
+    its choice is judged in, its choice (None until every trial is in and the choice lies inside the box, or the
+    box has grown GROWTHS times) and the ranges whose edge that choice lies on (empty for a choice inside)."""
 
     trials: list[Setting]
     box: SearchBox
     chosen: Setting | None
     growths: int
+    edges: list[tuple[str, int]]
 
 
 def arm_search(results: Results, profile: Profile, arm: str) -> ArmSearch:
     """The choice rule with the box's growth: the trial with the best mean validation MAP@R over the folds (ties: the
-    earlier trial); in a profile that grows, a choice on its box's edge grows the box there (grown_box) and adds the
-    trials beyond it (growth_trials), and the rule is applied again once they are in."""
+    earlier trial). In a profile that grows, a choice within EDGE of its box's end grows the box there (grown_box)
+    and adds the trials beyond it (growth_trials); once they are in, the box grows again only past a range whose
+    trial at the grown end is the best: a best trial halfway, or the old choice, lies inside what was searched. (The
+    first rule would not do there: a grown range's end part is less than EDGE of its new width, so the halfway trial
+    of a scale grown from 6 to 3.19 would count as on the edge.)"""
     trials = [profile.trial(arm, t) for t in range(profile.arm_trials(arm))]
     box = BOXES[profile.box]
+    at_grown_end: dict[int, tuple[str, int]] = {}  # the last growth's trials at a grown end: index -> (range, end)
     for growths in range(GROWTHS + 1):
         scores = [search_score(results, profile, arm, t) for t in range(len(trials))]
         if None in scores:
-            return ArmSearch(trials, box, None, growths)
-        best = trials[int(np.argmax(scores))]  # argmax: the first of equal scores
-        ends = _edge_ends(best, box)
+            return ArmSearch(trials, box, None, growths, [])
+        index = int(np.argmax(scores))  # argmax: the first of equal scores
+        best = trials[index]
+        ends = _edge_ends(best, box) if growths == 0 else [at_grown_end[index]] if index in at_grown_end else []
         if not profile.grows or not ends or growths == GROWTHS:
-            return ArmSearch(trials, box, best, growths)
+            return ArmSearch(trials, box, best, growths, ends)
         grown = grown_box(box, ends)
-        trials = trials + growth_trials(best, ends, box, grown)
+        added = growth_trials(best, ends, box, grown)
+        at_grown_end = {len(trials) + i: reaches for i, (_, reaches) in enumerate(added) if reaches}
+        trials = trials + [setting for setting, _ in added]
         box = grown
     raise AssertionError("unreachable: the loop returns at its last growth")
 
@@ -614,7 +634,8 @@ def plan(profile: Profile) -> str:
              f"lr {box.lr[0]:g} to {box.lr[1]:g}, class lr {box.class_lr[0]:g} to {box.class_lr[1]:g}, scale "
              f"{box.scale[0]:g} to {box.scale[1]:g}", "",
              *([f"A choice within {EDGE:g} of a range's end grows that arm's box past it by {GROWTH:.3g} of the "
-                f"range's width (log scale) and adds two trials there, up to {GROWTHS} times.", ""]
+                f"box's current width (log scale) with two trials per range, halfway and at the new end; again past a "
+                f"new end whose trial is the best, up to {GROWTHS} times.", ""]
                if profile.grows else []),
              "| trial | " + " | ".join(ARM_NAMES[a] for a in profile.arms) + " |",
              "|---:|" + "---|" * len(profile.arms)]
@@ -646,17 +667,17 @@ def search_table(results: Results, profile: Profile) -> str:
                          + f" | {mean} |")
     if profile.grows:
         grew = [f"- {ARM_NAMES[arm]}: {search.growths} time{'s' * (search.growths != 1)}, to {_box_words(search.box)}"
-                + ("" if search.chosen else " (its trials there still running)")
+                + ("" if search.chosen else " (its trials there still to run)")
                 for arm, search in searches.items() if search.growths]
         if grew:
             lines += ["", "Boxes grown past a chosen value on their edge (the search went on there):", *grew]
-        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(box_edges(search.chosen, search.box))
-                 for arm, search in searches.items() if search.chosen and _edge_ends(search.chosen, search.box)]
+        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(_edge_words(search.chosen, search.box, search.edges))
+                 for arm, search in searches.items() if search.chosen and search.edges]
         if edges:
             lines += ["", f"Still on the box's edge after {GROWTHS} growths (taken as it is):", *edges]
     else:
-        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(found) for arm, search in searches.items()
-                 if search.chosen and (found := box_edges(search.chosen, search.box))]
+        edges = [f"- {ARM_NAMES[arm]}: " + "; ".join(_edge_words(search.chosen, search.box, search.edges))
+                 for arm, search in searches.items() if search.chosen and search.edges]
         if edges:
             lines += ["", "Chosen on the box's edge (the box grows and the search goes on):", *edges]
     return "\n".join(lines)
@@ -857,7 +878,9 @@ def doc_figures(results: Results, profile: Profile, doc: Path, draw: bool = True
     figures = []
     if not profile.choose_from and len(chosen_settings(results, profile)) == len(profile.arms):
         figures.append((f"{profile.name}-search.png", lambda path: plot_search(results, profile, path)))
-    rows = comparisons(results, profile)
+    # comparisons need scipy (fair_stats): not during a search
+    rows = comparisons(results, profile) if any(
+        r["profile"] == profile.name and r["phase"] != "search" for r in results.records) else []
     if any(row["metric"] == "map@r" for row in rows):
         figures.append((f"{profile.name}-seeds.png", lambda path: plot_seeds(rows, path)))
     lines = []

@@ -109,9 +109,12 @@ def test_a_grown_box_reaches_a_third_of_its_range_past_the_edge_and_adds_two_tri
     choice = WIDE.trial("baseline", 4)
     ends = fair_study._edge_ends(choice, wide)
     assert ends == [("lr", -1), ("scale", -1)]
-    trials = fair_study.growth_trials(choice, ends, wide, fair_study.grown_box(wide, ends))
+    added = fair_study.growth_trials(choice, ends, wide, fair_study.grown_box(wide, ends))
+    trials = [trial for trial, _ in added]
     assert [(t.lr, t.scale) for t in trials] == [(2.53e-5, 7.6), (1.28e-5, 7.6), (choice.lr, 4.4), (choice.lr, 3.2)]
     assert {(t.class_lr, t.adam_eps, t.n) for t in trials} == {(choice.class_lr, choice.adam_eps, 0)}
+    # the trials at a grown end are the ones whose win grows the box again
+    assert [reaches for _, reaches in added] == [None, ("lr", -1), None, ("scale", -1)]
 
 
 def _scores(profile, arm, scores):
@@ -136,8 +139,8 @@ def test_a_choice_on_the_edge_grows_its_arm_s_box_and_the_finals_wait_for_the_tr
     assert set(chosen_settings(results, WIDE)) == {"memvir-official", "memvir-balanced", "memvir-seen"}
     assert "Boxes grown past a chosen value" in fair_study.search_table(results, WIDE)
 
-    # the new trials score lower: trial 4 stays the choice, and inside the grown box (lr at 0.30 of its log range,
-    # scale at 0.24): the search is done and the finals start from it
+    # the new trials score lower: trial 4 stays the choice, inside what was searched: the search is done and the
+    # finals start from it
     settled = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.7, 0.8, 0.7]))
     assert chosen_settings(settled, WIDE)["baseline"] == WIDE.trial("baseline", 4)
     jobs = pending_jobs(settled, WIDE)
@@ -161,6 +164,38 @@ def test_a_choice_on_the_edge_grows_its_arm_s_box_and_the_finals_wait_for_the_tr
     assert search.box.scale == pytest.approx((3.188, 40.0), rel=1e-3)  # the scale's growth stays, not repeated
 
 
+def test_a_best_trial_halfway_into_a_grown_range_is_the_choice_though_near_the_grown_end(tmp_path):
+    """The scale grown from 6 to 3.19 (log scale): its halfway trial 4.4 lies at (4.4 - 3.19) / (40 - 3.19) = 0.033
+    of the grown range, within a tenth of its end; it won against 3.2 and 7.6, so the optimum is bracketed and the
+    box does not grow again (judged by the first rule it grew three more times, down to a scale of 0.4)."""
+    others = [record for arm in WIDE.arms[1:] for record in _scores(WIDE, arm, [0.5, 0.9, 0.5, 0.5, 0.5, 0.5])]
+    baseline = [0.5] * 12
+    baseline[4] = 0.9
+    results = _results(tmp_path, others + _scores(WIDE, "baseline", baseline + [0.8, 0.7, 0.95, 0.85]))
+    search = fair_study.arm_search(results, WIDE, "baseline")
+    assert search.growths == 1 and search.edges == [] and len(search.trials) == 16
+    assert (search.chosen.lr, search.chosen.scale) == (WIDE.trial("baseline", 4).lr, 4.4)
+    assert fair_study._edge_ends(search.chosen, search.box) == [("scale", -1)]  # what the first rule would say
+    assert "Still on the box's edge" not in fair_study.search_table(results, WIDE)
+    assert {job.phase for job in pending_jobs(results, WIDE)} == {"final", "control"}
+
+
+def test_the_schedule_controls_replace_the_baseline_s_chosen_multiplier_and_seen_labels_face_virtual(tmp_path):
+    """A baseline that chose its loss x2 after the warm-up: the schedule control at its optimiser takes balanced's
+    schedule instead (not both); and virtual against seen labels is a row of the widened search's comparisons."""
+    baseline = [0.5] * 12
+    baseline[7] = 0.9  # trial 1's point with the loss x2 after the warm-up
+    records = _scores(WIDE, "baseline", baseline) + [
+        record for arm in WIDE.arms[1:] for record in _scores(WIDE, arm, [0.5, 0.9, 0.5, 0.5, 0.5, 0.5])]
+    jobs = pending_jobs(_results(tmp_path, records), WIDE)
+    chosen = {job.arm: job.setting for job in jobs if job.seed == 0}
+    assert chosen["baseline"].loss_scale_after_warmup == 2.0
+    control = chosen["schedule-baseline-optimiser"]
+    assert control == replace(chosen["baseline"], loss_scale_after_warmup=1.0, m=chosen["memvir-balanced"].m,
+                              loss_scale_schedule=chosen["memvir-balanced"].n)
+    assert ("memvir-seen", "memvir-official") in fair_study.COMPARISONS
+
+
 def test_the_box_grows_at_most_three_times_and_a_profile_that_does_not_grow_only_reports_the_edge(tmp_path):
     # every growth's grown lr end wins: trial 4 grows lr and scale (4 trials, the lr's end 13 best), then only the lr
     # lies on the edge (scale 7.6 is inside the grown 3.19 to 40): 2 trials a growth, the end (17, then 19) best
@@ -170,7 +205,7 @@ def test_the_box_grows_at_most_three_times_and_a_profile_that_does_not_grow_only
     results = _results(tmp_path, _scores(WIDE, "baseline", scores))
     search = fair_study.arm_search(results, WIDE, "baseline")
     assert search.growths == fair_study.GROWTHS == 3 and len(search.trials) == 20
-    assert search.chosen == search.trials[19] and fair_study._edge_ends(search.chosen, search.box) == [("lr", -1)]
+    assert search.chosen == search.trials[19] and search.edges == [("lr", -1)]
     assert "Still on the box's edge after 3 growths" in fair_study.search_table(results, WIDE)
     # the first study's profile chose on its edge and did not grow: its choice is the plain best trial
     first = [0.5] * CPU.trials
