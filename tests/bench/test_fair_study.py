@@ -312,7 +312,7 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * 3))
 
 
-def test_over_ten_seeds_a_comparison_also_gives_its_difference_without_the_search_s_seed(tmp_path):
+def test_over_ten_seeds_a_comparison_also_gives_its_difference_without_the_search_s_seed(tmp_path, monkeypatch):
     """Every search trial trained at seed 0: over ten seeds a row also gives the mean difference over seeds 1 to 9.
     MemVir leads by 5 MAP@R points at seed 0 and by 1 at the nine others: 1.4 over ten seeds, 1.0 without seed 0."""
     ten = replace(CPU, seeds=tuple(range(10)))
@@ -334,8 +334,12 @@ def test_over_ten_seeds_a_comparison_also_gives_its_difference_without_the_searc
     assert [seed for seed, _ in row["per_seed"]] == list(range(10))
     assert [difference for _, difference in row["per_seed"]] == pytest.approx([5.0] + [1.0] * 9)
     # its figure: one row a comparison, the seed-0 ring among the dots
+    drawn = _keep_figures(monkeypatch)
     figure = fair_study.plot_seeds(rows, tmp_path / "seeds.png")
     assert figure is not None and _drawn(figure)
+    # one comparison (MAP@R): the nine other seeds' dots at +1.0, seed 0's ring at +5.0
+    dots, ring = (collection.get_offsets() for collection in drawn[-1].axes[0].collections)
+    assert np.allclose(dots, [[1.0, 0.0]] * 9) and np.allclose(ring, [[5.0, 0.0]])
     assert fair_study.plot_seeds([r for r in rows if r["metric"] != "map@r"], tmp_path / "none.png") is None
     table = fair_study.comparison_table(rows).splitlines()
     assert "| difference | without seed 0 (the search's) |" in table[0]
@@ -353,7 +357,16 @@ def _drawn(path) -> bool:
     return (pixels < 250).mean() > 0.02 and len(np.unique(pixels)) > 20
 
 
-def test_the_search_figure_waits_for_every_arm_s_choice_and_the_doc_block_links_it(tmp_path):
+def _keep_figures(monkeypatch) -> list:
+    """The figures fair_study's plots close, kept to be read."""
+    import matplotlib.pyplot as plt
+
+    closed = []
+    monkeypatch.setattr(plt, "close", closed.append)
+    return closed
+
+
+def test_the_search_figure_waits_for_every_arm_s_choice_and_the_doc_block_links_it(tmp_path, monkeypatch):
     scores = {arm: [0.5, 0.9, 0.5, 0.5, 0.5, 0.5] for arm in WIDE.arms[1:]}
     records = [record for arm, arm_scores in scores.items() for record in _scores(WIDE, arm, arm_scores)]
     baseline = [0.5, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.7, 0.5, 0.5, 0.5, 0.5]  # trial 7: trial 1 with loss x2
@@ -362,8 +375,15 @@ def test_the_search_figure_waits_for_every_arm_s_choice_and_the_doc_block_links_
     assert fair_study.plot_search(partial, WIDE, tmp_path / "search.png") is None  # the baseline's last trial out
     assert fair_study.doc_figures(partial, WIDE, tmp_path / "doc.md", draw=False) == []
     results = _results(tmp_path / "wide", records + _scores(WIDE, "baseline", baseline))
+    drawn = _keep_figures(monkeypatch)
     assert fair_study.plot_search(results, WIDE, tmp_path / "search.png") == tmp_path / "search.png"
     assert _drawn(tmp_path / "search.png")
+    # the learning-rate panel: every trial of every arm at (its lr, its score), the baseline's choice (trial 7) ringed
+    points = np.concatenate([c.get_offsets() for c in drawn[-1].axes[0].collections])
+    expected = [(WIDE.trial(arm, t).lr, 100 * score) for arm, arm_scores in [("baseline", baseline), *scores.items()]
+                for t, score in enumerate(arm_scores)]
+    chosen = [(WIDE.trial("baseline", 7).lr, 70.0), *((WIDE.trial(arm, 1).lr, 90.0) for arm in scores)]
+    assert sorted(map(tuple, points.round(9))) == sorted(map(tuple, np.round(expected + chosen, 9)))
     # every arm chose inside the box and no final is in: the search's figure alone, linked from the doc's folder
     assert fair_study.doc_figures(results, WIDE, tmp_path / "doc.md") == ["![wide-search](wide/wide-search.png)"]
     assert _drawn(tmp_path / "wide" / "wide-search.png")
