@@ -501,6 +501,14 @@ def test_docs_reproduction_gives_the_widened_search_s_tables_so_far_on_its_one_c
         tables += [fair_study.final_table(results, wide),
                    fair_study.comparison_table(fair_study.comparisons(results, wide))]
     assert block == "\n\n".join(tables + _figures(results, wide, root))
+    # once every arm has chosen, the words after the block give each choice's validation MAP@R as the table does
+    searches = {arm: fair_study.arm_search(results, wide, arm) for arm in wide.arms}
+    if all(search.chosen for search in searches.values()):
+        words = doc.split("<!-- /wide tables -->\n", 1)[1].split("\n## ", 1)[0]
+        for arm, search in searches.items():
+            score = fair_study.search_score(results, wide, arm, search.trials.index(search.chosen))
+            assert f"{100 * score:.2f}" in words, arm
+            assert not search.edges, f"{arm} chose on its box's edge"
 
 
 @pytest.mark.parametrize("name", ["dilution-10", "dilution-30"])
