@@ -205,7 +205,7 @@ class SearchBox:
 BOXES = {"first": SearchBox(lr=(3e-4, 3e-3), class_lr=(3e-3, 3e-2), scale=(12.0, 40.0)),
          "wide": SearchBox(lr=(5e-5, 3e-3), class_lr=(5e-4, 3e-2), scale=(6.0, 40.0))}
 EDGE = 0.1  # a chosen value within this share of its range's end lies on the box's edge: the box grows
-GROWTH = 1 / 3  # a growth moves the edge's end past it by this share of the range's width, on a log scale
+GROWTH = 1 / 3  # a growth moves the edge's end past it by this share of the range's current width, on a log scale
 GROWTHS = 3  # the most times one arm's box grows; a choice still on the edge after them is taken as it is
 ADAM_EPS = (1e-8, 1e-6, 1e-4, 1e-2)
 MEMVIR_N, MEMVIR_M = (1, 2, 4), (10, 25, 50, 100)
