@@ -509,13 +509,14 @@ def pending_jobs(results: Results, profile: Profile) -> list[Job]:
     if profile.choose_from:
         jobs, chosen = [], chosen_settings(results, PROFILES[profile.choose_from])
     else:
-        trials = {arm: arm_search(results, profile, arm).trials for arm in profile.arms}
+        searches = {arm: arm_search(results, profile, arm) for arm in profile.arms}
+        trials = {arm: search.trials for arm, search in searches.items()}
         jobs = [Job("search", arm, trials[arm][t], trial=t, fold=f)
                 for t in range(max(map(len, trials.values()))) for arm in profile.arms
                 for f in range(profile.folds) if t < len(trials[arm])]
-        chosen = chosen_settings(results, profile)
-        if len(chosen) < len(profile.arms):  # no final before every arm's search is done, its box grown included
-            chosen = {}
+        # no final before every arm's search is done, its box grown included
+        done = all(search.chosen for search in searches.values())
+        chosen = {arm: search.chosen for arm, search in searches.items()} if done else {}
     # Seed by seed, so that a study stopped part-way already has whole seeds to pair its arms over
     jobs += [Job("final", arm, setting, seed=s) for s in profile.seeds for arm, setting in chosen.items()
              if profile.finals is None or arm in profile.finals]
@@ -871,16 +872,18 @@ def plot_seeds(rows: list[dict], path: Path) -> Path | None:
     return path
 
 
-def doc_figures(results: Results, profile: Profile, doc: Path, draw: bool = True) -> list[str]:
+def doc_figures(results: Results, profile: Profile, doc: Path, draw: bool = True,
+                rows: list[dict] | None = None) -> list[str]:
     """The figures a profile's block of `doc` shows, as markdown image lines (drawn beside results.json where
-    `draw`): its search's landscape once every arm has chosen, and its comparisons seed by seed once any is in."""
+    `draw`): its search's landscape once every arm has chosen, and its comparisons (`rows`, computed here when not
+    given) seed by seed once any is in."""
     output = results.path.parent
     figures = []
     if not profile.choose_from and len(chosen_settings(results, profile)) == len(profile.arms):
         figures.append((f"{profile.name}-search.png", lambda path: plot_search(results, profile, path)))
-    # comparisons need scipy (fair_stats): not during a search
-    rows = comparisons(results, profile) if any(
-        r["profile"] == profile.name and r["phase"] != "search" for r in results.records) else []
+    if rows is None:  # comparisons need scipy (fair_stats): not during a search
+        rows = comparisons(results, profile) if any(
+            r["profile"] == profile.name and r["phase"] != "search" for r in results.records) else []
     if any(row["metric"] == "map@r" for row in rows):
         figures.append((f"{profile.name}-seeds.png", lambda path: plot_seeds(rows, path)))
     lines = []
@@ -1073,11 +1076,13 @@ def update_doc(doc: Path, profile: Profile, output: Path) -> bool:
     if start not in text or end not in text:
         return False
     parts = [] if profile.choose_from else [search_table(results, profile)]
+    rows = []  # the comparisons, computed once for the table and the figure (seconds of bootstraps each time)
     if profile.choose_from or results.find(profile=profile.name, phase="final") is not None:
-        parts += [final_table(results, profile), comparison_table(comparisons(results, profile))]
+        rows = comparisons(results, profile)
+        parts += [final_table(results, profile), comparison_table(rows)]
         if profile.held_out:
             parts.append(early_stop_table(results, (profile.name,)))
-    parts += doc_figures(results, profile, doc)
+    parts += doc_figures(results, profile, doc, rows=rows)
     tables = "\n\n".join(parts)
     before, rest = text.split(start, 1)
     doc.write_text(before + start + "\n" + tables + "\n" + end + rest.split(end, 1)[1])
