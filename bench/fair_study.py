@@ -575,9 +575,34 @@ def _commit() -> str | None:
     return None if found.returncode else found.stdout.strip() + ("+changes" if dirty else "")
 
 
+def _twin_keys(job: Job) -> tuple | None:
+    """What makes two finals or controls the same run: one seed of one setting (a search trial is its arm's own)."""
+    return None if job.phase == "search" else (job.seed, job.setting)
+
+
+def recorded_twin(job: Job, profile: Profile, results: Results, device: str) -> dict | None:
+    """A recorded final or control of this profile that trained exactly this job's command on this commit and device:
+    two arms whose choices coincide (the widened search's baseline and balanced MemVir chose one optimiser, so both
+    step-schedule controls are one command). Training on a CPU is deterministic, so its rerun would only repeat the
+    same bits (seeds 0 and 1 of the wide profile's two controls were trained twice and matched to every digit)."""
+    if _twin_keys(job) is None:
+        return None
+    commit = _commit()
+    return next((record for record in results.records
+                 if record["profile"] == profile.name and record["phase"] != "search" and record["seed"] == job.seed
+                 and record["setting"] == asdict(job.setting) and record["device"] == device
+                 and record["commit"] == commit), None)
+
+
 def run_job(job: Job, profile: Profile, results: Results, runs: Path, threads: int, device: str) -> None:
     output = results.path.parent
     from memvir.checkpoint import RunFolder
+
+    twin = recorded_twin(job, profile, results, device)
+    if twin is not None:
+        print(f"[{job.phase}] {job.name}: the same run as {twin['phase']}-{twin['arm']}-s{twin['seed']}", flush=True)
+        results.add({**twin, **job.keys(profile), "same_as": f"{twin['phase']}-{twin['arm']}-s{twin['seed']}"})
+        return
 
     out = runs / profile.name / job.name
     args = job.args(profile) + ["--out", str(out)]
@@ -613,7 +638,15 @@ def next_batch(todo: list[Job], profile: Profile, runs: Path) -> list[Job]:
         todo = sorted(todo, key=lambda job: (job.phase != "search", job.seed))
     todo.sort(key=lambda job: not (runs / profile.name / job.name / "trainer_state.pt").exists())
     searching = any(job.phase == "search" for job in todo)
-    return [job for job in todo if (job.phase == "search") == searching]
+    batch, seen = [], set()
+    for job in todo:
+        if (job.phase == "search") == searching:
+            # a job whose twin is in this batch waits for the next, where it is recorded from its twin's run
+            twin = _twin_keys(job)
+            if twin is None or twin not in seen:
+                batch.append(job)
+                seen.add(twin)
+    return batch
 
 
 def run_study(profile: Profile, jobs: int, device: str, runs: Path, output: Path, threads: int | None = None) -> None:

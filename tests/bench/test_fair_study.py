@@ -164,6 +164,40 @@ def test_a_choice_on_the_edge_grows_its_arm_s_box_and_the_finals_wait_for_the_tr
     assert search.box.scale == pytest.approx((3.188, 40.0), rel=1e-3)  # the scale's growth stays, not repeated
 
 
+def test_two_controls_of_one_command_train_once_and_the_second_is_recorded_as_the_same_run(tmp_path, monkeypatch):
+    # every arm chooses trial 1, the baseline at x1: balanced's optimiser is the baseline's, so the two step-schedule
+    # controls are one command (as in the widened search)
+    records = [record for arm in WIDE.arms for record in
+               _scores(WIDE, arm, [0.5, 0.9] + [0.5] * (WIDE.arm_trials(arm) - 2))]
+    results = _results(tmp_path, records)
+    chosen = chosen_settings(results, WIDE)
+    assert chosen["baseline"] == replace(chosen["memvir-balanced"], n=0, m=50, reduction="official")
+    controls = ("schedule-balanced-optimiser", "schedule-baseline-optimiser")
+    twins = [fair_study.control_setting(name, chosen) for name in controls]
+    assert twins[0] == twins[1]
+    batch = fair_study.next_batch(pending_jobs(results, WIDE), WIDE, tmp_path / "runs")
+    # the first control of each seed trains; its twin waits for the next batch
+    assert [(job.seed, job.arm) for job in batch] == [
+        (seed, name) for seed in range(10) for name in (*WIDE.arms, controls[0])]
+
+    monkeypatch.setattr(fair_study, "_commit", lambda: "abc")
+    trained = {**fair_study.Job("control", controls[0], twins[0], seed=3).keys(WIDE), "setting":
+               fair_study.asdict(twins[0]), "device": "cpu", "commit": "abc", "command": "python -m memvir train x",
+               "metrics": {"map@r": 0.7}, "per_query": "per_query/wide-control-x-s3.npz"}
+    results.add(trained)
+    job = fair_study.Job("control", controls[1], twins[1], seed=3)
+    assert fair_study.next_batch([job], WIDE, tmp_path / "runs") == [job]
+    fair_study.run_job(job, WIDE, results, tmp_path / "runs", threads=1, device="cpu")  # trains nothing
+    assert not (tmp_path / "runs" / "wide").exists()
+    copy = results.find(**job.keys(WIDE))
+    assert copy == {**trained, "arm": controls[1], "same_as": f"control-{controls[0]}-s3"}
+    # not the same run: another seed, another device or another commit
+    assert fair_study.recorded_twin(replace(job, seed=4), WIDE, results, "cpu") is None
+    assert fair_study.recorded_twin(job, WIDE, results, "cuda") is None
+    monkeypatch.setattr(fair_study, "_commit", lambda: "def")
+    assert fair_study.recorded_twin(job, WIDE, results, "cpu") is None
+
+
 def test_a_best_trial_halfway_into_a_grown_range_is_the_choice_though_near_the_grown_end(tmp_path):
     """The scale grown from 6 to 3.19 (log scale): its halfway trial 4.4 lies at (4.4 - 3.19) / (40 - 3.19) = 0.033
     of the grown range, within a tenth of its end; it won against 3.2 and 7.6, so the optimum is bracketed and the
