@@ -774,7 +774,7 @@ def comparisons(results: Results, profile: Profile) -> list[dict]:
     is complete, so that the verdicts of a study still running do not move with half-finished pairs."""
     import fair_stats  # scipy: only the report needs it (a GPU image may have none)
 
-    rows = []
+    rows, tested = [], {}
     for reference, other in COMPARISONS:
         first, second = _group(results, profile, reference), _group(results, profile, other)
         seeds = sorted({r["seed"] for r in first} & {r["seed"] for r in second})
@@ -782,6 +782,15 @@ def comparisons(results: Results, profile: Profile) -> list[dict]:
             continue
         first = [r for r in first if r["seed"] in seeds]
         second = [r for r in second if r["seed"] in seeds]
+        # Two controls of one command (recorded_twin) make two comparisons of the same runs: one test, and one row
+        # that names both, so that Holm's family does not count it twice
+        runs = tuple(tuple((r["seed"], json.dumps(r.get("setting", r["arm"]), sort_keys=True)) for r in group)
+                     for group in (first, second))
+        if runs in tested:
+            for row in tested[runs]:
+                row["also"].append((reference, other))
+            continue
+        tested[runs] = []
         labels, first_query = _seed_mean_per_query(first, results.path.parent)
         _, second_query = _seed_mean_per_query(second, results.path.parent)
         for metric in METRICS:
@@ -789,7 +798,8 @@ def comparisons(results: Results, profile: Profile) -> list[dict]:
             b = [100 * r["metrics"][metric] for r in first]
             row = {"reference": reference, "other": other, "metric": metric, "seeds": len(seeds),
                    "t": fair_stats.paired_t(a, b), "wilcoxon": fair_stats.wilcoxon_signed_rank(a, b),
-                   "seed_ci": fair_stats.paired_bootstrap_ci(a, b)}
+                   "seed_ci": fair_stats.paired_bootstrap_ci(a, b), "also": []}
+            tested[runs].append(row)
             row["per_seed"] = [(seed, x - y) for x, y, seed in zip(a, b, seeds, strict=True)]
             if len(seeds) >= SEARCH_SEED_APART:
                 # every search trial trained at seed 0, so a choice fits that seed's batches best: the difference
@@ -815,8 +825,10 @@ def comparison_table(rows: list[dict]) -> str:
     for row in rows:
         class_ci = "{:+.2f} to {:+.2f}".format(*row["class_ci"]) if "class_ci" in row else ""
         rest = f"{row['without_search_seed']:+.2f} | " if "without_search_seed" in row else "| " if apart else ""
+        same = "".join(f" (the same runs as {_label(other)} − {_label(reference)})"
+                       for reference, other in row.get("also", ()))
         lines.append(
-            f"| {_label(row['other'])} − {_label(row['reference'])} | {row['metric']} | {row['seeds']} | "
+            f"| {_label(row['other'])} − {_label(row['reference'])}{same} | {row['metric']} | {row['seeds']} | "
             f"{row['t'].mean_diff:+.2f} | {rest}{row['seed_ci'][0]:+.2f} to {row['seed_ci'][1]:+.2f} | {class_ci} | "
             f"t {row['t'].t:.1f}, {fair_stats.format_p(row['t'].p)} | {fair_stats.format_p(row['wilcoxon'].p)} | "
             f"{fair_stats.format_p(row['holm'])} | {fair_stats.verdict(row['t'].mean_diff, row['holm'])} |")

@@ -346,6 +346,41 @@ def test_comparisons_are_paired_over_seeds_and_holm_corrected_over_the_table(tmp
     assert min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * 3))
 
 
+def test_two_controls_of_the_same_runs_are_one_row_and_one_test_of_holm_s_family(tmp_path):
+    """The widened search's two step-schedule controls are one command (the baseline and balanced chose one
+    optimiser): "balanced - schedule at balanced's optimiser" and "balanced - schedule at the baseline's" pair the
+    same runs, so they are one row naming both, and Holm's family counts the test once."""
+    labels = np.repeat(np.arange(10), 3).astype(np.int16)
+    (tmp_path / "per_query").mkdir()
+    records = []
+    control = Setting(lr=7e-4, class_lr=2.9e-3, adam_eps=1e-4, scale=17.1, n=0, m=10, loss_scale_schedule=4)
+    groups = (("final", "baseline", replace(control, m=50, loss_scale_schedule=0, loss_scale_after_warmup=2.0), 0.0),
+              ("final", "memvir-balanced", replace(control, n=4, reduction="balanced", loss_scale_schedule=0), 0.01),
+              ("control", "schedule-balanced-optimiser", control, 0.004),
+              ("control", "schedule-baseline-optimiser", control, 0.004))
+    for phase, arm, setting, shift in groups:
+        for seed in range(10):
+            name = f"per_query/{arm}-s{seed}.npz"
+            values = np.full(30, 0.5 + shift, dtype=np.float32)
+            np.savez(tmp_path / name, label=labels, recall_at_1=values > 0.5, map_at_r=values)
+            noise = 0.001 * ((seed * 7 + len(arm)) % 5)
+            metrics = {m: 0.5 + shift + noise for m in fair_study.METRICS}
+            records.append({"profile": "wide", "phase": phase, "arm": arm, "seed": seed, "trial": None, "fold": None,
+                            "setting": fair_study.asdict(setting), "metrics": metrics, "per_query": name})
+    rows = fair_study.comparisons(_results(tmp_path, records), WIDE)
+    pairs = [(row["reference"], row["other"]) for row in rows[::3]]
+    # baseline - balanced, schedule - balanced (once), baseline - schedule; "the memory with seen labels" and the
+    # paper's reduction are not in
+    assert pairs == [("baseline", "memvir-balanced"), ("schedule-balanced-optimiser", "memvir-balanced"),
+                     ("baseline", "schedule-baseline-optimiser")]
+    assert rows[3]["also"] == [("schedule-baseline-optimiser", "memvir-balanced")]
+    raw = sorted(row["t"].p for row in rows)
+    assert len(rows) == 9 and min(row["holm"] for row in rows) == pytest.approx(min(1.0, raw[0] * 9))
+    table = fair_study.comparison_table(rows)
+    assert ("| MemVir, balanced reduction − baseline, balanced's step schedule and optimiser (the same runs as MemVir, "
+            "balanced reduction − baseline, balanced's step schedule) | recall@1 |") in table
+
+
 def test_over_ten_seeds_a_comparison_also_gives_its_difference_without_the_search_s_seed(tmp_path, monkeypatch):
     """Every search trial trained at seed 0: over ten seeds a row also gives the mean difference over seeds 1 to 9.
     MemVir leads by 5 MAP@R points at seed 0 and by 1 at the nine others: 1.4 over ten seeds, 1.0 without seed 0."""
