@@ -45,9 +45,9 @@ REDUCTION_INFO = ("How the loss averages over the live batch and the virtual set
                   "learning rate. Balanced: each set averaged on its own and the means summed; since every set "
                   "has a batch's rows, that is exactly k+1 times the official loss, the same direction with a "
                   "larger step, not a different use of the virtual classes (docs/method.md, \"Reduction\"). "
-                  "glyphs' preset uses balanced: in the fair comparison, where each reduction and the baseline had "
-                  "the same search over the optimiser (the step size included), balanced's choice scored the "
-                  "higher validation MAP@R (docs/reproduction.md, \"A fair comparison\").")
+                  "glyphs' preset uses balanced: in the widened fair comparison, where each reduction and the "
+                  "baseline had the same search over the optimiser (the step size included), balanced's choice "
+                  "scored the higher validation MAP@R (docs/reproduction.md, \"A converged search\").")
 SCALE_INFO = ("The loss's scale s (logits = s cos): the loss's own default, or the tuned one for the preset's loss. "
               "Softmax and Proxy-Anchor take none and ignore it.")
 
@@ -108,7 +108,7 @@ def baseline_optimiser(tuned, trained_before: bool = False) -> str:
         return (f"{trains} this run's own optimiser settings: no baseline was tuned for these settings, so the "
                 "comparison is against an untuned baseline.")
     return (f"{trains} the baseline's own tuned settings ({tuned.describe()}), chosen with the same search as "
-            "MemVir's (docs/reproduction.md, \"A fair comparison\").")
+            "MemVir's (docs/reproduction.md, \"A converged search\").")
 
 # Push to Hub (demo.common.hub_access: on a Space a visitor pushes with their own sign-in, never the server's token)
 PUSH_UPLOADS = "Uploads config.json, model.safetensors, README.md and metrics.jsonl of the run shown here."

@@ -19,7 +19,7 @@ from memvir.models.embedding_model import EmbeddingModel
 from memvir.retrieval import evaluation, shipped_gallery
 
 BUNDLED_MEMVIR = Path(__file__).resolve().parents[3] / "checkpoints" / "glyphs-norm-softmax-memvir"
-FAIR_RESULTS = Path(__file__).resolve().parents[3] / "docs" / "reproduction" / "fair" / "results.json"
+FAIR_RESULTS = Path(__file__).resolve().parents[3] / "docs" / "reproduction" / "wide" / "results.json"
 
 
 @pytest.fixture
@@ -70,12 +70,12 @@ def test_a_bundled_checkpoints_first_search_uses_its_shipped_index(tmp_path, emb
     indexed = service.index(checkpoint, gallery)
     assert len(indexed.index) == gallery.size == 12_250
     card = (bundled / "README.md").read_text()
-    # the card's figure is the shipped index's; its command is the fair study's record of the CPU profile's seed-0
-    # final but for the folder: the same run retrained on glyphs v2 (the study's runs, and their figures, are v1's)
-    (trained,) = [r for r in json.loads(FAIR_RESULTS.read_text()) if r["profile"] == "cpu"
+    # the card's figure is the shipped index's; its command is the widened fair study's record of its seed-0 final
+    # but for the folder: the same run retrained on glyphs v2 (the study's runs, and their figures, are v1's)
+    (trained,) = [r for r in json.loads(FAIR_RESULTS.read_text()) if r["profile"] == "wide"
                   and r["phase"] == "final" and r["arm"] == "memvir-balanced" and r["seed"] == 0]
     assert f"| recall@1 | {indexed.metrics['recall@1']:.4f} |" in card
-    study_command = trained["command"].replace("runs/fair/cpu/final-memvir-balanced-s0", f"runs/{bundled.name}")
+    study_command = trained["command"].replace("runs/fair/wide/final-memvir-balanced-s0", f"runs/{bundled.name}")
     assert f"\n{study_command}\n" in card
     assert service.indexing_progress(str(bundled)) == 1.0
     assert _files(bundled / "gallery") == shipped  # read, not rewritten

@@ -79,8 +79,10 @@ def test_the_baselines_status_names_its_own_tuned_optimiser():
                        TrainConfig.from_dict({**config.to_dict(), **tuned.settings(), "memvir_n": 0}), "baseline")
     baseline._on_event(StatusEvent("running", 0, "training"))
     line = live_view.baseline_line(baseline, config)
+    assert tuned.loss_scale_after_warmup == 2.0  # the widened search's baseline: its loss x2 after the warm-up
     assert line.startswith(f"**Baseline** (N = 0: no virtual classes; its own optimiser: lr {tuned.lr:g}, "
-                           f"class-weight lr {tuned.class_lr:g}, Adam eps {tuned.adam_eps:g}, scale {tuned.scale:g})")
+                           f"class-weight lr {tuned.class_lr:g}, Adam eps {tuned.adam_eps:g}, scale {tuned.scale:g}, "
+                           "loss x2 after the warm-up)")
     # one that trains the run's own optimiser is the run's settings with N = 0
     same = LiveRun("b", "alice", Path("unused"), TrainConfig.from_dict({**config.to_dict(), "memvir_n": 0}),
                    "baseline")
