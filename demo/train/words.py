@@ -77,10 +77,10 @@ cosines). The paper's Fig. 7 shows a model trained far longer, real and virtual 
 classes** draws every class at once, where this detail drowns in the crowd."""
 
 # Under the few-class map of a glyphs run: what its preset lets the map show (measured: docs/app.md)
-GLYPHS_MAP_NOTE = ("On glyphs at its preset (M = 10) a stored class weight mostly lies 1 to 5 % of the map's width "
-                   "from its live one (4 to 19°), about a diamond's width, and a virtual set holds about one image of "
-                   "each class shown: the map shows where the virtual classes sit, not clusters of their own as in "
-                   "the paper's Fig. 7; **a few classes, drift** shows how far they moved.")
+GLYPHS_MAP_NOTE = ("On glyphs at its preset (M = 10) a stored class weight mostly lies 0.5 to 2.5 % of the map's "
+                   "width from its live one (3 to 7°), under a diamond's width, and a virtual set holds about one "
+                   "image of the classes shown in all, often none: the map shows where the virtual classes sit, not "
+                   "clusters of their own as in the paper's Fig. 7; **a few classes, drift** shows how far they moved.")
 
 SPREAD_HELP = """**The drift, as numbers.** Left: for each virtual set in use, the mean cosine between a class's \
 stored weight and its weight now (solid; 1 is an exact copy), and between stored embeddings and their class's weight \
