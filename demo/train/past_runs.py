@@ -124,18 +124,21 @@ def model_zip(runs: RunManager, run: LiveRun):
         return None
 
 
-def picked_view(runs: RunManager, state: PollState, run: LiveRun | None, visitor: str, sent: str | None):
-    """(the words under the list, its model's download, the words now) for the page's second poll, which follows the
+def picked_view(runs: RunManager, state: PollState, run: LiveRun | None, visitor: str, sent: tuple | None):
+    """(the words under the list, its model's download, what was sent) for the page's second poll, which follows the
     run shown as it trains and ends: a run picked while it trained gets its final figures and its model there when
-    it ends, without a pick again. Skips while the words are those `sent` (the model's zip is looked for only when
-    they change); no run picked, nothing under the list."""
+    it ends, without a pick again. Skips while the words and whether a model is offered are those `sent` (the model
+    is zipped only when they change). The model comes a moment after the words: a run's finished status, and its
+    last evaluation, arrive while its process is still ending, and its model is offered once that is gone
+    (`has_model`; the views key changes then: demo.train.poll.views_key). No run picked, nothing under the list."""
     picked = state.picked and run is not None and run.id == state.run_id
     words = summary_markdown(run, visitor) if picked else NOTHING_PICKED
-    if words == sent:
+    now = (words, picked and has_model(run))
+    if now == sent:
         return gr.skip(), gr.skip(), sent
-    archive = model_zip(runs, run) if picked else None
+    archive = model_zip(runs, run) if now[1] else None
     download = gr.update(value=None, visible=False) if archive is None else gr.update(value=str(archive), visible=True)
-    return words, download, words
+    return words, download, now
 
 
 class PastRunsHandlers:

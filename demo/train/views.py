@@ -45,7 +45,8 @@ class ViewsSent:
 
     key: tuple | None
     results: str
-    picked: str | None = None  # the words under the runs' list (demo.train.past_runs.picked_view); None: not sent
+    # the words under the runs' list and whether a model was offered (demo.train.past_runs.picked_view); None: not sent
+    picked: tuple[str, bool] | None = None
 
 
 class ViewsHandlers:

@@ -17,7 +17,7 @@ from demo.runs.manager import RunManager
 from demo.train import past_runs
 from demo.train.live_view import FigureBuilder
 from demo.train.past_runs import FOLLOW, FOLLOW_LABEL, PastRunsHandlers
-from demo.train.poll import PollHandlers, PollState, shown_run
+from demo.train.poll import PollHandlers, PollState, shown_run, views_key
 from demo.train.tab import TrainHandlers
 from demo.train.views import ViewsHandlers, ViewsSent
 from memvir.config import TrainConfig
@@ -146,16 +146,37 @@ def test_a_run_picked_while_it_trained_gets_its_final_figures_and_model_when_it_
     second = ViewsHandlers(runs, figures)
     state = PollState(run_id=alice.id, picked=True)
     # what bob's page was sent while alice's run trained: the status and curves follow it through the polls
-    while_training = ViewsSent(None, "", f"Showing `{alice.id}` (another visitor's run: ...). Pick the first line "
-                                         "...\nIts final figures and its model come here when it ends.")
+    while_training = ViewsSent(None, "", (f"Showing `{alice.id}` (another visitor's run: ...). Pick the first line "
+                                          "...\nIts final figures and its model come here when it ends.", False))
     sent, *_, summary, download = second.poll_views(state, while_training, visitor="bob")
     final = json.loads([record for record in (alice.folder / "metrics.jsonl").read_text().splitlines()
                         if json.loads(record).get("type") == "eval"][-1])
-    assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in summary and sent.picked == summary
+    assert f"| Recall@1 (test) | {100 * final['recall@1']:.2f} |" in summary and sent.picked == (summary, True)
     assert download["visible"] is True and Path(download["value"]).name == f"{alice.id}.zip"
     assert second.poll_views(state, sent, visitor="bob")[-2:] == (gr.skip(), gr.skip())
     # following the usual run again (the first line): nothing under the list
     assert second.poll_views(PollState(), sent, visitor="bob")[-2:] == ("", gr.update(value=None, visible=False))
+
+
+def test_a_picked_run_s_model_comes_once_its_process_is_gone_though_its_words_came_before(server, figures,
+                                                                                           monkeypatch):
+    """A run's finished status and last evaluation arrive while its process is still ending, and its model is offered
+    only once that is gone (past_runs.has_model). Before, the second poll that brought the words left the model out
+    and was never sent again (the words did not change): a watcher's page never offered it (a browser check caught
+    it on a busy machine). Now the views key changes as the process ends, and the second poll sends the model."""
+    runs, alice, _ = server
+    second = ViewsHandlers(runs, figures)
+    state = PollState(run_id=alice.id, picked=True)
+    monkeypatch.setattr(alice, "reserved", True)  # its process still ending (a held slot stands for it)
+    ending = views_key(figures, alice)
+    sent, *_, summary, download = second.poll_views(state, None, visitor="bob")
+    assert "| Recall@1 (test) |" in summary and download == gr.update(value=None, visible=False)
+    assert sent.picked == (summary, False)
+    monkeypatch.setattr(alice, "reserved", False)  # gone
+    assert views_key(figures, alice) != ending  # the page sends its second poll again
+    sent, *_, words, download = second.poll_views(state, sent, visitor="bob")
+    assert words == summary and download["visible"] is True and Path(download["value"]).name == f"{alice.id}.zip"
+    assert second.poll_views(state, sent, visitor="bob")[-2:] == (gr.skip(), gr.skip())
 
 
 def test_a_run_the_server_no_longer_keeps_is_refused_in_words(server):

@@ -59,7 +59,7 @@ def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_
     runs, figures = StandInRuns(), StandInFigures()
     second = ViewsHandlers(runs, figures)
     sent, drift, spread, results, picked, download = second.poll_views(PollState(), None, visitor="bob")
-    assert sent == ViewsSent(None, "", "") and results == ""
+    assert sent == ViewsSent(None, "", ("", False)) and results == ""
     assert (picked, download) == ("", gr.update(value=None, visible=False))  # no run picked: nothing under the list
     assert "the classes appears at the first snapshot" in drift.layout.annotations[0].text
     assert second.poll_views(PollState(), sent, visitor="bob")[1:] == (SKIP,) * 5
@@ -67,8 +67,8 @@ def test_the_second_poll_sends_the_spread_curves_and_the_results_only_when_they_
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
     runs.run = run
     sent, drift, spread, results, *_ = second.poll_views(PollState(), sent, visitor="bob")
-    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), "", ""), "drift ('r1', 1)", "spread ('r1', 1)",
-                                              SKIP)
+    assert (sent, drift, spread, results) == (ViewsSent(("r1", 1), "", ("", False)), "drift ('r1', 1)",
+                                              "spread ('r1', 1)", SKIP)
     figures.key = ("r1", 2)
     assert second.poll_views(PollState(), sent, visitor="bob")[1:3] == ("drift ('r1', 2)", "spread ('r1', 2)")
 
@@ -347,13 +347,14 @@ def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_pa
         figures.close()
 
 
-def test_the_views_key_that_sends_the_second_poll_changes_with_a_spread_measure_and_as_either_run_finishes(
+def test_the_views_key_changes_with_a_spread_measure_as_either_run_finishes_and_as_its_process_ends(
         tmp_path, monkeypatch):
     from memvir.events import StatusEvent
 
     monkeypatch.setattr(live_view, "build_curves", lambda run: ("c1", "c2", "c3"))
     monkeypatch.setattr(live_view, "build_spread", lambda run: ("s1", "s2"))
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
+    run.reserved = True  # it trains (a held slot stands for its living process)
     run._on_event(StatusEvent("running", 0))
     figures = live_view.FigureBuilder(interval=0.01)
     try:
@@ -373,9 +374,11 @@ def test_the_views_key_that_sends_the_second_poll_changes_with_a_spread_measure_
         seen.append(views_key(figures, run))
         run._on_event(StatusEvent("finished", 9))
         seen.append(views_key(figures, run))
+        run.reserved = False  # its process ends a moment after its finished status: its model is offered now
+        seen.append(views_key(figures, run))
         run.baseline._on_event(StatusEvent("finished", 9))  # the results table can be sent now
         seen.append(views_key(figures, run))
-        assert len(set(seen)) == len(seen) == 5
+        assert len(set(seen)) == len(seen) == 6
     finally:
         figures.close()
 
