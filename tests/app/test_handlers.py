@@ -158,7 +158,8 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.", SKIP)
-    running = repr((("r1", None), ("r1", "running", None)))  # the spread key as drawn, and the results key
+    # the spread key as drawn, the results key, and whether its process lives (a stand-in run has none)
+    running = repr((("r1", None), ("r1", "running", None), False))
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
                               controls=ControlsSent("r1"), views=running)
     assert controls == ["", SKIP, SKIP, SKIP]  # it does not train: nothing beside the controls, left as they are
@@ -176,7 +177,7 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     # a spread measure: the spread figures redrawn, and the page asks for them
     figures.spread_key = ("r1", 30)
     state, _, controls, views, timer, due = _split(live.poll(state, "age", True, visitor="bob"))
-    assert views == [SKIP] * 6 and due == DUE and state.views == repr((("r1", 30), ("r1", "running", None)))
+    assert views == [SKIP] * 6 and due == DUE and state.views == repr((("r1", 30), ("r1", "running", None), False))
 
     # another colouring is another picture; the curves are as they were
     state, _, controls, views, timer, due = _split(live.poll(state, "class", True, visitor="bob"))
