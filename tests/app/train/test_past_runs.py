@@ -179,6 +179,21 @@ def test_a_picked_run_s_model_comes_once_its_process_is_gone_though_its_words_ca
     assert second.poll_views(state, sent, visitor="bob")[-2:] == (gr.skip(), gr.skip())
 
 
+def test_a_model_whose_zip_failed_is_zipped_again_at_the_next_second_poll(server, figures, monkeypatch):
+    """model_zip gives None where the folder changed under it: what was sent says no model was offered, so the next
+    second poll tries again instead of skipping."""
+    runs, alice, _ = server
+    second = ViewsHandlers(runs, figures)
+    state = PollState(run_id=alice.id, picked=True)
+    real_zip = past_runs.model_zip
+    monkeypatch.setattr(past_runs, "model_zip", lambda runs, run: None)
+    sent, *_, summary, download = second.poll_views(state, None, visitor="bob")
+    assert download == gr.update(value=None, visible=False) and sent.picked == (summary, False)
+    monkeypatch.setattr(past_runs, "model_zip", real_zip)
+    sent, *_, download = second.poll_views(state, sent, visitor="bob")
+    assert download["visible"] is True and sent.picked == (summary, True)
+
+
 def test_a_run_the_server_no_longer_keeps_is_refused_in_words(server):
     runs, _, _ = server
     before = PollState(run_id=RESTORED, picked=True)
