@@ -215,22 +215,29 @@ def test_the_study_rows_are_the_settings_of_the_studys_own_commands():
         assert {name: TrainConfig(**flags).to_dict()[name] for name in ran} == ran, label
 
 
-@pytest.mark.parametrize(("row", "profile", "folder"), [(2, "cpu", "fair"), (3, "wide", "wide")])
-def test_the_fair_study_rows_are_the_settings_of_the_fair_comparisons_balanced_finals(monkeypatch, row, profile,
-                                                                                      folder):
-    """The third and fourth rows' settings, read back through the CLI's parser from the command each fair comparison
-    trains MemVir balanced's choice with (bench/fair_study.py, on docs/reproduction/FOLDER/results.json's search)."""
+@pytest.fixture
+def bench(monkeypatch):
+    """The fair studies' code as their runs import it (bench/fair_study.py and bench/fair_stats.py: bench/ is not a
+    package) and the folder their results are committed in (docs/reproduction/)."""
     import importlib
     from pathlib import Path
 
+    root = Path(__file__).resolve().parents[3]
+    monkeypatch.syspath_prepend(str(root / "bench"))
+    return SimpleNamespace(study=importlib.import_module("fair_study"), stats=importlib.import_module("fair_stats"),
+                           studies=root / "docs" / "reproduction")
+
+
+@pytest.mark.parametrize(("row", "profile", "folder"), [(2, "cpu", "fair"), (3, "wide", "wide")])
+def test_the_fair_study_rows_are_the_settings_of_the_fair_comparisons_balanced_finals(bench, row, profile, folder):
+    """The third and fourth rows' settings, read back through the CLI's parser from the command each fair comparison
+    trains MemVir balanced's choice with (bench/fair_study.py, on docs/reproduction/FOLDER/results.json's search)."""
     from demo.train.results_table import FAIR_ON_GLYPHS, MATCHED, STUDY_ROWS, WIDE_ON_GLYPHS
     from memvir.cli import build_parser
 
-    root = Path(__file__).resolve().parents[3]
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    study = importlib.import_module("fair_study")
+    study = bench.study
     profile = study.PROFILES[profile]
-    chosen = study.chosen_settings(study.Results(root / "docs/reproduction" / folder / "results.json"), profile)
+    chosen = study.chosen_settings(study.Results(bench.studies / folder / "results.json"), profile)
     final = study.Job("final", "memvir-balanced", chosen["memvir-balanced"], seed=0)
     words = final.args(profile)[2:] + ["--out", "unused"]
     args = vars(build_parser().parse_args(words))
@@ -294,22 +301,17 @@ def test_a_folder_or_zip_keeps_the_settings_the_controls_hold():
     assert suggest_settings("folder") == (gr.skip(),) * 12
 
 
-def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_validation(monkeypatch):
+def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_validation(bench):
     """The page's glyphs preset is the MemVir arm whose chosen trial scored the higher validation MAP@R in the widened
     fair comparison's search (the seen-labels memory is a control, not a preset), and "Compare with baseline" trains
     the baseline arm's choice, its loss multiplier after the warm-up included: read back from
     docs/reproduction/wide/results.json through the study's own choice rule, never from test metrics. The learning
     rates are those the study's commands ran (three significant figures)."""
-    import importlib
-    from pathlib import Path
-
     from demo.train.presets import Optimiser
 
-    root = Path(__file__).resolve().parents[3]
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    study = importlib.import_module("fair_study")
+    study = bench.study
     profile = study.PROFILES["wide"]
-    results = study.Results(root / "docs" / "reproduction" / "wide" / "results.json")
+    results = study.Results(bench.studies / "wide" / "results.json")
     searches = {arm: study.arm_search(results, profile, arm) for arm in profile.arms}
     preset = PRESETS["glyphs"]
     assert all(search.chosen for search in searches.values()), "the search is complete (64 runs in results.json)"
@@ -333,19 +335,13 @@ def test_glyphs_preset_and_its_baseline_are_the_fair_comparison_s_choices_on_val
     assert preset.baseline == ran(baseline) and preset.baseline.loss_scale_after_warmup == 2.0
 
 
-def test_the_fair_expectation_quotes_the_study_s_test_figures(monkeypatch):
+def test_the_fair_expectation_quotes_the_study_s_test_figures(bench):
     """Every figure FAIR_ON_GLYPHS gives is the fair study's paired comparison, recomputed here from
     docs/reproduction/fair/results.json (differences in points, Holm-corrected p as the report prints them)."""
-    import importlib
-    from pathlib import Path
-
     from demo.train.results_table import FAIR_ON_GLYPHS
 
-    root = Path(__file__).resolve().parents[3]
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    study, stats = importlib.import_module("fair_study"), importlib.import_module("fair_stats")
-    rows = study.comparisons(study.Results(root / "docs" / "reproduction" / "fair" / "results.json"),
-                             study.PROFILES["cpu"])
+    study, stats = bench.study, bench.stats
+    rows = study.comparisons(study.Results(bench.studies / "fair" / "results.json"), study.PROFILES["cpu"])
     lead = {row["metric"]: row for row in rows if (row["reference"], row["other"]) == ("baseline", "memvir-balanced")}
     assert all(lead[m]["seeds"] == 5 for m in study.METRICS)
     diff = {m: f"{lead[m]['t'].mean_diff:.2f}" for m in study.METRICS}
@@ -356,8 +352,7 @@ def test_the_fair_expectation_quotes_the_study_s_test_figures(monkeypatch):
     assert all(lead[m]["holm"] < 0.05 and lead[m]["t"].mean_diff > 0 for m in study.METRICS)  # "led" is a gain
     # the step-schedule study's pairs: MemVir against the baseline at its optimiser, without and with its exact step
     # schedule: both of their verdicts, Holm over that study's whole table
-    schedule = study.comparisons(study.Results(root / "docs" / "reproduction" / "fair" / "results.json"),
-                                 study.PROFILES["schedule"])
+    schedule = study.comparisons(study.Results(bench.studies / "fair" / "results.json"), study.PROFILES["schedule"])
     controls = ("baseline-balanced-optimiser", "schedule-balanced-optimiser")
     pairs = [{row["metric"]: row for row in schedule
               if (row["reference"], row["other"]) == (control, "memvir-balanced")} for control in controls]
@@ -376,21 +371,15 @@ def test_the_fair_expectation_quotes_the_study_s_test_figures(monkeypatch):
     assert alone["holm"] < 0.05 < rest["holm"] and rest["t"].mean_diff > 0
 
 
-def test_the_preset_s_expectation_quotes_the_widened_study_and_names_the_control_that_matches_it(monkeypatch):
+def test_the_preset_s_expectation_quotes_the_widened_study_and_names_the_control_that_matches_it(bench):
     """Every figure WIDE_ON_GLYPHS gives is the widened fair study's paired comparison over its ten seeds, recomputed
     here from docs/reproduction/wide/results.json (differences in points, Holm over that study's table), and its
     headline follows the protocol's rule: balanced MemVir's MAP@R lead over balanced's exact step schedule at its own
     optimiser is not a gain after Holm, so the page says that a baseline given the same step schedule matches it."""
-    import importlib
-    from pathlib import Path
-
     from demo.train.results_table import WIDE_ON_GLYPHS
 
-    root = Path(__file__).resolve().parents[3]
-    monkeypatch.syspath_prepend(str(root / "bench"))
-    study, stats = importlib.import_module("fair_study"), importlib.import_module("fair_stats")
-    rows = study.comparisons(study.Results(root / "docs" / "reproduction" / "wide" / "results.json"),
-                             study.PROFILES["wide"])
+    study, stats = bench.study, bench.stats
+    rows = study.comparisons(study.Results(bench.studies / "wide" / "results.json"), study.PROFILES["wide"])
     pair = {(row["reference"], row["other"], row["metric"]): row for row in rows}
     tuned = {m: pair["baseline", "memvir-balanced", m] for m in study.METRICS}
     schedule = {m: pair["schedule-balanced-optimiser", "memvir-balanced", m] for m in study.METRICS}
