@@ -128,10 +128,10 @@ def picked_view(runs: RunManager, state: PollState, run: LiveRun | None, visitor
     """(the words under the list, its model's download, what was sent: the words and whether a model was) for the
     page's second poll, which follows the run shown as it trains and ends: a run picked while it trained gets its
     final figures and its model there when it ends, without a pick again. Skips while the words and whether a model
-    is offered are those `sent` (the model is zipped only when they change). The model comes a moment after the
-    words: a run's finished status, and its last evaluation, arrive while its process is still ending, and its model
-    is offered once that is gone (`has_model`; the views key changes then: demo.train.poll.views_key). No run
-    picked, nothing under the list."""
+    is offered are those `sent` (the model is zipped only when they change). The model may come a moment after the
+    words: a page is shown a run's finished status, and its last evaluation, before the run counts as ended
+    (demo.runs.process notes its last word after the listener has it), and its model is offered once it does
+    (`has_model`; the views key changes then: demo.train.poll.views_key). No run picked, nothing under the list."""
     picked = state.picked and run is not None and run.id == state.run_id
     words = summary_markdown(run, visitor) if picked else NOTHING_PICKED
     now = (words, picked and has_model(run))

@@ -225,8 +225,8 @@ def crowd_note(interval: float, pages: int) -> str:
 def views_key(figures: FigureBuilder, run) -> str:
     """Changes when what the second poll sends would (the spread figures as drawn, the results table, a picked run's
     model to download), so that a page asks for them then and not every second: the spread figures change at the
-    snapshot cadence, the results once, and the model is offered once the run's process is gone, a moment after its
-    finished status (demo.train.past_runs.has_model)."""
+    snapshot cadence, the results once, and the model is offered once the run counts as ended (no longer training),
+    a moment after its finished status reached the page's run (demo.train.past_runs.has_model)."""
     if run is None:
         return "no run"
     spread, _ = figures.spread(run)

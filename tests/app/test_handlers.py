@@ -158,7 +158,7 @@ def test_the_poll_sends_each_view_only_when_what_it_shows_changed(tmp_path):
     assert "watching a run started by another visitor (read-only)" in status
     assert views[:3] == ["loss ('r1', 1)", "classes ('r1', 1)", "cosine ('r1', 1)"]
     assert (_message(views[3]), views[4], views[5]) == (NO_SNAPSHOT, "No snapshot yet.", SKIP)
-    # the spread key as drawn, the results key, and whether its process lives (a stand-in run has none)
+    # the spread key as drawn, the results key, and whether it trains (a stand-in run without a process does not)
     running = repr((("r1", None), ("r1", "running", None), False))
     assert state == PollState(run_id="r1", curves=CurvesSent(("r1", 1)), embedding=EmbeddingSent("r1"),
                               controls=ControlsSent("r1"), views=running)

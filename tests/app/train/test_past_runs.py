@@ -158,21 +158,22 @@ def test_a_run_picked_while_it_trained_gets_its_final_figures_and_model_when_it_
     assert second.poll_views(PollState(), sent, visitor="bob")[-2:] == ("", gr.update(value=None, visible=False))
 
 
-def test_a_picked_run_s_model_comes_once_its_process_is_gone_though_its_words_came_before(server, figures,
+def test_a_picked_run_s_model_comes_once_it_counts_as_ended_though_its_words_came_before(server, figures,
                                                                                            monkeypatch):
-    """A run's finished status and last evaluation arrive while its process is still ending, and its model is offered
-    only once that is gone (past_runs.has_model). Before, the second poll that brought the words left the model out
+    """A run's finished status and last evaluation reach the page before the run counts as ended (no longer
+    training: demo.runs.process notes the last word after the listener has it), and its model is offered only then
+    (past_runs.has_model). Before, the second poll that brought the words left the model out
     and was never sent again (the words did not change): a watcher's page never offered it (a browser check caught
-    it on a busy machine). Now the views key changes as the process ends, and the second poll sends the model."""
+    it on a busy machine). Now the views key changes as the run ends, and the second poll sends the model."""
     runs, alice, _ = server
     second = ViewsHandlers(runs, figures)
     state = PollState(run_id=alice.id, picked=True)
-    monkeypatch.setattr(alice, "reserved", True)  # its process still ending (a held slot stands for it)
+    monkeypatch.setattr(alice, "reserved", True)  # not yet counted as ended (a held slot stands for it)
     ending = views_key(figures, alice)
     sent, *_, summary, download = second.poll_views(state, None, visitor="bob")
     assert "| Recall@1 (test) |" in summary and download == gr.update(value=None, visible=False)
     assert sent.picked == (summary, False)
-    monkeypatch.setattr(alice, "reserved", False)  # gone
+    monkeypatch.setattr(alice, "reserved", False)  # ended
     assert views_key(figures, alice) != ending  # the page sends its second poll again
     sent, *_, words, download = second.poll_views(state, sent, visitor="bob")
     assert words == summary and download["visible"] is True and Path(download["value"]).name == f"{alice.id}.zip"

@@ -347,14 +347,14 @@ def test_the_spread_figures_are_drawn_anew_only_with_a_new_spread_measure(tmp_pa
         figures.close()
 
 
-def test_the_views_key_changes_with_a_spread_measure_as_either_run_finishes_and_as_its_process_ends(
+def test_the_views_key_changes_with_a_spread_measure_as_either_run_finishes_and_as_it_counts_as_ended(
         tmp_path, monkeypatch):
     from memvir.events import StatusEvent
 
     monkeypatch.setattr(live_view, "build_curves", lambda run: ("c1", "c2", "c3"))
     monkeypatch.setattr(live_view, "build_spread", lambda run: ("s1", "s2"))
     run = LiveRun("r1", "alice", tmp_path / "r1", quick())
-    run.reserved = True  # it trains (a held slot stands for its living process)
+    run.reserved = True  # it trains (a held slot stands for its process)
     run._on_event(StatusEvent("running", 0))
     figures = live_view.FigureBuilder(interval=0.01)
     try:
@@ -374,7 +374,7 @@ def test_the_views_key_changes_with_a_spread_measure_as_either_run_finishes_and_
         seen.append(views_key(figures, run))
         run._on_event(StatusEvent("finished", 9))
         seen.append(views_key(figures, run))
-        run.reserved = False  # its process ends a moment after its finished status: its model is offered now
+        run.reserved = False  # it counts as ended a moment after its finished status: its model is offered now
         seen.append(views_key(figures, run))
         run.baseline._on_event(StatusEvent("finished", 9))  # the results table can be sent now
         seen.append(views_key(figures, run))
